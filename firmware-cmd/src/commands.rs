@@ -1,0 +1,223 @@
+//! The opcode table: every opcode with its PRM name, and for the commands this crate encodes,
+//! the input and output layouts, so one generic `exec` serves them all
+//! (mlx5-reference 02 §10; mlx5_ifc `MLX5_CMD_OP_*`).
+
+use core::fmt;
+
+use crate::ifc::*;
+use crate::layout::Layout;
+
+/// A firmware command opcode.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Opcode(pub u16);
+
+/// A command with its opcode and layouts.
+pub trait Command {
+    /// The opcode.
+    const OPCODE: Opcode;
+    /// Input layout (fixed part; a flexible array may follow).
+    type In: Layout;
+    /// Output layout (fixed part; a flexible array may follow).
+    type Out: Layout;
+}
+
+macro_rules! commands {
+    (
+        typed { $( $name:ident = $code:literal, $ty:ident : $in:ident => $out:ident; )* }
+        named { $( $oname:ident = $ocode:literal; )* }
+    ) => {
+        impl Opcode {
+            $(
+                #[doc = concat!("`", stringify!($name), "`")]
+                pub const $name: Opcode = Opcode($code);
+            )*
+            $(
+                #[doc = concat!("`", stringify!($oname), "`")]
+                pub const $oname: Opcode = Opcode($ocode);
+            )*
+
+            /// The PRM name of the opcode, if known.
+            pub const fn name(self) -> Option<&'static str> {
+                match self.0 {
+                    $( $code => Some(stringify!($name)), )*
+                    $( $ocode => Some(stringify!($oname)), )*
+                    _ => None,
+                }
+            }
+        }
+
+        $(
+            #[doc = concat!("The `", stringify!($name), "` command.")]
+            #[derive(Clone, Copy, Debug)]
+            pub struct $ty;
+            impl Command for $ty {
+                const OPCODE: Opcode = Opcode($code);
+                type In = $in;
+                type Out = $out;
+            }
+        )*
+
+        #[cfg(test)]
+        const ALL: &[u16] = &[$( $code, )* $( $ocode, )*];
+    };
+}
+
+commands! {
+    typed {
+        QUERY_HCA_CAP = 0x100, QueryHcaCap: QueryHcaCapIn => QueryHcaCapOut;
+        QUERY_ADAPTER = 0x101, QueryAdapter: QueryAdapterIn => QueryAdapterOut;
+        INIT_HCA = 0x102, InitHca: InitHcaIn => InitHcaOut;
+        TEARDOWN_HCA = 0x103, TeardownHca: TeardownHcaIn => TeardownHcaOut;
+        ENABLE_HCA = 0x104, EnableHca: EnableHcaIn => EnableHcaOut;
+        DISABLE_HCA = 0x105, DisableHca: DisableHcaIn => DisableHcaOut;
+        QUERY_PAGES = 0x107, QueryPages: QueryPagesIn => QueryPagesOut;
+        MANAGE_PAGES = 0x108, ManagePages: ManagePagesIn => ManagePagesOut;
+        SET_HCA_CAP = 0x109, SetHcaCap: SetHcaCapIn => SetHcaCapOut;
+        QUERY_ISSI = 0x10a, QueryIssi: QueryIssiIn => QueryIssiOut;
+        SET_ISSI = 0x10b, SetIssi: SetIssiIn => SetIssiOut;
+        SET_DRIVER_VERSION = 0x10d, SetDriverVersion: SetDriverVersionIn => SetDriverVersionOut;
+        QUERY_SPECIAL_CONTEXTS = 0x203, QuerySpecialContexts: QuerySpecialContextsIn => QuerySpecialContextsOut;
+        CREATE_EQ = 0x301, CreateEq: CreateEqIn => CreateEqOut;
+        DESTROY_EQ = 0x302, DestroyEq: DestroyEqIn => DestroyEqOut;
+        QUERY_EQ = 0x303, QueryEq: QueryEqIn => QueryEqOut;
+        QUERY_VPORT_STATE = 0x750, QueryVportState: QueryVportStateIn => QueryVportStateOut;
+        QUERY_HCA_VPORT_CONTEXT = 0x762, QueryHcaVportContext: QueryHcaVportContextIn => QueryHcaVportContextOut;
+        ALLOC_UAR = 0x802, AllocUar: AllocUarIn => AllocUarOut;
+        DEALLOC_UAR = 0x803, DeallocUar: DeallocUarIn => DeallocUarOut;
+        ACCESS_REG = 0x805, AccessReg: AccessRegisterIn => AccessRegisterOut;
+    }
+    named {
+        CREATE_MKEY = 0x200;
+        QUERY_MKEY = 0x201;
+        DESTROY_MKEY = 0x202;
+        PAGE_FAULT_RESUME = 0x204;
+        ALLOC_MEMIC = 0x205;
+        GEN_EQE = 0x304;
+        CREATE_CQ = 0x400;
+        DESTROY_CQ = 0x401;
+        QUERY_CQ = 0x402;
+        MODIFY_CQ = 0x403;
+        CREATE_QP = 0x500;
+        DESTROY_QP = 0x501;
+        RST2INIT_QP = 0x502;
+        INIT2RTR_QP = 0x503;
+        RTR2RTS_QP = 0x504;
+        RTS2RTS_QP = 0x505;
+        SQERR2RTS_QP = 0x506;
+        QP_2ERR = 0x507;
+        QP_2RST = 0x50a;
+        QUERY_QP = 0x50b;
+        SQD_RTS_QP = 0x50c;
+        MAD_IFC = 0x50d;
+        INIT2INIT_QP = 0x50e;
+        CREATE_PSV = 0x600;
+        DESTROY_PSV = 0x601;
+        CREATE_SRQ = 0x700;
+        DESTROY_SRQ = 0x701;
+        QUERY_SRQ = 0x702;
+        ARM_RQ = 0x703;
+        CREATE_XRC_SRQ = 0x705;
+        CREATE_DCT = 0x710;
+        DESTROY_DCT = 0x711;
+        DRAIN_DCT = 0x712;
+        QUERY_DCT = 0x713;
+        ARM_DCT_FOR_KEY_VIOLATION = 0x714;
+        MODIFY_VPORT_STATE = 0x751;
+        QUERY_ESW_VPORT_CONTEXT = 0x752;
+        QUERY_NIC_VPORT_CONTEXT = 0x754;
+        MODIFY_NIC_VPORT_CONTEXT = 0x755;
+        QUERY_ROCE_ADDRESS = 0x760;
+        SET_ROCE_ADDRESS = 0x761;
+        MODIFY_HCA_VPORT_CONTEXT = 0x763;
+        QUERY_HCA_VPORT_GID = 0x764;
+        QUERY_HCA_VPORT_PKEY = 0x765;
+        QUERY_VNIC_ENV = 0x76f;
+        QUERY_VPORT_COUNTER = 0x770;
+        ALLOC_Q_COUNTER = 0x771;
+        DEALLOC_Q_COUNTER = 0x772;
+        QUERY_Q_COUNTER = 0x773;
+        ALLOC_PD = 0x800;
+        DEALLOC_PD = 0x801;
+        CONFIG_INT_MODERATION = 0x804;
+        ATTACH_TO_MCG = 0x806;
+        DETACH_FROM_MCG = 0x807;
+        QUERY_MAD_DEMUX = 0x80b;
+        SET_MAD_DEMUX = 0x80c;
+        NOP = 0x80d;
+        ALLOC_XRCD = 0x80e;
+        DEALLOC_XRCD = 0x80f;
+        ALLOC_TRANSPORT_DOMAIN = 0x816;
+        DEALLOC_TRANSPORT_DOMAIN = 0x817;
+        QUERY_CONG_STATUS = 0x822;
+        CREATE_TIR = 0x900;
+        MODIFY_TIR = 0x901;
+        DESTROY_TIR = 0x902;
+        QUERY_TIR = 0x903;
+        CREATE_SQ = 0x904;
+        MODIFY_SQ = 0x905;
+        DESTROY_SQ = 0x906;
+        QUERY_SQ = 0x907;
+        CREATE_RQ = 0x908;
+        MODIFY_RQ = 0x909;
+        DESTROY_RQ = 0x90a;
+        QUERY_RQ = 0x90b;
+        CREATE_RMP = 0x90c;
+        CREATE_TIS = 0x912;
+        MODIFY_TIS = 0x913;
+        DESTROY_TIS = 0x914;
+        QUERY_TIS = 0x915;
+        CREATE_RQT = 0x916;
+        MODIFY_RQT = 0x917;
+        DESTROY_RQT = 0x918;
+        QUERY_RQT = 0x919;
+        SET_FLOW_TABLE_ROOT = 0x92f;
+        CREATE_FLOW_TABLE = 0x930;
+        DESTROY_FLOW_TABLE = 0x931;
+        QUERY_FLOW_TABLE = 0x932;
+        CREATE_FLOW_GROUP = 0x933;
+        DESTROY_FLOW_GROUP = 0x934;
+        QUERY_FLOW_GROUP = 0x935;
+        SET_FLOW_TABLE_ENTRY = 0x936;
+        QUERY_FLOW_TABLE_ENTRY = 0x937;
+        DELETE_FLOW_TABLE_ENTRY = 0x938;
+        ALLOC_FLOW_COUNTER = 0x939;
+        MODIFY_FLOW_TABLE = 0x93c;
+        CREATE_GENERAL_OBJECT = 0xa00;
+    }
+}
+
+impl fmt::Debug for Opcode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.name() {
+            Some(n) => write!(f, "{n}({:#x})", self.0),
+            None => write!(f, "Opcode({:#x})", self.0),
+        }
+    }
+}
+
+impl fmt::Display for Opcode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.name() {
+            Some(n) => f.write_str(n),
+            None => write!(f, "opcode {:#x}", self.0),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opcodes_are_unique_and_named() {
+        for (i, a) in ALL.iter().enumerate() {
+            assert!(!ALL[i + 1..].contains(a), "opcode {a:#x} listed twice");
+            assert!(Opcode(*a).name().is_some());
+        }
+        assert_eq!(Opcode::MANAGE_PAGES.name(), Some("MANAGE_PAGES"));
+        assert_eq!(std::format!("{:?}", Opcode(0x104)), "ENABLE_HCA(0x104)");
+        assert_eq!(std::format!("{}", Opcode(0xfff)), "opcode 0xfff");
+        assert_eq!(<ManagePages as Command>::OPCODE, Opcode(0x108));
+    }
+}

@@ -1,0 +1,222 @@
+//! QUERY_HCA_CAP / SET_HCA_CAP and the general device capabilities `cmd_hca_cap`
+//! (mlx5-reference 03 §6, §6.1).
+
+crate::ifc! {
+    /// General device capabilities (capability type 0).
+    pub struct CmdHcaCap => cmd_hca_cap: 0x800 bits {
+        0x006 page_request_disable: 1,
+        0x007 abs_native_port_num: 1,
+        0x020 hca_cap_2: 1,
+        0x030 vhca_id: 16,
+        0x080 log_max_srq_sz: 8,
+        0x088 log_max_qp_sz: 8,
+        0x090 event_cap: 1,
+        0x09b log_max_qp: 5,
+        0x0ab log_max_srq: 5,
+        0x0c8 log_max_cq_sz: 8,
+        0x0db log_max_cq: 5,
+        0x0e0 log_max_eq_sz: 8,
+        0x0ea log_max_mkey: 6,
+        0x0f6 terminate_scatter_list_mkey: 1,
+        0x0f7 repeated_mkey: 1,
+        0x0f8 dump_fill_mkey: 1,
+        0x0fb fast_teardown: 1,
+        0x0fc log_max_eq: 4,
+        0x100 max_indirection: 8,
+        0x109 log_max_mrw_sz: 7,
+        0x110 force_teardown: 1,
+        0x119 null_mkey: 1,
+        0x11a log_max_klm_list_size: 6,
+        0x12a log_max_ra_req_dc: 6,
+        0x13a log_max_ra_res_dc: 6,
+        0x145 release_all_pages: 1,
+        0x14a log_max_ra_req_qp: 6,
+        0x15a log_max_ra_res_qp: 6,
+        0x160 end_pad: 1,
+        0x164 cache_line_128byte: 1,
+        0x170 gid_table_size: 16,
+        0x190 pkey_table_size: 16,
+        0x1a0 vport_group_manager: 1,
+        0x1a6 nic_flow_table: 1,
+        0x1b0 port_module_event: 1,
+        0x1b4 disable_link_up: 1,
+        0x1b6 port_type: 2,
+        0x1b8 num_ports: 8,
+        0x1c3 log_max_msg: 5,
+        0x1cc max_tc: 4,
+        0x1d0 temp_warn_event: 1,
+        0x1d2 general_notification_event: 1,
+        0x1e0 stat_rate_support: 16,
+        0x1fc cqe_version: 4,
+        0x203 ipoib_enhanced_offloads: 1,
+        0x20f drain_sigerr: 1,
+        0x210 cmdif_checksum: 2,
+        0x212 sigerr_cqe: 1,
+        0x214 wq_signature: 1,
+        0x21a dct: 1,
+        0x21b qos: 1,
+        0x21c eth_net_offloads: 1,
+        0x21d roce: 1,
+        0x21e atomic: 1,
+        0x220 cq_oi: 1,
+        0x221 cq_resize: 1,
+        0x222 cq_moderation: 1,
+        0x227 pg: 1,
+        0x22a scqe_break_moderation: 1,
+        0x22b cq_period_start_from_cqe: 1,
+        0x23c xrc: 1,
+        0x23d ud: 1,
+        0x23e uc: 1,
+        0x23f rc: 1,
+        0x240 uar_4k: 1,
+        0x24a uar_sz: 6,
+        0x250 port_selection_cap: 1,
+        0x252 umem_uid_0: 1,
+        0x258 log_pg_sz: 8,
+        0x260 bf: 1,
+        0x261 driver_version: 1,
+        0x266 mkey_by_name: 1,
+        0x26b log_bf_reg_size: 5,
+        0x290 max_wqe_sz_sq: 16,
+        0x2b0 max_wqe_sz_rq: 16,
+        0x2d0 max_wqe_sz_sq_dc: 16,
+        0x2e7 max_qp_mcg: 25,
+        0x318 log_max_mcg: 8,
+        0x323 log_max_transport_domain: 5,
+        0x32b log_max_pd: 5,
+        0x33b log_max_xrcd: 5,
+        0x363 log_max_rq: 5,
+        0x36b log_max_sq: 5,
+        0x373 log_max_tir: 5,
+        0x37b log_max_tis: 5,
+        0x383 log_max_rmp: 5,
+        0x38b log_max_rqt: 5,
+        0x393 log_max_rqt_size: 5,
+        0x3db log_max_wq_sz: 5,
+        0x3f3 log_max_current_mc_list: 5,
+        0x3fb log_max_current_uc_list: 5,
+        0x463 log_max_uctx: 5,
+        0x470 max_num_eqs: 16,
+        0x483 log_max_l2_table: 5,
+        0x490 log_uar_page_sz: 16,
+        0x4c0 device_frequency_mhz: 32,
+        0x4e0 device_frequency_khz: 32,
+        0x520 num_of_uars_per_page: 32,
+        0x5bf cqe_compression: 1,
+        0x610 num_vhca_ports: 8,
+        0x61e sw_owner_id: 1,
+    }
+
+    /// The 4 KiB capability area of QUERY/SET_HCA_CAP; general caps sit at its start.
+    pub struct HcaCapUnion => hca_cap_union: 0x8000 bits {
+        0x0 cmd_hca_cap: CmdHcaCap,
+    }
+
+    /// QUERY_HCA_CAP input; `op_mod` = (capability type << 1) | mode (see [`hca_cap_op_mod`]).
+    pub struct QueryHcaCapIn => query_hca_cap_in: 0x80 bits {
+        0x00 opcode: 16,
+        0x30 op_mod: 16,
+        0x40 other_function: 1,
+        0x41 ec_vf_function: 1,
+        0x43 function_id_type: 1,
+        0x50 function_id: 16,
+    }
+    /// QUERY_HCA_CAP output: header plus the 4 KiB capability area.
+    pub struct QueryHcaCapOut => query_hca_cap_out: 0x8080 bits {
+        0x00 status: 8,
+        0x20 syndrome: 32,
+        0x80 capability: HcaCapUnion,
+    }
+    /// SET_HCA_CAP input; `op_mod` = capability type << 1.
+    pub struct SetHcaCapIn => set_hca_cap_in: 0x8080 bits {
+        0x00 opcode: 16,
+        0x30 op_mod: 16,
+        0x40 other_function: 1,
+        0x41 ec_vf_function: 1,
+        0x43 function_id_type: 1,
+        0x50 function_id: 16,
+        0x80 capability: HcaCapUnion,
+    }
+    /// SET_HCA_CAP output.
+    pub struct SetHcaCapOut => set_hca_cap_out: 0x80 bits {
+        0x00 status: 8,
+        0x20 syndrome: 32,
+    }
+}
+
+/// Building QUERY/SET_HCA_CAP `op_mod` values (`mlx5_core_get_caps_mode`, device.h).
+pub mod hca_cap_op_mod {
+    /// Capability type 0: general device capabilities.
+    pub const GENERAL: u16 = 0;
+    /// Capability type 3: atomic capabilities.
+    pub const ATOMIC: u16 = 3;
+    /// Capability type 4: RoCE capabilities.
+    pub const ROCE: u16 = 4;
+    /// Mode: maximum (what the device supports).
+    pub const MAX: u16 = 0;
+    /// Mode: current (what is enabled).
+    pub const CUR: u16 = 1;
+
+    /// QUERY_HCA_CAP `op_mod` for `cap_type` in `mode`.
+    pub const fn query(cap_type: u16, mode: u16) -> u16 {
+        (cap_type << 1) | (mode & 1)
+    }
+
+    /// SET_HCA_CAP `op_mod` for `cap_type`.
+    pub const fn set(cap_type: u16) -> u16 {
+        cap_type << 1
+    }
+}
+
+/// `cmd_hca_cap.port_type` values (`MLX5_CAP_PORT_TYPE_*`).
+pub mod port_type {
+    /// InfiniBand.
+    pub const IB: u8 = 0;
+    /// Ethernet.
+    pub const ETH: u8 = 1;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::{Layout, View, ViewMut};
+
+    #[test]
+    fn golden_query_hca_cap() {
+        // opcode 0x100, op_mod (0 << 1) | 1 = current general caps (03 §6).
+        let mut b = [0x11u8; 16];
+        ViewMut::<QueryHcaCapIn>::zeroed(&mut b)
+            .unwrap()
+            .set(query_hca_cap_in::opcode, 0x100u16)
+            .set(
+                query_hca_cap_in::op_mod,
+                hca_cap_op_mod::query(0, hca_cap_op_mod::CUR),
+            );
+        assert_eq!(b, [1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(QueryHcaCapOut::BYTES, 4112);
+        assert_eq!(SetHcaCapIn::BYTES, 4112);
+    }
+
+    #[test]
+    fn cap_fields_sit_where_the_reference_says() {
+        // Byte offsets of 03 §6.1, +0x10 inside QUERY_HCA_CAP output.
+        let mut out = [0u8; 4112];
+        out[0x10 + 0x013] = 0x12; // log_max_qp [4:0]
+        out[0x10 + 0x037] = 2; // num_ports
+        out[0x10 + 0x036] = 0x01; // port_type [9:8] = 1 (Ethernet)
+        out[0x10 + 0x042] = 0xc0; // cmdif_checksum [15:14] = 3
+        out[0x10 + 0x04d] = 0x09; // log_bf_reg_size [20:16] = 9
+        out[0x10 + 0x01f] = 0x10; // fast_teardown [4]
+        let v = View::<QueryHcaCapOut>::new_checked(&out).unwrap();
+        let caps = v
+            .sub(query_hca_cap_out::capability)
+            .sub(hca_cap_union::cmd_hca_cap);
+        assert_eq!(caps.get(cmd_hca_cap::log_max_qp), 0x12);
+        assert_eq!(caps.get(cmd_hca_cap::num_ports), 2);
+        assert_eq!(caps.get(cmd_hca_cap::port_type), 1);
+        assert_eq!(caps.get(cmd_hca_cap::cmdif_checksum), 3);
+        assert_eq!(caps.get(cmd_hca_cap::log_bf_reg_size), 9);
+        assert_eq!(caps.get(cmd_hca_cap::fast_teardown), 1);
+        assert_eq!(caps.get(cmd_hca_cap::log_max_eq), 0);
+    }
+}

@@ -1,0 +1,66 @@
+//! Typed addresses: what the device sees (`Iova`) and where a register sits in BAR0 (`BarOffset`).
+
+use core::fmt;
+
+/// An I/O virtual address: the address the device uses for a DMA buffer (bus address when no
+/// IOMMU translates).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Iova(pub u64);
+
+impl Iova {
+    /// The address `bytes` further on, or `None` on overflow.
+    pub const fn checked_add(self, bytes: u64) -> Option<Iova> {
+        match self.0.checked_add(bytes) {
+            Some(v) => Some(Iova(v)),
+            None => None,
+        }
+    }
+
+    /// True when the address is a multiple of `align` (a power of two).
+    pub const fn is_aligned(self, align: u64) -> bool {
+        self.0 & (align - 1) == 0
+    }
+}
+
+impl fmt::Debug for Iova {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Iova({:#x})", self.0)
+    }
+}
+
+impl fmt::Display for Iova {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#x}", self.0)
+    }
+}
+
+/// A byte offset into BAR0.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct BarOffset(pub usize);
+
+impl BarOffset {
+    /// The offset `bytes` further on.
+    pub const fn add(self, bytes: usize) -> BarOffset {
+        BarOffset(self.0 + bytes)
+    }
+}
+
+impl fmt::Debug for BarOffset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "BarOffset({:#x})", self.0)
+    }
+}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for Iova {
+    fn format(&self, f: defmt::Formatter) {
+        defmt::write!(f, "Iova({=u64:#x})", self.0)
+    }
+}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for BarOffset {
+    fn format(&self, f: defmt::Formatter) {
+        defmt::write!(f, "BarOffset({=usize:#x})", self.0)
+    }
+}

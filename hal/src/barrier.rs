@@ -1,0 +1,46 @@
+//! Memory barriers with the meaning Linux gives them (`dma_wmb`, `wmb`, `dma_rmb`, `rmb`), used
+//! in the orders mlx5-reference 02 §6 and 04 §4 describe.
+
+use core::sync::atomic::{compiler_fence, fence, Ordering};
+
+/// Orders CPU writes to DMA memory before later CPU writes to DMA memory (e.g. a WQE before
+/// its doorbell record). On x86 stores are already ordered, so this only stops the compiler.
+#[inline(always)]
+pub fn dma_wmb() {
+    #[cfg(any(target_arch = "x86_64", target_arch = "x86"))]
+    compiler_fence(Ordering::Release);
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "x86")))]
+    fence(Ordering::Release);
+}
+
+/// Orders every earlier write (DMA memory included) before a later MMIO write, such as a
+/// doorbell. x86: `sfence`, which also drains write-combining buffers.
+#[inline(always)]
+pub fn wmb() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `sfence` has no operands and only orders stores; SSE is baseline on x86_64.
+    unsafe {
+        core::arch::asm!("sfence", options(nostack, preserves_flags))
+    };
+    fence(Ordering::SeqCst);
+}
+
+/// Orders a read of a DMA ownership bit before reads of the rest of the entry it guards.
+#[inline(always)]
+pub fn dma_rmb() {
+    #[cfg(any(target_arch = "x86_64", target_arch = "x86"))]
+    compiler_fence(Ordering::Acquire);
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "x86")))]
+    fence(Ordering::Acquire);
+}
+
+/// Orders an MMIO read before later reads. x86: `lfence`.
+#[inline(always)]
+pub fn rmb() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `lfence` has no operands and only orders loads.
+    unsafe {
+        core::arch::asm!("lfence", options(nostack, preserves_flags))
+    };
+    fence(Ordering::SeqCst);
+}

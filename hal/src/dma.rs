@@ -1,0 +1,326 @@
+//! DMA memory: a CPU-owned buffer until its address is handed to the device, then a shared
+//! region reached only through volatile big-endian accessors (STYLE.md "MMIO and DMA").
+//!
+//! [`DmaBuf`] is a fresh allocation that the device has never been told about: plain slices
+//! are fine. [`DmaBuf::share`] turns it into a [`SharedDma`], the only type that reveals the
+//! [`Iova`]; from then on no Rust reference to the bytes exists, because the device may write
+//! them at any time.
+
+use core::fmt;
+use core::ptr::NonNull;
+
+use crate::addr::Iova;
+
+/// A backend's DMA allocation. Dropping it releases the memory and its device mapping.
+///
+/// # Safety
+/// An implementation promises that for as long as the value lives:
+/// - `as_ptr()..as_ptr() + len()` is valid for reads and writes, zeroed when allocated, and
+///   reachable through this value only;
+/// - the device reaches the same bytes at `iova()..iova() + len()`;
+/// - `as_ptr`, `len` and `iova` always return the same values.
+pub unsafe trait DmaMemory {
+    /// CPU address of the first byte.
+    fn as_ptr(&self) -> NonNull<u8>;
+    /// Length in bytes.
+    fn len(&self) -> usize;
+    /// Device address of the first byte.
+    fn iova(&self) -> Iova;
+    /// True for a zero-length allocation.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Why a DMA access or allocation failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum DmaError {
+    /// The access does not fit in the region.
+    OutOfBounds {
+        /// First byte of the access.
+        offset: usize,
+        /// Length of the access.
+        len: usize,
+        /// Length of the region.
+        region: usize,
+    },
+    /// The backend has no memory left for an allocation of this size.
+    NoMemory {
+        /// Bytes asked for.
+        len: usize,
+    },
+    /// The requested alignment is not a power of two or is larger than the backend supports.
+    BadAlignment {
+        /// Alignment asked for.
+        align: usize,
+    },
+}
+
+impl fmt::Display for DmaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            DmaError::OutOfBounds {
+                offset,
+                len,
+                region,
+            } => write!(
+                f,
+                "DMA access of {len} bytes at {offset:#x} is outside the {region}-byte region"
+            ),
+            DmaError::NoMemory { len } => write!(f, "no DMA memory left for {len} bytes"),
+            DmaError::BadAlignment { align } => write!(f, "unsupported DMA alignment {align:#x}"),
+        }
+    }
+}
+
+impl core::error::Error for DmaError {}
+
+const fn check(offset: usize, len: usize, region: usize) -> Result<(), DmaError> {
+    match offset.checked_add(len) {
+        Some(end) if end <= region => Ok(()),
+        _ => Err(DmaError::OutOfBounds {
+            offset,
+            len,
+            region,
+        }),
+    }
+}
+
+/// A DMA allocation the device does not know about yet: owned by the CPU, readable and
+/// writable as a plain slice.
+pub struct DmaBuf<M: DmaMemory> {
+    mem: M,
+}
+
+impl<M: DmaMemory> DmaBuf<M> {
+    /// Wraps a fresh allocation from a backend.
+    pub fn new(mem: M) -> Self {
+        DmaBuf { mem }
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.mem.len()
+    }
+
+    /// True for a zero-length buffer.
+    pub fn is_empty(&self) -> bool {
+        self.mem.len() == 0
+    }
+
+    /// The bytes, for reading.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: DmaMemory guarantees ptr/len describe memory reachable only through `mem`;
+        // the device has not been given the address (no `iova` accessor on DmaBuf), so nothing
+        // writes it behind this shared borrow.
+        unsafe { core::slice::from_raw_parts(self.mem.as_ptr().as_ptr(), self.mem.len()) }
+    }
+
+    /// The bytes, for writing.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in as_slice, and `&mut self` makes this borrow unique.
+        unsafe { core::slice::from_raw_parts_mut(self.mem.as_ptr().as_ptr(), self.mem.len()) }
+    }
+
+    /// Hands the buffer over to shared use: from now on it is reached only through volatile
+    /// accessors, and its device address becomes available.
+    pub fn share(self) -> SharedDma<M> {
+        SharedDma { mem: self.mem }
+    }
+}
+
+impl<M: DmaMemory> fmt::Debug for DmaBuf<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DmaBuf")
+            .field("len", &self.mem.len())
+            .finish()
+    }
+}
+
+/// A DMA region the device may read or write at any time. Multi-byte accessors are big-endian,
+/// the byte order of every mlx5 structure in memory.
+///
+/// The plain accessors take offsets the caller has made in-bounds by construction (ring
+/// indices masked to the ring size, fixed offsets inside a block) and panic otherwise; the
+/// `try_` forms return an error instead.
+pub struct SharedDma<M: DmaMemory> {
+    mem: M,
+}
+
+macro_rules! be_accessors {
+    ($($read:ident $try_read:ident $write:ident $try_write:ident: $t:ty;)*) => {$(
+        #[doc = concat!("Reads a big-endian `", stringify!($t), "` at `off` (volatile).")]
+        ///
+        /// # Errors
+        /// When the access does not fit in the region.
+        pub fn $try_read(&self, off: usize) -> Result<$t, DmaError> {
+            check(off, size_of::<$t>(), self.mem.len())?;
+            // SAFETY: in bounds (checked); DmaMemory keeps the memory valid; the access is a
+            // volatile read because the device may write concurrently.
+            let raw: $t = unsafe { vread(self.mem.as_ptr().as_ptr().add(off)) };
+            Ok(<$t>::from_be(raw))
+        }
+
+        #[doc = concat!("Reads a big-endian `", stringify!($t), "` at `off` (volatile).")]
+        ///
+        /// # Panics
+        /// When the access does not fit in the region.
+        pub fn $read(&self, off: usize) -> $t {
+            match self.$try_read(off) {
+                Ok(v) => v,
+                Err(e) => panic!("{}", e),
+            }
+        }
+
+        #[doc = concat!("Writes `val` as a big-endian `", stringify!($t), "` at `off` (volatile).")]
+        ///
+        /// # Errors
+        /// When the access does not fit in the region.
+        pub fn $try_write(&self, off: usize, val: $t) -> Result<(), DmaError> {
+            check(off, size_of::<$t>(), self.mem.len())?;
+            // SAFETY: as in the read accessor.
+            unsafe { vwrite(self.mem.as_ptr().as_ptr().add(off), val.to_be()) };
+            Ok(())
+        }
+
+        #[doc = concat!("Writes `val` as a big-endian `", stringify!($t), "` at `off` (volatile).")]
+        ///
+        /// # Panics
+        /// When the access does not fit in the region.
+        pub fn $write(&self, off: usize, val: $t) {
+            if let Err(e) = self.$try_write(off, val) {
+                panic!("{}", e)
+            }
+        }
+    )*};
+}
+
+/// Volatile read of a `T` at `p`, whatever its alignment; aligned reads are single loads.
+///
+/// # Safety
+/// `p..p + size_of::<T>()` must be valid for reads.
+unsafe fn vread<T: Copy>(p: *mut u8) -> T {
+    if (p as usize) % align_of::<T>() == 0 {
+        // SAFETY: valid (caller) and aligned (checked).
+        unsafe { p.cast::<T>().read_volatile() }
+    } else {
+        let mut out = core::mem::MaybeUninit::<T>::uninit();
+        let dst = out.as_mut_ptr().cast::<u8>();
+        for i in 0..size_of::<T>() {
+            // SAFETY: valid (caller); every byte of `out` is written before assume_init.
+            unsafe { dst.add(i).write(p.add(i).read_volatile()) };
+        }
+        // SAFETY: all bytes initialised above; T is plain data (u8..u64).
+        unsafe { out.assume_init() }
+    }
+}
+
+/// Volatile write of `val` at `p`, whatever its alignment; aligned writes are single stores.
+///
+/// # Safety
+/// `p..p + size_of::<T>()` must be valid for writes.
+unsafe fn vwrite<T: Copy>(p: *mut u8, val: T) {
+    if (p as usize) % align_of::<T>() == 0 {
+        // SAFETY: valid (caller) and aligned (checked).
+        unsafe { p.cast::<T>().write_volatile(val) }
+    } else {
+        let src = (&val as *const T).cast::<u8>();
+        for i in 0..size_of::<T>() {
+            // SAFETY: valid (caller); `src` points at a live local.
+            unsafe { p.add(i).write_volatile(src.add(i).read()) };
+        }
+    }
+}
+
+impl<M: DmaMemory> SharedDma<M> {
+    /// Device address of the first byte.
+    pub fn iova(&self) -> Iova {
+        self.mem.iova()
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.mem.len()
+    }
+
+    /// True for a zero-length region.
+    pub fn is_empty(&self) -> bool {
+        self.mem.len() == 0
+    }
+
+    /// Device address of byte `off`.
+    ///
+    /// # Errors
+    /// When `off` is past the end of the region.
+    pub fn iova_at(&self, off: usize) -> Result<Iova, DmaError> {
+        check(off, 0, self.mem.len())?;
+        Ok(Iova(self.mem.iova().0 + off as u64))
+    }
+
+    be_accessors! {
+        read8 try_read8 write8 try_write8: u8;
+        read16 try_read16 write16 try_write16: u16;
+        read32 try_read32 write32 try_write32: u32;
+        read64 try_read64 write64 try_write64: u64;
+    }
+
+    /// Copies `dst.len()` bytes starting at `off` into `dst` (volatile, byte order kept).
+    ///
+    /// # Errors
+    /// When the range does not fit in the region.
+    pub fn read_bytes(&self, off: usize, dst: &mut [u8]) -> Result<(), DmaError> {
+        check(off, dst.len(), self.mem.len())?;
+        let src = self.mem.as_ptr().as_ptr();
+        for (i, d) in dst.iter_mut().enumerate() {
+            // SAFETY: in bounds (checked); volatile because the device may write.
+            *d = unsafe { src.add(off + i).read_volatile() };
+        }
+        Ok(())
+    }
+
+    /// Copies `src` to the region starting at `off` (volatile, byte order kept).
+    ///
+    /// # Errors
+    /// When the range does not fit in the region.
+    pub fn write_bytes(&self, off: usize, src: &[u8]) -> Result<(), DmaError> {
+        check(off, src.len(), self.mem.len())?;
+        let dst = self.mem.as_ptr().as_ptr();
+        for (i, s) in src.iter().enumerate() {
+            // SAFETY: in bounds (checked); volatile because the device may read concurrently.
+            unsafe { dst.add(off + i).write_volatile(*s) };
+        }
+        Ok(())
+    }
+
+    /// Sets `len` bytes starting at `off` to `byte`.
+    ///
+    /// # Errors
+    /// When the range does not fit in the region.
+    pub fn fill(&self, off: usize, len: usize, byte: u8) -> Result<(), DmaError> {
+        check(off, len, self.mem.len())?;
+        let dst = self.mem.as_ptr().as_ptr();
+        for i in 0..len {
+            // SAFETY: in bounds (checked).
+            unsafe { dst.add(off + i).write_volatile(byte) };
+        }
+        Ok(())
+    }
+
+    /// Gives the memory up without freeing it. For failure paths where the device can no
+    /// longer be told to stop using the region (a command that never completed): a leak is
+    /// better than memory the device may still write being reused.
+    pub fn leak(self) {
+        core::mem::forget(self);
+    }
+}
+
+impl<M: DmaMemory> fmt::Debug for SharedDma<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedDma")
+            .field("iova", &self.mem.iova())
+            .field("len", &self.mem.len())
+            .finish()
+    }
+}

@@ -1,0 +1,63 @@
+//! bareverbs platform layer: the [`Hal`] trait a backend implements (VFIO, the in-process
+//! model, bare metal), BAR0 register access, DMA memory, barriers and a clock.
+//!
+//! This is the only `no_std` crate of the project with `unsafe`: everything that touches a raw
+//! pointer lives here, behind safe types whose contracts say what they rely on.
+#![no_std]
+
+#[macro_use]
+mod fmt;
+
+pub mod addr;
+pub mod barrier;
+pub mod clock;
+pub mod dma;
+pub mod mmio;
+
+use core::time::Duration;
+
+pub use addr::{BarOffset, Iova};
+pub use barrier::{dma_rmb, dma_wmb, rmb, wmb};
+pub use clock::{Deadline, Instant};
+pub use dma::{DmaBuf, DmaError, DmaMemory, SharedDma};
+pub use mmio::{Mmio, MmioError, RawMmio};
+
+/// What the driver needs from the platform: BAR0, DMA memory and time.
+///
+/// The driver is generic over `H: Hal` (associated types, no `dyn`).
+///
+/// # Safety
+/// An implementation promises that:
+/// - [`Hal::bar0`] reaches the device's BAR0 (or a faithful stand-in) for the life of `self`;
+/// - memory from [`Hal::dma_alloc`] satisfies the [`DmaMemory`] contract, is aligned to the
+///   requested alignment both at its CPU address and at its IOVA, and is zeroed;
+/// - [`Hal::now`] never goes backwards.
+pub unsafe trait Hal {
+    /// BAR0 accessor.
+    type Mmio: Mmio;
+    /// DMA allocation handle; dropping it frees the memory.
+    type Dma: DmaMemory;
+
+    /// BAR0 of the device.
+    fn bar0(&self) -> &Self::Mmio;
+
+    /// Allocates `len` zeroed bytes of DMA memory aligned to `align` (a power of two, at most
+    /// 4096 unless the backend says otherwise) at both its CPU and device address.
+    ///
+    /// # Errors
+    /// [`DmaError::NoMemory`] when the backend is out of memory, [`DmaError::BadAlignment`]
+    /// for an alignment it cannot give.
+    fn dma_alloc(&self, len: usize, align: usize) -> Result<DmaBuf<Self::Dma>, DmaError>;
+
+    /// The current time on a monotonic clock.
+    fn now(&self) -> Instant;
+
+    /// Waits at least `d` (spinning, sleeping, or advancing a virtual clock).
+    fn delay(&self, d: Duration);
+
+    /// Called on every iteration of a busy-wait loop: a spin hint on hardware, a chance for a
+    /// simulated device to make progress in a model.
+    fn relax(&self) {
+        core::hint::spin_loop();
+    }
+}
