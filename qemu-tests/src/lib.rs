@@ -1,1 +1,26 @@
-//! placeholder
+//! bareverbs-model: a behavioural model of a ConnectX-5-class mlx5 HCA, faithful enough for
+//! the Linux `mlx5_core` driver, and [`SimHal`], which runs the bareverbs driver against it in
+//! process.
+//!
+//! Where things are: BAR0 registers in [`hca`], the command queue engine in [`cmdq`], command
+//! handlers in `exec/`, event queues in [`eq`], capabilities in [`caps`], the DMA address space
+//! in [`dma`] and [`memory`], the platform glue in [`sim_hal`].
+
+pub mod caps;
+pub mod clock;
+pub mod cmdq;
+pub mod config;
+pub mod dma;
+pub mod eq;
+pub mod exec;
+pub mod hca;
+pub mod memory;
+pub mod sim_hal;
+pub mod trace;
+
+pub use config::{CommandFault, FaultAction, Faults, ModelConfig};
+pub use dma::{AddressSpace, DmaFault};
+pub use hca::{Hca, HcaState};
+pub use memory::{HostMemory, SimDma};
+pub use sim_hal::{Drive, Model, SimHal, SimMmio};
+pub use trace::{ModelEvent, TraceEntry};

@@ -1,0 +1,120 @@
+//! What the modelled HCA looks like (identity, ports, page needs) and which faults it injects.
+
+use std::time::Duration;
+
+use bareverbs_firmware_cmd::{CmdStatus, DeliveryStatus};
+
+/// Identity and resources of the modelled HCA. The defaults describe a dual-port ConnectX-5
+/// running InfiniBand.
+#[derive(Clone, Debug)]
+pub struct ModelConfig {
+    /// PCI device id (0x1017: ConnectX-5).
+    pub device_id: u16,
+    /// Firmware version major.minor.subminor.
+    pub fw_version: (u16, u16, u16),
+    /// Number of ports.
+    pub num_ports: u8,
+    /// Node GUID; port GUIDs are derived from it.
+    pub node_guid: u64,
+    /// Base LID; port n gets `base_lid + n - 1`.
+    pub base_lid: u16,
+    /// Pages firmware wants before INIT_HCA can run (QUERY_PAGES boot).
+    pub boot_pages: u32,
+    /// Pages firmware wants for INIT_HCA (QUERY_PAGES init).
+    pub init_pages: u32,
+    /// Time after power-on (or reset) before `initializing` clears.
+    pub ready_after: Duration,
+    /// Time firmware takes to execute a command.
+    pub command_latency: Duration,
+    /// BAR0 size in bytes.
+    pub bar0_size: usize,
+    /// Number of MSI-X vectors.
+    pub msix_vectors: u16,
+    /// Faults to inject.
+    pub faults: Faults,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        ModelConfig {
+            device_id: 0x1017,
+            fw_version: (16, 35, 2000),
+            num_ports: 2,
+            node_guid: 0x0002_c903_00a1_b2c0,
+            base_lid: 1,
+            boot_pages: 16,
+            init_pages: 128,
+            ready_after: Duration::from_millis(5),
+            command_latency: Duration::ZERO,
+            bar0_size: 32 << 20,
+            msix_vectors: 64,
+            faults: Faults::default(),
+        }
+    }
+}
+
+/// A command the model fails on purpose.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommandFault {
+    /// Opcode to fail.
+    pub opcode: u16,
+    /// Only this op_mod (`None`: any).
+    pub op_mod: Option<u16>,
+    /// Skip this many matching commands first.
+    pub skip: u32,
+    /// What to do instead of executing it.
+    pub action: FaultAction,
+}
+
+/// How an injected command fault shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultAction {
+    /// Complete with this command status and syndrome.
+    Status(CmdStatus, u32),
+    /// Complete with this delivery status.
+    Delivery(DeliveryStatus),
+    /// Never complete: the entry stays owned by hardware.
+    Stall,
+}
+
+/// Faults the model injects. Everything defaults to a healthy device.
+#[derive(Clone, Debug, Default)]
+pub struct Faults {
+    /// `initializing` never clears.
+    pub never_ready: bool,
+    /// Report this command interface revision instead of 5.
+    pub cmdif_rev: Option<u16>,
+    /// Commands to fail.
+    pub commands: Vec<CommandFault>,
+    /// Before executing this opcode, ask for this many pages with a page-request EQE and hold
+    /// the command until they arrive.
+    pub pages_before: Option<(u16, i32)>,
+    /// The health counter does not advance.
+    pub health_stalled: bool,
+    /// Every BAR read returns all ones and writes are dropped (surprise removal).
+    pub removed: bool,
+}
+
+impl Faults {
+    /// Fails `opcode` with `status` and `syndrome`.
+    pub fn fail(mut self, opcode: u16, status: CmdStatus, syndrome: u32) -> Self {
+        self.commands.push(CommandFault {
+            opcode,
+            op_mod: None,
+            skip: 0,
+            action: FaultAction::Status(status, syndrome),
+        });
+        self
+    }
+
+    /// Makes `opcode` never complete.
+    pub fn stall(mut self, opcode: u16) -> Self {
+        self.commands.push(CommandFault {
+            opcode,
+            op_mod: None,
+            skip: 0,
+            action: FaultAction::Stall,
+        });
+        self
+    }
+}

@@ -1,0 +1,41 @@
+//! ACCESS_REG for the registers the bring-up uses (mlx5-reference 03 §5).
+
+use bareverbs_firmware_cmd::ifc::*;
+use bareverbs_firmware_cmd::layout::Layout;
+use bareverbs_firmware_cmd::CmdStatus;
+
+use super::{bad_param, fail, input, output, syndrome, CmdResult};
+use crate::hca::Hca;
+
+impl Hca {
+    pub(super) fn access_reg(&mut self, op_mod: u16, i: &[u8], o: &mut [u8]) -> CmdResult {
+        let v = input::<AccessRegisterIn>(i)?;
+        let mut out = output::<AccessRegisterOut>(o)?;
+        self.require_enabled()?;
+        let id = v.get(access_register_in::register_id) as u16;
+        match id {
+            register_id::HOST_ENDIANNESS => {
+                let need = AccessRegisterIn::BYTES + HostEndiannessReg::BYTES;
+                match op_mod {
+                    access_reg_op_mod::WRITE => {
+                        if i.len() < need {
+                            return Err(fail(CmdStatus::BadInputLength, syndrome::SHORT_INPUT));
+                        }
+                        self.host_endianness = Some(i[AccessRegisterIn::BYTES]);
+                        Ok(())
+                    }
+                    access_reg_op_mod::READ => {
+                        let data = out.as_bytes_mut();
+                        if data.len() < need {
+                            return Err(fail(CmdStatus::BadOutputLength, syndrome::SHORT_OUTPUT));
+                        }
+                        data[AccessRegisterOut::BYTES] = self.host_endianness.unwrap_or(0);
+                        Ok(())
+                    }
+                    _ => Err(bad_param(syndrome::BAD_OP_MOD)),
+                }
+            }
+            _ => Err(bad_param(syndrome::BAD_REGISTER)),
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! ENABLE/DISABLE_HCA, QUERY/SET_ISSI, INIT_HCA, TEARDOWN_HCA, QUERY_ADAPTER,
+//! SET_DRIVER_VERSION (mlx5-reference 03 §1–3, §7).
+
+use bareverbs_firmware_cmd::ifc::*;
+use bareverbs_firmware_cmd::CmdStatus;
+
+use super::{bad_param, fail, input, output, syndrome, CmdResult};
+use crate::hca::{Hca, HcaState};
+
+/// ISSI values the model supports: 0 and 1.
+const SUPPORTED_ISSI: u32 = 0b11;
+
+impl Hca {
+    pub(super) fn enable_hca(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {
+        let v = input::<EnableHcaIn>(i)?;
+        output::<EnableHcaOut>(o)?;
+        if v.get(enable_hca_in::function_id) != 0
+            || v.get(enable_hca_in::embedded_cpu_function) != 0
+        {
+            return Err(bad_param(syndrome::OUT_OF_RANGE));
+        }
+        if self.state != HcaState::Disabled {
+            return Err(fail(CmdStatus::BadSystemState, syndrome::WRONG_STATE));
+        }
+        self.state = HcaState::Enabled;
+        Ok(())
+    }
+
+    pub(super) fn disable_hca(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {
+        let v = input::<DisableHcaIn>(i)?;
+        output::<DisableHcaOut>(o)?;
+        if v.get(disable_hca_in::function_id) != 0 {
+            return Err(bad_param(syndrome::OUT_OF_RANGE));
+        }
+        match self.state {
+            HcaState::Disabled => {
+                return Err(fail(CmdStatus::BadSystemState, syndrome::WRONG_STATE))
+            }
+            HcaState::Initialized => {
+                return Err(fail(CmdStatus::BadSystemState, syndrome::WRONG_STATE))
+            }
+            HcaState::Enabled => {}
+        }
+        self.state = HcaState::Disabled;
+        self.issi = 0;
+        self.regular_pages = 0;
+        self.pages_before_done = false;
+        let (_, cur) = crate::caps::general_caps(&self.cfg);
+        self.caps_cur = cur;
+        Ok(())
+    }
+
+    pub(super) fn query_issi(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {
+        input::<QueryIssiIn>(i)?;
+        let mut out = output::<QueryIssiOut>(o)?;
+        self.require_enabled()?;
+        out.set(query_issi_out::current_issi, self.issi)
+            .set(query_issi_out::supported_issi_dw0, SUPPORTED_ISSI);
+        Ok(())
+    }
+
+    pub(super) fn set_issi(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {
+        let v = input::<SetIssiIn>(i)?;
+        output::<SetIssiOut>(o)?;
+        self.require_enabled()?;
+        let issi = v.get(set_issi_in::current_issi);
+        if issi >= 32 || SUPPORTED_ISSI & (1 << issi) == 0 {
+            return Err(bad_param(syndrome::OUT_OF_RANGE));
+        }
+        self.issi = issi as u16;
+        Ok(())
+    }
+
+    pub(super) fn init_hca(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {
+        input::<InitHcaIn>(i)?;
+        output::<InitHcaOut>(o)?;
+        self.require_enabled()?;
+        if self.state == HcaState::Initialized {
+            return Err(fail(CmdStatus::BadSystemState, syndrome::WRONG_STATE));
+        }
+        let need = (self.cfg.boot_pages + self.cfg.init_pages) as usize;
+        if self.pages.len() < need {
+            return Err(fail(CmdStatus::NoResources, syndrome::MISSING_PAGES));
+        }
+        self.state = HcaState::Initialized;
+        Ok(())
+    }
+
+    pub(super) fn teardown_hca(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {
+        let v = input::<TeardownHcaIn>(i)?;
+        let mut out = output::<TeardownHcaOut>(o)?;
+        self.require_initialized()?;
+        let profile = v.get(teardown_hca_in::profile) as u16;
+        match profile {
+            teardown_profile::GRACEFUL_CLOSE | teardown_profile::FORCE_CLOSE => {}
+            teardown_profile::PREPARE_FAST_TEARDOWN => {}
+            _ => return Err(bad_param(syndrome::OUT_OF_RANGE)),
+        }
+        // Firmware drops every object; pages stay donated until the driver takes them back.
+        self.eqs.clear();
+        self.uars.clear();
+        self.regular_pages = 0;
+        self.state = HcaState::Enabled;
+        out.set(teardown_hca_out::state, 0u8);
+        Ok(())
+    }
+
+    pub(super) fn query_adapter(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {
+        input::<QueryAdapterIn>(i)?;
+        let mut out = output::<QueryAdapterOut>(o)?;
+        self.require_enabled()?;
+        let mut p = out.sub(query_adapter_out::query_adapter_struct);
+        p.set(query_adapter_param_block::ieee_vendor_id, 0x0002c9u32)
+            .set(query_adapter_param_block::vsd_vendor_id, 0x15b3u16);
+        let psid = b"MT_0000000008";
+        p.bytes_mut(query_adapter_param_block::vsd_contd_psid)[..psid.len()].copy_from_slice(psid);
+        Ok(())
+    }
+
+    pub(super) fn set_driver_version(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {
+        let v = input::<SetDriverVersionIn>(i)?;
+        output::<SetDriverVersionOut>(o)?;
+        self.require_initialized()?;
+        let raw = v.bytes(set_driver_version_in::driver_version);
+        let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+        self.driver_version = Some(String::from_utf8_lossy(&raw[..end]).into_owned());
+        Ok(())
+    }
+}

@@ -1,0 +1,134 @@
+//! Command execution: one handler per command family, each checking lengths, state and
+//! parameters the way firmware does, and changing the model's state for real.
+//!
+//! Syndromes: real firmware returns undocumented 32-bit codes. The model's are its own,
+//! fixed per reason (below), so tests and traces can tell the reasons apart.
+
+mod access_reg;
+mod caps;
+mod eq;
+mod lifecycle;
+mod pages;
+mod query;
+mod uar;
+
+use bareverbs_firmware_cmd::layout::{Layout, View, ViewMut};
+use bareverbs_firmware_cmd::{CmdStatus, Opcode};
+
+use crate::hca::{Hca, HcaState};
+
+/// The model's syndromes, one per failure reason.
+pub mod syndrome {
+    /// Unknown or unsupported opcode.
+    pub const BAD_OPCODE: u32 = 0x0ade_0001;
+    /// Unsupported op_mod.
+    pub const BAD_OP_MOD: u32 = 0x0ade_0002;
+    /// Input shorter than the command's layout.
+    pub const SHORT_INPUT: u32 = 0x0ade_0003;
+    /// Output shorter than the command's layout.
+    pub const SHORT_OUTPUT: u32 = 0x0ade_0004;
+    /// Command needs ENABLE_HCA first.
+    pub const NOT_ENABLED: u32 = 0x0ade_0005;
+    /// Command needs INIT_HCA first.
+    pub const NOT_INITIALIZED: u32 = 0x0ade_0006;
+    /// INIT_HCA or a capability command before firmware has its pages.
+    pub const MISSING_PAGES: u32 = 0x0ade_0007;
+    /// A page address is misaligned, duplicated or unknown.
+    pub const BAD_PAGE: u32 = 0x0ade_0008;
+    /// An object number does not exist.
+    pub const NO_SUCH_OBJECT: u32 = 0x0ade_0009;
+    /// A parameter is out of range.
+    pub const OUT_OF_RANGE: u32 = 0x0ade_000a;
+    /// A read-only capability was changed.
+    pub const READ_ONLY_CAP: u32 = 0x0ade_000b;
+    /// Already in the requested state.
+    pub const WRONG_STATE: u32 = 0x0ade_000c;
+    /// Out of objects of this kind.
+    pub const EXHAUSTED: u32 = 0x0ade_000d;
+    /// Unknown register.
+    pub const BAD_REGISTER: u32 = 0x0ade_000e;
+    /// A DMA read of a buffer the command names faulted.
+    pub const DMA_FAULT: u32 = 0x0ade_000f;
+    /// An object is still in use.
+    pub const IN_USE: u32 = 0x0ade_0010;
+}
+
+/// A command failure: status and syndrome.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fail {
+    /// Command status.
+    pub status: CmdStatus,
+    /// Syndrome.
+    pub syndrome: u32,
+}
+
+pub(crate) type CmdResult = Result<(), Fail>;
+
+pub(crate) const fn fail(status: CmdStatus, syndrome: u32) -> Fail {
+    Fail { status, syndrome }
+}
+
+pub(crate) fn bad_param(syndrome: u32) -> Fail {
+    fail(CmdStatus::BadParameter, syndrome)
+}
+
+/// The input viewed as `L`, or BAD_INP_LEN.
+pub(crate) fn input<L: Layout>(buf: &[u8]) -> Result<View<'_, L>, Fail> {
+    View::new_checked(buf).map_err(|_| fail(CmdStatus::BadInputLength, syndrome::SHORT_INPUT))
+}
+
+/// The output viewed as `L`, or BAD_OUTP_LEN.
+pub(crate) fn output<L: Layout>(buf: &mut [u8]) -> Result<ViewMut<'_, L>, Fail> {
+    ViewMut::new_checked(buf).map_err(|_| fail(CmdStatus::BadOutputLength, syndrome::SHORT_OUTPUT))
+}
+
+impl Hca {
+    pub(crate) fn require_enabled(&self) -> CmdResult {
+        match self.state {
+            HcaState::Disabled => Err(fail(CmdStatus::BadSystemState, syndrome::NOT_ENABLED)),
+            _ => Ok(()),
+        }
+    }
+
+    pub(crate) fn require_initialized(&self) -> CmdResult {
+        match self.state {
+            HcaState::Initialized => Ok(()),
+            _ => Err(fail(CmdStatus::BadSystemState, syndrome::NOT_INITIALIZED)),
+        }
+    }
+
+    /// Executes one command: `input` is the whole input message, `out` the zeroed output
+    /// buffer of `outlen` bytes. On error the caller writes the status and syndrome.
+    pub(crate) fn exec(
+        &mut self,
+        opcode: u16,
+        op_mod: u16,
+        input: &[u8],
+        out: &mut [u8],
+    ) -> CmdResult {
+        match Opcode(opcode) {
+            Opcode::ENABLE_HCA => self.enable_hca(input, out),
+            Opcode::DISABLE_HCA => self.disable_hca(input, out),
+            Opcode::QUERY_ISSI => self.query_issi(input, out),
+            Opcode::SET_ISSI => self.set_issi(input, out),
+            Opcode::INIT_HCA => self.init_hca(input, out),
+            Opcode::TEARDOWN_HCA => self.teardown_hca(input, out),
+            Opcode::QUERY_ADAPTER => self.query_adapter(input, out),
+            Opcode::SET_DRIVER_VERSION => self.set_driver_version(input, out),
+            Opcode::QUERY_PAGES => self.query_pages(op_mod, input, out),
+            Opcode::MANAGE_PAGES => self.manage_pages(op_mod, input, out),
+            Opcode::QUERY_HCA_CAP => self.query_hca_cap(op_mod, input, out),
+            Opcode::SET_HCA_CAP => self.set_hca_cap(op_mod, input, out),
+            Opcode::ACCESS_REG => self.access_reg(op_mod, input, out),
+            Opcode::ALLOC_UAR => self.alloc_uar(input, out),
+            Opcode::DEALLOC_UAR => self.dealloc_uar(input, out),
+            Opcode::CREATE_EQ => self.create_eq(input, out),
+            Opcode::DESTROY_EQ => self.destroy_eq(input, out),
+            Opcode::QUERY_EQ => self.query_eq(input, out),
+            Opcode::QUERY_SPECIAL_CONTEXTS => self.query_special_contexts(input, out),
+            Opcode::QUERY_VPORT_STATE => self.query_vport_state(op_mod, input, out),
+            Opcode::QUERY_HCA_VPORT_CONTEXT => self.query_hca_vport_context(input, out),
+            _ => Err(fail(CmdStatus::BadOperation, syndrome::BAD_OPCODE)),
+        }
+    }
+}

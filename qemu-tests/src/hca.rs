@@ -1,0 +1,322 @@
+//! The modelled HCA: its firmware state and BAR0 as the driver sees it — the initialization
+//! segment, the health buffer and counter, the timer and the UAR doorbell pages
+//! (mlx5-reference 01 §3, 06 §2, 07 §1).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use bareverbs_firmware_cmd::ifc::{uar_offset, CMD_IF_REV, UAR_PAGE_SIZE};
+use bareverbs_firmware_cmd::init_seg::{self, HEALTH_BUFFER_OFFSET};
+
+use crate::caps;
+use crate::clock::SimClock;
+use crate::config::ModelConfig;
+use crate::dma::{AddressSpace, DmaFault};
+use crate::eq::Eq;
+use crate::trace::{ModelEvent, TraceEntry};
+
+/// Firmware life-cycle state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HcaState {
+    /// After reset or DISABLE_HCA: only ENABLE_HCA is accepted.
+    Disabled,
+    /// After ENABLE_HCA.
+    Enabled,
+    /// After INIT_HCA.
+    Initialized,
+}
+
+/// log2 of the number of command slots the model offers.
+pub const LOG_CMDQ_SIZE: u32 = 5;
+/// log2 of the command entry stride.
+pub const LOG_CMDQ_STRIDE: u32 = 6;
+/// First UAR index handed out: past the initialization segment (pages 0–2) and the MSI-X
+/// table and PBA (pages 2–3).
+pub const FIRST_UAR: u32 = 8;
+/// MSI-X table offset in BAR0 (what ConnectX parts are commonly reported to use; RIG.md).
+pub const MSIX_TABLE_OFFSET: usize = 0x2000;
+/// MSI-X PBA offset in BAR0.
+pub const MSIX_PBA_OFFSET: usize = 0x3000;
+/// How often the health counter advances.
+const HEALTH_TICK_NS: u64 = 10_000_000;
+
+/// A command waiting in a slot.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pending {
+    pub slot: u32,
+    pub due_ns: u64,
+    /// Held until firmware has this many pages.
+    pub wait_pages: Option<usize>,
+}
+
+/// Per-port state.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Port {
+    pub up: bool,
+    pub lid: u16,
+}
+
+/// Callback that raises an MSI-X vector.
+pub type IrqSink = Box<dyn FnMut(u16) + Send>;
+
+/// The device.
+pub struct Hca {
+    pub(crate) cfg: ModelConfig,
+    pub(crate) clock: Arc<SimClock>,
+    pub(crate) dma: Arc<dyn AddressSpace>,
+    irq: Option<IrqSink>,
+    reset_ns: u64,
+    // Initialization segment.
+    pub(crate) cmdq_addr: u64,
+    pub(crate) nic_interface: u32,
+    health_frozen_at: Option<u32>,
+    pub(crate) health_synd: u8,
+    pub(crate) health_rfr: bool,
+    msix: Vec<u8>,
+    // Command engine.
+    pub(crate) pending: Vec<Pending>,
+    pub(crate) stalled: u32,
+    pub(crate) fault_hits: Vec<u32>,
+    pub(crate) pages_before_done: bool,
+    // Firmware objects.
+    pub(crate) state: HcaState,
+    pub(crate) issi: u16,
+    pub(crate) pages: BTreeSet<u64>,
+    pub(crate) regular_pages: usize,
+    pub(crate) host_endianness: Option<u8>,
+    pub(crate) caps_max: Vec<u8>,
+    pub(crate) caps_cur: Vec<u8>,
+    pub(crate) uars: BTreeSet<u32>,
+    pub(crate) eqs: BTreeMap<u8, Eq>,
+    pub(crate) driver_version: Option<String>,
+    pub(crate) ports: Vec<Port>,
+    // Observation.
+    pub(crate) trace: Vec<TraceEntry>,
+    pub(crate) events: Vec<ModelEvent>,
+    pub(crate) dma_faults: Vec<DmaFault>,
+}
+
+impl Hca {
+    /// A device in its power-on state.
+    pub fn new(cfg: ModelConfig, clock: Arc<SimClock>, dma: Arc<dyn AddressSpace>) -> Self {
+        let (caps_max, caps_cur) = caps::general_caps(&cfg);
+        let ports = (0..cfg.num_ports)
+            .map(|i| Port {
+                up: true,
+                lid: cfg.base_lid + u16::from(i),
+            })
+            .collect();
+        let msix = vec![0u8; 0x2000];
+        let mut h = Hca {
+            reset_ns: clock.now_ns(),
+            cfg,
+            clock,
+            dma,
+            irq: None,
+            cmdq_addr: 0,
+            nic_interface: 0,
+            health_frozen_at: None,
+            health_synd: 0,
+            health_rfr: false,
+            msix,
+            pending: Vec::new(),
+            stalled: 0,
+            fault_hits: Vec::new(),
+            pages_before_done: false,
+            state: HcaState::Disabled,
+            issi: 0,
+            pages: BTreeSet::new(),
+            regular_pages: 0,
+            host_endianness: None,
+            caps_max,
+            caps_cur,
+            uars: BTreeSet::new(),
+            eqs: BTreeMap::new(),
+            driver_version: None,
+            ports,
+            trace: Vec::new(),
+            events: Vec::new(),
+            dma_faults: Vec::new(),
+        };
+        h.fault_hits = vec![0; h.cfg.faults.commands.len()];
+        h
+    }
+
+    /// Sets the callback that raises MSI-X vectors.
+    pub fn set_irq_sink(&mut self, sink: IrqSink) {
+        self.irq = Some(sink);
+    }
+
+    /// Function-level reset: every firmware object and page is forgotten, as after a PCI reset.
+    pub fn reset(&mut self) {
+        let cfg = self.cfg.clone();
+        let irq = self.irq.take();
+        let trace = std::mem::take(&mut self.trace);
+        *self = Hca::new(cfg, self.clock.clone(), self.dma.clone());
+        self.irq = irq;
+        self.trace = trace;
+    }
+
+    /// Life-cycle state.
+    pub fn state(&self) -> HcaState {
+        self.state
+    }
+
+    /// Event queue `eqn`, if it exists.
+    pub fn eq(&self, eqn: u8) -> Option<&Eq> {
+        self.eqs.get(&eqn)
+    }
+
+    /// Pages firmware holds.
+    pub fn pages_held(&self) -> usize {
+        self.pages.len()
+    }
+
+    pub(crate) fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+
+    pub(crate) fn raise_irq(&mut self, vector: u16) {
+        self.events.push(ModelEvent::Interrupt(vector));
+        if let Some(irq) = self.irq.as_mut() {
+            irq(vector);
+        }
+    }
+
+    pub(crate) fn record_fault(&mut self, f: DmaFault) {
+        log::warn!("model: {f}");
+        self.dma_faults.push(f);
+        self.events.push(ModelEvent::DmaFault(f));
+    }
+
+    fn ready(&self) -> bool {
+        !self.cfg.faults.never_ready
+            && self.now_ns().saturating_sub(self.reset_ns)
+                >= u64::try_from(self.cfg.ready_after.as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn health_counter(&self) -> u32 {
+        if let Some(v) = self.health_frozen_at {
+            return v;
+        }
+        ((self.now_ns() / HEALTH_TICK_NS) as u32) & 0x00ff_ffff
+    }
+
+    fn timer(&self) -> u64 {
+        // Ticks at device_frequency_khz (156.25 MHz).
+        (u128::from(self.now_ns()) * 156_250 / 1_000_000) as u64
+    }
+
+    /// Applies runtime fault switches that affect registers.
+    pub(crate) fn sync_faults(&mut self) {
+        if self.cfg.faults.health_stalled && self.health_frozen_at.is_none() {
+            self.health_frozen_at = Some(self.health_counter());
+        } else if !self.cfg.faults.health_stalled {
+            self.health_frozen_at = None;
+        }
+    }
+
+    fn health_dword(&self, off: usize) -> u32 {
+        match off {
+            0x30 => self.fw_rev_dword(),
+            0x38 => u32::from(self.health_rfr) << 31,
+            0x3c => u32::from(self.health_synd) << 16,
+            _ => 0,
+        }
+    }
+
+    fn fw_rev_dword(&self) -> u32 {
+        let (maj, min, _) = self.cfg.fw_version;
+        (u32::from(min) << 16) | u32::from(maj)
+    }
+
+    /// A 32-bit BAR0 read, in host order.
+    pub fn mmio_read32(&mut self, off: usize) -> u32 {
+        if self.cfg.faults.removed {
+            return u32::MAX;
+        }
+        let (_, _, sub) = self.cfg.fw_version;
+        match off {
+            0x000 => self.fw_rev_dword(),
+            0x004 => {
+                (u32::from(self.cfg.faults.cmdif_rev.unwrap_or(CMD_IF_REV as u16)) << 16)
+                    | u32::from(sub)
+            }
+            0x010 => (self.cmdq_addr >> 32) as u32,
+            0x014 => {
+                (self.cmdq_addr as u32 & 0xffff_f000)
+                    | (self.nic_interface << 8)
+                    | (LOG_CMDQ_SIZE << 4)
+                    | LOG_CMDQ_STRIDE
+            }
+            0x018 => self.pending.iter().fold(0, |m, p| m | 1 << p.slot) | self.stalled,
+            0x1fc => u32::from(!self.ready()) << 31 | (1 << 30),
+            o if (HEALTH_BUFFER_OFFSET..HEALTH_BUFFER_OFFSET + 64).contains(&o) => {
+                self.health_dword(o - HEALTH_BUFFER_OFFSET)
+            }
+            0x1000 => (self.timer() >> 32) as u32,
+            0x1004 => self.timer() as u32,
+            0x1010 => (u32::from(self.health_synd) << 24) | self.health_counter(),
+            o if (MSIX_TABLE_OFFSET..MSIX_TABLE_OFFSET + self.msix.len()).contains(&o) => {
+                let i = o - MSIX_TABLE_OFFSET;
+                u32::from_le_bytes([
+                    self.msix[i],
+                    self.msix[i + 1],
+                    self.msix[i + 2],
+                    self.msix[i + 3],
+                ])
+            }
+            _ => 0,
+        }
+    }
+
+    /// A 32-bit BAR0 write (value in host order).
+    pub fn mmio_write32(&mut self, off: usize, val: u32) {
+        if self.cfg.faults.removed {
+            return;
+        }
+        self.events.push(ModelEvent::MmioWrite {
+            offset: off,
+            value: val.into(),
+            width: 4,
+        });
+        match off {
+            0x010 => self.cmdq_addr = (u64::from(val) << 32) | (self.cmdq_addr & 0xffff_ffff),
+            0x014 => {
+                self.cmdq_addr = (self.cmdq_addr & !0xffff_ffff) | u64::from(val & 0xffff_f000);
+                self.nic_interface = init_seg::cmdq_addr_l_sz::nic_interface.get(val);
+            }
+            0x018 => self.ring(val),
+            o if (MSIX_TABLE_OFFSET..MSIX_TABLE_OFFSET + self.msix.len()).contains(&o) => {
+                let i = o - MSIX_TABLE_OFFSET;
+                self.msix[i..i + 4].copy_from_slice(&val.to_le_bytes());
+            }
+            o if o >= FIRST_UAR as usize * UAR_PAGE_SIZE => {
+                let uar = (o / UAR_PAGE_SIZE) as u32;
+                match o % UAR_PAGE_SIZE {
+                    uar_offset::EQ_DOORBELL_ARM => self.eq_doorbell(uar, val, true),
+                    uar_offset::EQ_DOORBELL_UPDATE => self.eq_doorbell(uar, val, false),
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A 64-bit BAR0 write (value in host order, big-endian on the bus).
+    pub fn mmio_write64(&mut self, off: usize, val: u64) {
+        if self.cfg.faults.removed {
+            return;
+        }
+        if off >= FIRST_UAR as usize * UAR_PAGE_SIZE {
+            self.events.push(ModelEvent::MmioWrite {
+                offset: off,
+                value: val,
+                width: 8,
+            });
+            return;
+        }
+        self.mmio_write32(off, (val >> 32) as u32);
+        self.mmio_write32(off + 4, val as u32);
+    }
+}

@@ -1,0 +1,268 @@
+//! Host memory for the in-process model: DMA allocations handed to the driver by `SimHal`,
+//! each mapped at an IOVA the arena assigns, with unmapped guard gaps between them.
+//!
+//! IOVAs start above 4 GiB so that every 64-bit address field is exercised, and are never
+//! reused, so a stale address faults instead of reaching new memory.
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::collections::BTreeMap;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bareverbs_hal::{DmaError, DmaMemory, Iova};
+
+use crate::dma::{AddressSpace, DmaFault, DmaKind};
+
+/// First IOVA handed out.
+pub const IOVA_BASE: u64 = 0x1_0000_0000;
+/// Unmapped gap after every allocation.
+pub const GUARD_BYTES: u64 = 0x1000;
+
+struct Region {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a Region is an exclusively owned heap allocation; it is only touched under the
+// arena lock (device side) or through the SimDma handle that owns it (driver side).
+unsafe impl Send for Region {}
+
+#[derive(Default)]
+struct Arena {
+    regions: BTreeMap<u64, Region>,
+    next_iova: u64,
+    bytes: usize,
+    limit: Option<usize>,
+    fail_after: Option<usize>,
+}
+
+/// The arena of DMA memory shared by the driver (through [`SimDma`]) and the model (through
+/// [`AddressSpace`]).
+#[derive(Clone)]
+pub struct HostMemory {
+    arena: Arc<Mutex<Arena>>,
+}
+
+impl Default for HostMemory {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl HostMemory {
+    /// An empty arena with no limit.
+    pub fn new() -> Self {
+        HostMemory {
+            arena: Arc::new(Mutex::new(Arena {
+                next_iova: IOVA_BASE,
+                ..Arena::default()
+            })),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Arena> {
+        self.arena.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Limits the bytes that may be allocated at once (`None`: no limit).
+    pub fn set_limit(&self, limit: Option<usize>) {
+        self.lock().limit = limit;
+    }
+
+    /// Makes every allocation after the next `n` fail (`None`: never).
+    pub fn fail_after(&self, n: Option<usize>) {
+        self.lock().fail_after = n;
+    }
+
+    /// Bytes currently allocated.
+    pub fn allocated_bytes(&self) -> usize {
+        self.lock().bytes
+    }
+
+    /// Number of live allocations.
+    pub fn allocations(&self) -> usize {
+        self.lock().regions.len()
+    }
+
+    /// Allocates `len` zeroed bytes aligned to `align` at both the CPU and the IOVA.
+    ///
+    /// # Errors
+    /// [`DmaError::NoMemory`] over the limit, [`DmaError::BadAlignment`] for a bad alignment.
+    pub fn alloc(&self, len: usize, align: usize) -> Result<SimDma, DmaError> {
+        if !align.is_power_of_two() || align > 1 << 21 {
+            return Err(DmaError::BadAlignment { align });
+        }
+        let mut a = self.lock();
+        if let Some(n) = a.fail_after.as_mut() {
+            if *n == 0 {
+                return Err(DmaError::NoMemory { len });
+            }
+            *n -= 1;
+        }
+        if a.limit.is_some_and(|l| a.bytes + len > l) || len == 0 {
+            return Err(DmaError::NoMemory { len });
+        }
+        let layout =
+            Layout::from_size_align(len, align.max(64)).map_err(|_| DmaError::NoMemory { len })?;
+        // SAFETY: layout has non-zero size (len > 0 checked above).
+        let ptr =
+            NonNull::new(unsafe { alloc_zeroed(layout) }).ok_or(DmaError::NoMemory { len })?;
+        let step = (align as u64).max(0x1000);
+        let iova = a.next_iova.div_ceil(step) * step;
+        a.next_iova = iova + (len as u64).div_ceil(0x1000) * 0x1000 + GUARD_BYTES;
+        a.bytes += len;
+        a.regions.insert(iova, Region { ptr, len });
+        Ok(SimDma {
+            mem: self.clone(),
+            ptr,
+            len,
+            align: layout.align(),
+            iova: Iova(iova),
+        })
+    }
+
+    fn free(&self, iova: u64) {
+        let mut a = self.lock();
+        if let Some(r) = a.regions.remove(&iova) {
+            a.bytes -= r.len;
+        }
+    }
+
+    fn with_region<R>(
+        &self,
+        iova: u64,
+        len: usize,
+        kind: DmaKind,
+        f: impl FnOnce(*mut u8) -> R,
+    ) -> Result<R, DmaFault> {
+        let fault = DmaFault { iova, len, kind };
+        let a = self.lock();
+        let (&base, r) = a.regions.range(..=iova).next_back().ok_or(fault)?;
+        let off = (iova - base) as usize;
+        if off.checked_add(len).is_none_or(|end| end > r.len) {
+            return Err(fault);
+        }
+        // SAFETY: off + len <= r.len (checked); the region stays allocated while the arena
+        // lock is held, because SimDma::drop removes it under the same lock before freeing.
+        Ok(f(unsafe { r.ptr.as_ptr().add(off) }))
+    }
+}
+
+impl AddressSpace for HostMemory {
+    fn read(&self, iova: u64, dst: &mut [u8]) -> Result<(), DmaFault> {
+        self.with_region(iova, dst.len(), DmaKind::Read, |p| {
+            for (i, d) in dst.iter_mut().enumerate() {
+                // SAFETY: in bounds of the region (with_region); volatile because the driver
+                // may write concurrently.
+                *d = unsafe { p.add(i).read_volatile() };
+            }
+        })
+    }
+
+    fn write(&self, iova: u64, src: &[u8]) -> Result<(), DmaFault> {
+        self.with_region(iova, src.len(), DmaKind::Write, |p| {
+            for (i, s) in src.iter().enumerate() {
+                // SAFETY: in bounds of the region (with_region); volatile, as above.
+                unsafe { p.add(i).write_volatile(*s) };
+            }
+        })
+    }
+}
+
+/// One DMA allocation handed to the driver; dropping it unmaps and frees it.
+pub struct SimDma {
+    mem: HostMemory,
+    ptr: NonNull<u8>,
+    len: usize,
+    align: usize,
+    iova: Iova,
+}
+
+// SAFETY: SimDma owns its allocation; the model reaches it only through the arena lock.
+unsafe impl Send for SimDma {}
+// SAFETY: &SimDma only exposes the pointer; all access to the bytes goes through hal's
+// volatile accessors or through the arena lock.
+unsafe impl Sync for SimDma {}
+
+// SAFETY: ptr..ptr+len is a live zeroed allocation owned by this handle alone; the model sees
+// the same bytes at iova..iova+len until drop; the values never change.
+unsafe impl DmaMemory for SimDma {
+    fn as_ptr(&self) -> NonNull<u8> {
+        self.ptr
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn iova(&self) -> Iova {
+        self.iova
+    }
+}
+
+impl Drop for SimDma {
+    fn drop(&mut self) {
+        // Unmap first (under the arena lock), so the model can never touch freed memory.
+        self.mem.free(self.iova.0);
+        // SAFETY: allocated in HostMemory::alloc with this size and alignment.
+        unsafe {
+            dealloc(
+                self.ptr.as_ptr(),
+                Layout::from_size_align_unchecked(self.len, self.align),
+            )
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bareverbs_hal::DmaBuf;
+
+    #[test]
+    fn device_and_driver_see_the_same_bytes_and_gaps_fault() {
+        let mem = HostMemory::new();
+        let a = DmaBuf::new(mem.alloc(100, 4096).unwrap()).share();
+        let b = mem.alloc(8192, 4096).unwrap();
+        assert!(a.iova().0 >= IOVA_BASE && a.iova().is_aligned(4096));
+        assert!(b.iova().0 >= a.iova().0 + 0x1000 + GUARD_BYTES);
+        a.write32(4, 0xdead_beef);
+        let mut got = [0u8; 4];
+        mem.read(a.iova().0 + 4, &mut got).unwrap();
+        assert_eq!(got, [0xde, 0xad, 0xbe, 0xef]);
+        mem.write(a.iova().0 + 96, &[1, 2, 3, 4]).unwrap();
+        assert_eq!(a.read32(96), 0x0102_0304);
+        // Past the end of the allocation, in the gap, and below the arena: faults.
+        assert!(mem.read(a.iova().0 + 98, &mut got).is_err());
+        assert!(mem.read(a.iova().0 + 0x1000, &mut got).is_err());
+        assert!(mem.write(0x1000, &[0]).is_err());
+        let iova = a.iova().0;
+        drop(a);
+        assert_eq!(
+            mem.read(iova, &mut got),
+            Err(DmaFault {
+                iova,
+                len: 4,
+                kind: DmaKind::Read
+            })
+        );
+        assert_eq!(mem.allocations(), 1);
+    }
+
+    #[test]
+    fn limits_and_injected_failures() {
+        let mem = HostMemory::new();
+        mem.set_limit(Some(8192));
+        let _a = mem.alloc(4096, 4096).unwrap();
+        assert!(matches!(
+            mem.alloc(8192, 4096),
+            Err(DmaError::NoMemory { .. })
+        ));
+        mem.set_limit(None);
+        mem.fail_after(Some(1));
+        assert!(mem.alloc(64, 64).is_ok());
+        assert!(mem.alloc(64, 64).is_err());
+        assert!(matches!(
+            mem.alloc(64, 3),
+            Err(DmaError::BadAlignment { align: 3 })
+        ));
+    }
+}

@@ -1,0 +1,298 @@
+//! `SimHal`: the driver's [`Hal`] routed into the in-process model. MMIO calls the device;
+//! DMA memory comes from a [`HostMemory`] arena the device reaches through its address space.
+//!
+//! Two drives: [`Drive::Synchronous`] runs firmware work inside the doorbell write (and in
+//! `relax`/`delay`) on a virtual clock, so tests are deterministic and instant;
+//! [`Drive::Background`] runs it on an engine thread on the real clock, so the driver must
+//! really poll.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use bareverbs_hal::mmio::check_access;
+use bareverbs_hal::{BarOffset, DmaBuf, DmaError, Hal, Instant, Mmio, MmioError};
+
+use crate::clock::SimClock;
+use crate::config::{Faults, ModelConfig};
+use crate::dma::DmaFault;
+use crate::hca::{Hca, HcaState};
+use crate::memory::{HostMemory, SimDma};
+use crate::trace::{ModelEvent, TraceEntry};
+
+/// How firmware work is driven.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Drive {
+    /// Work runs inside MMIO writes and waits, on a virtual clock.
+    Synchronous,
+    /// Work runs on an engine thread, on the real clock.
+    Background,
+}
+
+struct Shared {
+    hca: Mutex<Hca>,
+    wake: Condvar,
+    stop: AtomicBool,
+    clock: Arc<SimClock>,
+    drive: Drive,
+    interrupts: Vec<AtomicU64>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Hca> {
+        self.hca.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// BAR0 of the modelled HCA.
+pub struct SimMmio {
+    shared: Arc<Shared>,
+    len: usize,
+}
+
+impl Mmio for SimMmio {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn try_read32(&self, off: BarOffset) -> Result<u32, MmioError> {
+        check_access(off.0, 4, self.len)?;
+        Ok(self.shared.lock().mmio_read32(off.0))
+    }
+
+    fn try_write32(&self, off: BarOffset, val: u32) -> Result<(), MmioError> {
+        check_access(off.0, 4, self.len)?;
+        self.shared.lock().mmio_write32(off.0, val);
+        self.shared.wake.notify_one();
+        Ok(())
+    }
+
+    fn try_write64(&self, off: BarOffset, val: u64) -> Result<(), MmioError> {
+        check_access(off.0, 8, self.len)?;
+        self.shared.lock().mmio_write64(off.0, val);
+        self.shared.wake.notify_one();
+        Ok(())
+    }
+}
+
+/// The in-process platform: the driver's `Hal` backed by the model.
+pub struct SimHal {
+    shared: Arc<Shared>,
+    mmio: SimMmio,
+    mem: HostMemory,
+    engine: Option<JoinHandle<()>>,
+}
+
+impl SimHal {
+    /// A new HCA with `cfg`, driven as `drive`.
+    pub fn new(cfg: ModelConfig, drive: Drive) -> Self {
+        let clock = Arc::new(match drive {
+            Drive::Synchronous => SimClock::virtual_clock(),
+            Drive::Background => SimClock::real(),
+        });
+        let mem = HostMemory::new();
+        let vectors = usize::from(cfg.msix_vectors);
+        let bar = cfg.bar0_size;
+        let hca = Hca::new(cfg, clock.clone(), Arc::new(mem.clone()));
+        let shared = Arc::new(Shared {
+            hca: Mutex::new(hca),
+            wake: Condvar::new(),
+            stop: AtomicBool::new(false),
+            clock,
+            drive,
+            interrupts: (0..vectors).map(|_| AtomicU64::new(0)).collect(),
+        });
+        let weak = Arc::downgrade(&shared);
+        shared.lock().set_irq_sink(Box::new(move |v| {
+            if let Some(s) = weak.upgrade() {
+                if let Some(c) = s.interrupts.get(usize::from(v)) {
+                    c.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+        let engine = (drive == Drive::Background).then(|| {
+            let s = shared.clone();
+            std::thread::Builder::new()
+                .name("hca-model".into())
+                .spawn(move || engine(&s))
+                .unwrap_or_else(|e| panic!("cannot start the model's engine thread: {e}"))
+        });
+        SimHal {
+            mmio: SimMmio {
+                shared: shared.clone(),
+                len: bar,
+            },
+            shared,
+            mem,
+            engine,
+        }
+    }
+
+    /// A default ConnectX-5 model, driven synchronously.
+    pub fn synchronous() -> Self {
+        Self::new(ModelConfig::default(), Drive::Synchronous)
+    }
+
+    /// Inspection and fault injection for tests.
+    pub fn model(&self) -> Model {
+        Model {
+            shared: self.shared.clone(),
+            mem: self.mem.clone(),
+        }
+    }
+}
+
+fn engine(s: &Shared) {
+    let mut hca = s.lock();
+    while !s.stop.load(Ordering::Acquire) {
+        hca.run_due();
+        hca = match s.wake.wait_timeout(hca, Duration::from_micros(200)) {
+            Ok((g, _)) => g,
+            Err(e) => e.into_inner().0,
+        };
+    }
+}
+
+impl Drop for SimHal {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.wake.notify_all();
+        if let Some(t) = self.engine.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+// SAFETY: bar0 reaches the model for the life of self; dma_alloc returns HostMemory
+// allocations (zeroed, aligned at CPU and IOVA, see memory.rs); now() is monotonic (virtual
+// time only grows, real time is Instant-based).
+unsafe impl Hal for SimHal {
+    type Mmio = SimMmio;
+    type Dma = SimDma;
+
+    fn bar0(&self) -> &SimMmio {
+        &self.mmio
+    }
+
+    fn dma_alloc(&self, len: usize, align: usize) -> Result<DmaBuf<SimDma>, DmaError> {
+        self.mem.alloc(len, align).map(DmaBuf::new)
+    }
+
+    fn now(&self) -> Instant {
+        Instant(self.shared.clock.now_ns())
+    }
+
+    fn delay(&self, d: Duration) {
+        self.shared.clock.advance(d);
+        if self.shared.drive == Drive::Synchronous {
+            self.shared.lock().run_due();
+        }
+    }
+
+    fn relax(&self) {
+        match self.shared.drive {
+            Drive::Synchronous => self.delay(Duration::from_micros(1)),
+            Drive::Background => std::thread::yield_now(),
+        }
+    }
+}
+
+/// A handle on the model behind a `SimHal`: what firmware did, and switches to make it fail.
+#[derive(Clone)]
+pub struct Model {
+    shared: Arc<Shared>,
+    mem: HostMemory,
+}
+
+impl Model {
+    /// Runs `f` on the device under its lock.
+    pub fn with<R>(&self, f: impl FnOnce(&mut Hca) -> R) -> R {
+        f(&mut self.shared.lock())
+    }
+
+    /// Changes the injected faults.
+    pub fn set_faults(&self, f: impl FnOnce(&mut Faults)) {
+        self.with(|h| {
+            f(&mut h.cfg.faults);
+            h.fault_hits.clear();
+            h.sync_faults();
+        });
+    }
+
+    /// Commands executed so far.
+    pub fn trace(&self) -> Vec<TraceEntry> {
+        self.with(|h| h.trace.clone())
+    }
+
+    /// The command trace, one line per command.
+    pub fn trace_text(&self) -> String {
+        self.trace().iter().map(|t| format!("{t}\n")).collect()
+    }
+
+    /// Everything the model observed, in order.
+    pub fn events(&self) -> Vec<ModelEvent> {
+        self.with(|h| h.events.clone())
+    }
+
+    /// DMA faults seen so far.
+    pub fn dma_faults(&self) -> Vec<DmaFault> {
+        self.with(|h| h.dma_faults.clone())
+    }
+
+    /// Pages firmware holds.
+    pub fn pages_held(&self) -> usize {
+        self.with(|h| h.pages.len())
+    }
+
+    /// Life-cycle state.
+    pub fn state(&self) -> HcaState {
+        self.with(|h| h.state)
+    }
+
+    /// Number of EQs.
+    pub fn eq_count(&self) -> usize {
+        self.with(|h| h.eqs.len())
+    }
+
+    /// Number of allocated UARs.
+    pub fn uar_count(&self) -> usize {
+        self.with(|h| h.uars.len())
+    }
+
+    /// The value the driver wrote to HOST_ENDIANNESS, if any.
+    pub fn host_endianness(&self) -> Option<u8> {
+        self.with(|h| h.host_endianness)
+    }
+
+    /// Firmware asks for `n` pages (negative: gives pages back) with a page-request EQE.
+    pub fn request_pages(&self, n: i32) {
+        self.with(|h| h.request_pages(n));
+    }
+
+    /// Port `port` goes up or down.
+    pub fn set_port(&self, port: u8, up: bool) {
+        self.with(|h| h.set_port(port, up));
+    }
+
+    /// Sets the health syndrome and the "reset requested" bit.
+    pub fn set_health(&self, synd: u8, rfr: bool) {
+        self.with(|h| {
+            h.health_synd = synd;
+            h.health_rfr = rfr;
+        });
+    }
+
+    /// Interrupts raised on `vector`.
+    pub fn interrupts(&self, vector: u16) -> u64 {
+        self.shared
+            .interrupts
+            .get(usize::from(vector))
+            .map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+
+    /// The DMA arena (limits, injected allocation failures, live allocations).
+    pub fn memory(&self) -> &HostMemory {
+        &self.mem
+    }
+}

@@ -1,0 +1,501 @@
+//! The model's command interface driven by hand-built commands (no bareverbs driver): state
+//! rules, page accounting, mailbox chains, delivery status checks, EQEs and DMA faults.
+
+use std::time::Duration;
+
+use bareverbs_firmware_cmd::ifc::*;
+use bareverbs_firmware_cmd::layout::{Layout, View, ViewMut};
+use bareverbs_firmware_cmd::{CmdStatus, DeliveryStatus};
+use bareverbs_hal::{BarOffset, Hal, Mmio, SharedDma};
+use bareverbs_model::{Drive, HcaState, ModelConfig, SimDma, SimHal};
+
+/// A minimal hand-written command poster using slot 0 and 1 KiB-aligned mailboxes.
+struct Raw {
+    hal: SimHal,
+    cmdq: SharedDma<SimDma>,
+    boxes: SharedDma<SimDma>,
+    token: u8,
+}
+
+const IN_BOXES: usize = 0;
+const OUT_BOXES: usize = 16 * 1024;
+
+impl Raw {
+    fn new(drive: Drive) -> Self {
+        Self::with(ModelConfig::default(), drive)
+    }
+
+    fn with(cfg: ModelConfig, drive: Drive) -> Self {
+        let hal = SimHal::new(cfg, drive);
+        let cmdq = hal.dma_alloc(4096, 4096).unwrap().share();
+        let boxes = hal.dma_alloc(32 * 1024, 4096).unwrap().share();
+        let bar = hal.bar0();
+        let mut n = 0;
+        while bar.read32(BarOffset(0x1fc)) >> 31 != 0 {
+            hal.delay(Duration::from_millis(1));
+            n += 1;
+            assert!(n < 1000, "model never became ready");
+        }
+        bar.write32(BarOffset(0x10), (cmdq.iova().0 >> 32) as u32);
+        bar.write32(BarOffset(0x14), cmdq.iova().0 as u32);
+        Raw {
+            hal,
+            cmdq,
+            boxes,
+            token: 0x5a,
+        }
+    }
+
+    fn chain(&self, base: usize, len: usize) {
+        let blocks = mailbox_blocks(len);
+        for k in 0..blocks {
+            let off = base + k * 1024;
+            let next = if k + 1 < blocks {
+                self.boxes.iova().0 + (off + 1024) as u64
+            } else {
+                0
+            };
+            self.boxes.write64(off + 0x230, next);
+            self.boxes.write32(off + 0x238, k as u32);
+            self.boxes.write8(off + 0x23d, self.token);
+        }
+    }
+
+    /// Posts `input` expecting `outlen` output bytes; returns (delivery status, output).
+    fn post(
+        &self,
+        input: &[u8],
+        outlen: usize,
+        tweak: impl FnOnce(&Raw),
+    ) -> (DeliveryStatus, Vec<u8>) {
+        self.cmdq.fill(0, 64, 0).unwrap();
+        self.boxes.fill(0, 32 * 1024, 0).unwrap();
+        self.cmdq.write8(0, CMD_XPORT_PCI);
+        self.cmdq.write32(4, input.len() as u32);
+        self.cmdq.write32(0x38, outlen as u32);
+        self.cmdq.write8(0x3c, self.token);
+        self.cmdq
+            .write_bytes(0x10, &input[..input.len().min(16)])
+            .unwrap();
+        if input.len() > 16 {
+            self.chain(IN_BOXES, input.len());
+            self.cmdq.write64(8, self.boxes.iova().0 + IN_BOXES as u64);
+            for (k, chunk) in input[16..].chunks(512).enumerate() {
+                self.boxes.write_bytes(IN_BOXES + k * 1024, chunk).unwrap();
+            }
+        }
+        if outlen > 16 {
+            self.chain(OUT_BOXES, outlen);
+            self.cmdq
+                .write64(0x30, self.boxes.iova().0 + OUT_BOXES as u64);
+        }
+        tweak(self);
+        self.cmdq.write8(0x3f, CMD_OWNER_HW);
+        self.hal.bar0().write32(BarOffset(0x18), 1);
+        let mut spins = 0u64;
+        while self.cmdq.read8(0x3f) & 1 != 0 {
+            self.hal.relax();
+            spins += 1;
+            if spins > 5_000_000 {
+                return (DeliveryStatus::Unknown(0xff), Vec::new());
+            }
+        }
+        let delivery = DeliveryStatus::from(self.cmdq.read8(0x3f) >> 1);
+        let mut out = vec![0u8; outlen];
+        let head = outlen.min(16);
+        self.cmdq.read_bytes(0x20, &mut out[..head]).unwrap();
+        for (k, chunk) in out[head..].chunks_mut(512).enumerate() {
+            self.boxes.read_bytes(OUT_BOXES + k * 1024, chunk).unwrap();
+        }
+        (delivery, out)
+    }
+
+    fn cmd(&self, input: &[u8], outlen: usize) -> Vec<u8> {
+        let (d, out) = self.post(input, outlen, |_| {});
+        assert_eq!(d, DeliveryStatus::Ok);
+        out
+    }
+
+    fn status(out: &[u8]) -> (CmdStatus, u32) {
+        (
+            CmdStatus::from(out[0]),
+            u32::from_be_bytes([out[4], out[5], out[6], out[7]]),
+        )
+    }
+}
+
+fn header(opcode: u16, op_mod: u16, len: usize) -> Vec<u8> {
+    let mut b = vec![0u8; len.max(16)];
+    ViewMut::<MboxIn>::new_checked(&mut b)
+        .unwrap()
+        .set(mbox_in::opcode, opcode)
+        .set(mbox_in::op_mod, op_mod);
+    b.truncate(len);
+    b
+}
+
+fn give_pages(raw: &Raw, n: usize) -> Vec<SharedDma<SimDma>> {
+    let pages: Vec<_> = (0..n)
+        .map(|_| raw.hal.dma_alloc(4096, 4096).unwrap().share())
+        .collect();
+    let mut b = header(0x108, manage_pages_op_mod::GIVE, 16 + 8 * n);
+    let mut v = ViewMut::<ManagePagesIn>::new_checked(&mut b).unwrap();
+    v.set(manage_pages_in::input_num_entries, n as u32);
+    for (k, p) in pages.iter().enumerate() {
+        v.set_array(manage_pages_in::pas, k, p.iova().0).unwrap();
+    }
+    let out = raw.cmd(&b, 16);
+    assert_eq!(Raw::status(&out).0, CmdStatus::Ok);
+    pages
+}
+
+fn bring_up(raw: &Raw) -> Vec<SharedDma<SimDma>> {
+    assert_eq!(
+        Raw::status(&raw.cmd(&header(0x104, 0, 16), 12)).0,
+        CmdStatus::Ok
+    );
+    let mut pages = give_pages(raw, 16);
+    pages.extend(give_pages(raw, 128));
+    assert_eq!(
+        Raw::status(&raw.cmd(&header(0x102, 0, 32), 16)).0,
+        CmdStatus::Ok
+    );
+    pages
+}
+
+fn alloc_uar(raw: &Raw) -> u32 {
+    let out = raw.cmd(&header(0x802, 0, 16), 16);
+    assert_eq!(Raw::status(&out).0, CmdStatus::Ok);
+    View::<AllocUarOut>::new_checked(&out)
+        .unwrap()
+        .get32(alloc_uar_out::uar)
+}
+
+fn create_eq(raw: &Raw, buf: &SharedDma<SimDma>, log_size: u8, uar: u32, mask: u64) -> u8 {
+    let mut b = header(0x301, 0, CreateEqIn::BYTES + 8);
+    let mut v = ViewMut::<CreateEqIn>::new_checked(&mut b).unwrap();
+    v.sub(create_eq_in::eq_context_entry)
+        .set(eqc::log_eq_size, log_size)
+        .set(eqc::uar_page, uar)
+        .set(eqc::intr, 3u8);
+    set_event_bitmask(&mut v, 0, mask);
+    v.set_array(create_eq_in::pas, 0, buf.iova().0).unwrap();
+    let out = raw.cmd(&b, 16);
+    assert_eq!(Raw::status(&out), (CmdStatus::Ok, 0));
+    View::<CreateEqOut>::new_checked(&out)
+        .unwrap()
+        .get(create_eq_out::eq_number) as u8
+}
+
+#[test]
+fn life_cycle_with_page_accounting_and_long_chains() {
+    for drive in [Drive::Synchronous, Drive::Background] {
+        let raw = Raw::new(drive);
+        let model = raw.hal.model();
+        // Nothing but ENABLE_HCA before ENABLE_HCA.
+        let out = raw.cmd(&header(0x10a, 0, 16), 112);
+        assert_eq!(Raw::status(&out).0, CmdStatus::BadSystemState);
+        assert_eq!(
+            Raw::status(&raw.cmd(&header(0x104, 0, 16), 12)).0,
+            CmdStatus::Ok
+        );
+        let out = raw.cmd(&header(0x10a, 0, 16), 112);
+        let v = View::<QueryIssiOut>::new_checked(&out).unwrap();
+        assert_eq!(v.get(query_issi_out::supported_issi_dw0), 0b11);
+
+        let out = raw.cmd(&header(0x107, query_pages_op_mod::BOOT, 16), 16);
+        assert_eq!(
+            View::<QueryPagesOut>::new_checked(&out)
+                .unwrap()
+                .get(query_pages_out::num_pages),
+            16
+        );
+        // Capabilities need the boot pages.
+        let out = raw.cmd(&header(0x100, 1, 16), 4112);
+        assert_eq!(Raw::status(&out).0, CmdStatus::NoResources);
+        let mut pages = give_pages(&raw, 16);
+        let out = raw.cmd(&header(0x100, 1, 16), 4112);
+        assert_eq!(Raw::status(&out).0, CmdStatus::Ok);
+        let caps = View::<QueryHcaCapOut>::new_checked(&out).unwrap();
+        let caps = caps
+            .sub(query_hca_cap_out::capability)
+            .sub(hca_cap_union::cmd_hca_cap);
+        assert_eq!(caps.get(cmd_hca_cap::num_ports), 2);
+        assert_eq!(
+            caps.get(cmd_hca_cap::log_bf_reg_size),
+            9,
+            "value in the last output block"
+        );
+
+        // INIT_HCA is refused until firmware has its init pages too.
+        let out = raw.cmd(&header(0x102, 0, 32), 16);
+        assert_eq!(Raw::status(&out).0, CmdStatus::NoResources);
+        let out = raw.cmd(&header(0x107, query_pages_op_mod::INIT, 16), 16);
+        assert_eq!(
+            View::<QueryPagesOut>::new_checked(&out)
+                .unwrap()
+                .get(query_pages_out::num_pages),
+            128
+        );
+        pages.extend(give_pages(&raw, 128)); // 16 + 1024 input bytes: three input blocks
+        assert_eq!(
+            Raw::status(&raw.cmd(&header(0x102, 0, 32), 16)).0,
+            CmdStatus::Ok
+        );
+        assert_eq!(model.state(), HcaState::Initialized);
+
+        // While initialized, firmware keeps every page it needs.
+        let mut take = header(0x108, manage_pages_op_mod::TAKE, 16);
+        take[12..16].copy_from_slice(&200u32.to_be_bytes());
+        let out = raw.cmd(&take, 16 + 8 * 200);
+        assert_eq!(
+            View::<ManagePagesOut>::new_checked(&out)
+                .unwrap()
+                .get(manage_pages_out::output_num_entries),
+            0
+        );
+
+        assert_eq!(
+            Raw::status(&raw.cmd(&header(0x103, 0, 16), 16)).0,
+            CmdStatus::Ok
+        );
+        let out = raw.cmd(&take, 16 + 8 * 200);
+        let v = View::<ManagePagesOut>::new_checked(&out).unwrap();
+        assert_eq!(v.get(manage_pages_out::output_num_entries), 144);
+        let mut back: Vec<u64> = (0..144)
+            .map(|k| v.array(manage_pages_out::pas, k).unwrap())
+            .collect();
+        let mut given: Vec<u64> = pages.iter().map(|p| p.iova().0).collect();
+        back.sort_unstable();
+        given.sort_unstable();
+        assert_eq!(back, given);
+        assert_eq!(model.pages_held(), 0);
+        assert_eq!(
+            Raw::status(&raw.cmd(&header(0x105, 0, 16), 16)).0,
+            CmdStatus::Ok
+        );
+        assert_eq!(model.state(), HcaState::Disabled);
+        assert!(model.dma_faults().is_empty());
+    }
+}
+
+#[test]
+fn bad_commands_get_firmware_statuses() {
+    let raw = Raw::new(Drive::Synchronous);
+    let out = raw.cmd(&header(0x0fff, 0, 16), 16);
+    assert_eq!(Raw::status(&out).0, CmdStatus::BadOperation);
+    // ENABLE_HCA needs 16 input bytes and 12 output bytes.
+    assert_eq!(
+        Raw::status(&raw.cmd(&header(0x104, 0, 8), 12)).0,
+        CmdStatus::BadInputLength
+    );
+    assert_eq!(
+        Raw::status(&raw.cmd(&header(0x104, 0, 16), 8)).0,
+        CmdStatus::BadOutputLength
+    );
+    assert_eq!(
+        Raw::status(&raw.cmd(&header(0x104, 0, 16), 12)).0,
+        CmdStatus::Ok
+    );
+    let out = raw.cmd(&header(0x104, 0, 16), 12);
+    assert_eq!(
+        Raw::status(&out).0,
+        CmdStatus::BadSystemState,
+        "ENABLE_HCA twice"
+    );
+    let out = raw.cmd(&header(0x107, 9, 16), 16);
+    assert_eq!(
+        Raw::status(&out).0,
+        CmdStatus::BadParameter,
+        "unknown QUERY_PAGES op_mod"
+    );
+    let mut set = header(0x10b, 0, 16);
+    set[11] = 5;
+    assert_eq!(
+        Raw::status(&raw.cmd(&set, 16)).0,
+        CmdStatus::BadParameter,
+        "unsupported ISSI"
+    );
+
+    // A page that is misaligned or given twice is refused; nothing is taken.
+    let p = raw.hal.dma_alloc(8192, 4096).unwrap().share();
+    let mut give = header(0x108, manage_pages_op_mod::GIVE, 32);
+    give[12..16].copy_from_slice(&2u32.to_be_bytes());
+    give[16..24].copy_from_slice(&(p.iova().0 + 8).to_be_bytes());
+    give[24..32].copy_from_slice(&(p.iova().0 + 4096).to_be_bytes());
+    assert_eq!(Raw::status(&raw.cmd(&give, 16)).0, CmdStatus::BadParameter);
+    give[16..24].copy_from_slice(&(p.iova().0 + 4096).to_be_bytes());
+    assert_eq!(Raw::status(&raw.cmd(&give, 16)).0, CmdStatus::BadParameter);
+    assert_eq!(raw.hal.model().pages_held(), 0);
+}
+
+#[test]
+fn delivery_errors_in_entry_and_mailboxes() {
+    let raw = Raw::new(Drive::Synchronous);
+    let cap = header(0x100, 1, 16);
+    let bad = |tweak: &dyn Fn(&Raw)| raw.post(&cap, 4112, tweak).0;
+    assert_eq!(bad(&|r| r.cmdq.write8(0, 3)), DeliveryStatus::BadDescriptor);
+    assert_eq!(
+        bad(&|r| r.boxes.write8(OUT_BOXES + 1024 + 0x23d, 0x11)),
+        DeliveryStatus::TokenError
+    );
+    assert_eq!(
+        bad(&|r| r.boxes.write32(OUT_BOXES + 2048 + 0x238, 7)),
+        DeliveryStatus::BadBlockNumber
+    );
+    assert_eq!(
+        bad(&|r| r.cmdq.write64(0x30, r.boxes.iova().0 + 512)),
+        DeliveryStatus::OutputPointerAlignment
+    );
+    assert_eq!(
+        bad(&|r| r.boxes.write64(OUT_BOXES + 0x230, 0)),
+        DeliveryStatus::OutputLength
+    );
+    let give = header(0x108, 1, 16 + 8 * 100);
+    assert_eq!(
+        raw.post(&give, 16, |r| r.cmdq.write64(8, r.boxes.iova().0 + 100))
+            .0,
+        DeliveryStatus::InputPointerAlignment
+    );
+    assert_eq!(
+        raw.post(&give, 16, |r| r.cmdq.write64(8, 0)).0,
+        DeliveryStatus::InputLength
+    );
+    // Pointer into unmapped memory: a fault the model reports, not a crash.
+    assert_eq!(
+        raw.post(&give, 16, |r| r.cmdq.write64(8, 0x7_0000_0000)).0,
+        DeliveryStatus::FirmwareError
+    );
+    let faults = raw.hal.model().dma_faults();
+    assert_eq!(faults.len(), 1);
+    assert_eq!(faults[0].iova, 0x7_0000_0000);
+    // The command interface still works afterwards.
+    assert_eq!(
+        Raw::status(&raw.cmd(&header(0x104, 0, 16), 12)).0,
+        CmdStatus::Ok
+    );
+}
+
+#[test]
+fn unmapped_command_queue_is_a_fault_not_a_crash() {
+    let raw = Raw::new(Drive::Synchronous);
+    let bar = raw.hal.bar0();
+    bar.write32(BarOffset(0x10), 0x9);
+    bar.write32(BarOffset(0x14), 0);
+    bar.write32(BarOffset(0x18), 0xffff_ffff);
+    assert_eq!(raw.hal.model().dma_faults().len(), 32);
+    assert!(raw.hal.model().trace().is_empty());
+}
+
+#[test]
+fn eqes_carry_the_owner_bit_of_their_pass_and_interrupt_when_armed() {
+    let raw = Raw::new(Drive::Synchronous);
+    let _pages = bring_up(&raw);
+    let model = raw.hal.model();
+    let uar = alloc_uar(&raw);
+    assert!(uar >= 8, "UARs sit past the init segment and MSI-X pages");
+    let buf = raw.hal.dma_alloc(4096, 4096).unwrap().share();
+    buf.fill(0, 4096, 0).unwrap();
+    for i in 0..4 {
+        buf.write8(i * 64 + 63, EQE_OWNER_INIT_VAL);
+    }
+    // 4 entries; page requests only.
+    let eqn = create_eq(&raw, &buf, 2, uar, 1 << event_type::PAGE_REQUEST);
+    let db = |ci: u32, arm: bool| {
+        let off = uar as usize * 4096 + if arm { 0x40 } else { 0x48 };
+        raw.hal
+            .bar0()
+            .write32(BarOffset(off), (u32::from(eqn) << 24) | ci);
+    };
+    db(0, true);
+    model.request_pages(5);
+    assert_eq!(buf.read8(1), event_type::PAGE_REQUEST);
+    assert_eq!(buf.read32(0x24), 5);
+    assert_eq!(buf.read8(63) & 1, 0, "first pass writes owner 0");
+    assert_eq!(model.interrupts(3), 1);
+    // Not armed: no interrupt.
+    model.request_pages(-2);
+    assert_eq!(buf.read32(64 + 0x24) as i32, -2);
+    assert_eq!(model.interrupts(3), 1);
+    // Two more fill the queue; a fifth overruns and is dropped.
+    model.request_pages(1);
+    model.request_pages(1);
+    model.request_pages(1);
+    assert_eq!(buf.read8(3 * 64 + 63) & 1, 0);
+    assert!(model.with(|h| h.eq(eqn).unwrap().overrun));
+    // Consume all four; the next EQE goes to slot 0 with owner 1 (second pass).
+    db(4, true);
+    model.request_pages(7);
+    assert_eq!(buf.read32(0x24), 7);
+    assert_eq!(buf.read8(63) & 1, 1);
+    assert_eq!(model.interrupts(3), 2);
+    // Arming with an unconsumed EQE interrupts at once.
+    db(4, true);
+    assert_eq!(model.interrupts(3), 3);
+    // A doorbell through another UAR is ignored.
+    let other = alloc_uar(&raw);
+    raw.hal.bar0().write32(
+        BarOffset(other as usize * 4096 + 0x40),
+        (u32::from(eqn) << 24) | 5,
+    );
+    assert_eq!(model.with(|h| h.eq(eqn).unwrap().consumer), 4);
+    // The EQ's UAR cannot go while the EQ lives.
+    let mut d = header(0x803, 0, 16);
+    d[9..12].copy_from_slice(&uar.to_be_bytes()[1..]);
+    assert_eq!(Raw::status(&raw.cmd(&d, 16)).0, CmdStatus::ResourceBusy);
+}
+
+#[test]
+fn command_completion_events_when_subscribed() {
+    let raw = Raw::new(Drive::Synchronous);
+    let _pages = bring_up(&raw);
+    let uar = alloc_uar(&raw);
+    let buf = raw.hal.dma_alloc(4096, 4096).unwrap().share();
+    for i in 0..64 {
+        buf.write8(i * 64 + 63, 1);
+    }
+    let eqn = create_eq(&raw, &buf, 6, uar, 1 << event_type::CMD);
+    assert_eq!(buf.read8(1), event_type::CMD, "CREATE_EQ's own completion");
+    let mut q = header(0x303, 0, 16);
+    q[11] = eqn;
+    let out = raw.cmd(&q, QueryEqOut::BYTES + 8);
+    assert_eq!(buf.read8(64 + 1), event_type::CMD);
+    assert_eq!(buf.read32(64 + 0x20), 1, "slot 0 in the vector");
+    let ctx = View::<QueryEqOut>::new_checked(&out).unwrap();
+    assert_eq!(
+        ctx.sub(query_eq_out::eq_context_entry)
+            .get(eqc::log_eq_size),
+        6
+    );
+    assert_eq!(ctx.get(query_eq_out::event_bitmask), 1 << event_type::CMD);
+    assert_eq!(ctx.array(query_eq_out::pas, 0), Some(buf.iova().0));
+}
+
+#[test]
+fn init_segment_registers_and_removal() {
+    let raw = Raw::new(Drive::Synchronous);
+    let bar = raw.hal.bar0();
+    assert_eq!(bar.read32(BarOffset(0)), 0x0023_0010);
+    assert_eq!(bar.read32(BarOffset(4)), 0x0005_07d0);
+    assert_eq!(bar.read32(BarOffset(0x14)) & 0xff, 0x56);
+    assert_eq!(
+        bar.read32(BarOffset(0x14)) & !0xfff,
+        raw.cmdq.iova().0 as u32
+    );
+    let h1 = bar.read32(BarOffset(0x1010));
+    raw.hal.delay(Duration::from_millis(100));
+    assert!(
+        bar.read32(BarOffset(0x1010)) > h1,
+        "health counter advances"
+    );
+    raw.hal.model().set_faults(|f| f.health_stalled = true);
+    let h2 = bar.read32(BarOffset(0x1010));
+    raw.hal.delay(Duration::from_millis(100));
+    assert_eq!(bar.read32(BarOffset(0x1010)), h2);
+    raw.hal.model().set_health(0x08, true);
+    assert_eq!(bar.read32(BarOffset(0x23c)) >> 16 & 0xff, 0x08);
+    assert_eq!(bar.read32(BarOffset(0x238)) >> 31, 1);
+    raw.hal.model().set_faults(|f| f.removed = true);
+    assert_eq!(bar.read32(BarOffset(0x230)), u32::MAX);
+    assert_eq!(bar.read32(BarOffset(0)), u32::MAX);
+}
