@@ -199,7 +199,7 @@ impl fmt::Debug for Opcode {
 impl fmt::Display for Opcode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.name() {
-            Some(n) => f.write_str(n),
+            Some(n) => f.pad(n),
             None => write!(f, "opcode {:#x}", self.0),
         }
     }

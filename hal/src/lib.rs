@@ -61,3 +61,29 @@ pub unsafe trait Hal {
         core::hint::spin_loop();
     }
 }
+
+// SAFETY: forwards every method to `T`, which upholds the contract.
+unsafe impl<T: Hal> Hal for &T {
+    type Mmio = T::Mmio;
+    type Dma = T::Dma;
+
+    fn bar0(&self) -> &Self::Mmio {
+        (**self).bar0()
+    }
+
+    fn dma_alloc(&self, len: usize, align: usize) -> Result<DmaBuf<Self::Dma>, DmaError> {
+        (**self).dma_alloc(len, align)
+    }
+
+    fn now(&self) -> Instant {
+        (**self).now()
+    }
+
+    fn delay(&self, d: Duration) {
+        (**self).delay(d)
+    }
+
+    fn relax(&self) {
+        (**self).relax()
+    }
+}

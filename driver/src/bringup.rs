@@ -1,0 +1,601 @@
+//! Bring-up and teardown in the Linux / rdma-core `mlx5_vfio` order (mlx5-reference 03 §1–2,
+//! DESIGN.md §3.1). Every step is tagged, every failure undoes what was done, and memory the
+//! device may still use is leaked rather than freed.
+
+use core::time::Duration;
+
+use bareverbs_firmware_cmd::commands::*;
+use bareverbs_firmware_cmd::ifc::*;
+use bareverbs_firmware_cmd::init_seg::{
+    self, cmd_exec_to, cmd_q_init_to, cmdif_rev_fw_sub, cmdq_addr_l_sz, fw_rev, initializing,
+};
+use bareverbs_firmware_cmd::{Eqn, Layout, UarIndex, View};
+use bareverbs_hal::{Deadline, Hal, Mmio};
+use heapless::{Deque, Vec};
+
+use crate::caps::{Caps, LinkLayer};
+use crate::cmdq::{check_geometry, CmdQueue, Slot};
+use crate::config::Config;
+use crate::device::{input, Device, DeviceInfo, Progress, SpecialKeys};
+use crate::eq::EventQueue;
+use crate::error::{AtStep, Error, Step, StepError};
+use crate::health::{device_gone, HealthMonitor};
+use crate::pages::PageManager;
+use crate::port::{PortInfo, PortState};
+use crate::trace::Trace;
+use crate::uar::Uar;
+
+/// Waits for `initializing` to clear (`wait_fw_init`).
+fn wait_fw_init<H: Hal>(hal: &H, timeout: Duration, poll: Duration) -> Result<(), Error> {
+    let start = hal.now();
+    let deadline = Deadline::new(start, timeout);
+    loop {
+        let v = hal.bar0().read32(initializing::OFFSET);
+        if !initializing::initializing.is_set(v) {
+            return Ok(());
+        }
+        if device_gone(hal.bar0()) {
+            return Err(Error::DeviceGone);
+        }
+        if deadline.expired(hal.now()) {
+            let waited_ms = u64::try_from(hal.now().since(start).as_millis()).unwrap_or(u64::MAX);
+            return Err(Error::FirmwareNotReady { waited_ms });
+        }
+        hal.delay(poll);
+    }
+}
+
+fn cap_view(out: &[u8]) -> Result<View<'_, CmdHcaCap>, Error> {
+    Ok(View::<QueryHcaCapOut>::new_checked(out)?
+        .sub(query_hca_cap_out::capability)
+        .sub(hca_cap_union::cmd_hca_cap))
+}
+
+impl<H: Hal> Device<H> {
+    /// Brings the HCA behind `hal` up to a ready state: firmware initialized, pages given, a UAR
+    /// and an event queue for asynchronous and page-request events, device facts and port
+    /// state read.
+    ///
+    /// # Errors
+    /// [`StepError`] naming the step that failed; everything done before it is undone.
+    pub fn bring_up(hal: H, cfg: Config) -> Result<Self, StepError> {
+        let t = cfg.timeouts;
+        let bar = hal.bar0();
+        // Step 1: firmware ready, command interface revision (mlx5_function_enable).
+        let fw = bar.read32(fw_rev::OFFSET);
+        let cmdif = bar.read32(cmdif_rev_fw_sub::OFFSET);
+        if fw == u32::MAX && cmdif == u32::MAX {
+            return Err(Error::DeviceGone).at(Step::WaitFirmware);
+        }
+        wait_fw_init(&hal, t.fw_pre_init, t.fw_poll).at(Step::WaitFirmware)?;
+        let cmdif = bar.read32(cmdif_rev_fw_sub::OFFSET);
+        let rev = cmdif_rev_fw_sub::cmd_interface_rev.get(cmdif) as u16;
+        if u32::from(rev) != CMD_IF_REV {
+            return Err(Error::UnsupportedCmdInterface { revision: rev })
+                .at(Step::CommandInterface);
+        }
+        let geo = bar.read32(cmdq_addr_l_sz::OFFSET);
+        let log_size = cmdq_addr_l_sz::log_cmdq_size.get(geo) as u8;
+        let log_stride = cmdq_addr_l_sz::log_cmdq_stride.get(geo) as u8;
+        check_geometry(log_size, log_stride).at(Step::CommandInterface)?;
+        let cmd = CmdQueue::new(&hal, log_size, log_stride).at(Step::CommandInterface)?;
+
+        // Firmware-advertised timeouts replace the defaults (mlx5_tout_query_iseg).
+        let mut cmd_timeout = t.command;
+        let mut fw_init = t.fw_init;
+        let init_to = bar.read32(cmd_q_init_to::OFFSET);
+        if init_to != 0 {
+            fw_init = Duration::from_millis(init_seg::timeout_reg_to_ms(init_to));
+            let exec_to = init_seg::timeout_reg_to_ms(bar.read32(cmd_exec_to::OFFSET));
+            if exec_to != 0 {
+                cmd_timeout = Duration::from_millis(exec_to);
+            }
+        }
+        let embedded_cpu = initializing::embedded_cpu.is_set(bar.read32(initializing::OFFSET));
+        let fw_version = (
+            fw_rev::fw_rev_major.get(fw) as u16,
+            fw_rev::fw_rev_minor.get(fw) as u16,
+            cmdif_rev_fw_sub::fw_rev_subminor.get(cmdif) as u16,
+        );
+        let mut dev = Device {
+            hal,
+            cfg,
+            cmd,
+            cmd_timeout,
+            pages: PageManager::new(),
+            uar: None,
+            eq: None,
+            info: DeviceInfo {
+                fw_version,
+                cmdif_rev: rev,
+                embedded_cpu,
+                ..DeviceInfo::default()
+            },
+            ports: Vec::new(),
+            events: Deque::new(),
+            events_dropped: 0,
+            trace: Trace::default(),
+            health: HealthMonitor::default(),
+            progress: Progress::default(),
+        };
+        info!(
+            "mlx5: firmware {}.{}.{}, cmdif {}",
+            fw_version.0, fw_version.1, fw_version.2, rev
+        );
+        match dev.run_bring_up(fw_init) {
+            Ok(()) => Ok(dev),
+            Err(e) => {
+                warn!("bring-up failed: {}", e);
+                dev.shutdown_quietly();
+                Err(e)
+            }
+        }
+    }
+
+    fn run_bring_up(&mut self, fw_init: Duration) -> Result<(), StepError> {
+        wait_fw_init(&self.hal, fw_init, self.cfg.timeouts.fw_poll).at(Step::WaitFirmwareInit)?;
+        self.enable_hca().at(Step::EnableHca)?;
+        self.progress.enabled = true;
+        self.set_issi().at(Step::Issi)?;
+        self.startup_pages(query_pages_op_mod::BOOT)
+            .at(Step::BootPages)?;
+        self.set_host_endianness().at(Step::HostEndianness)?;
+        self.set_caps().at(Step::SetCaps)?;
+        self.startup_pages(query_pages_op_mod::INIT)
+            .at(Step::InitPages)?;
+        let mut inp = [0u8; InitHcaIn::BYTES];
+        let mut out = [0u8; InitHcaOut::BYTES];
+        input::<InitHca>(&mut inp).at(Step::InitHca)?;
+        self.exec::<InitHca>(&mut inp, &mut out).at(Step::InitHca)?;
+        self.progress.initialized = true;
+        self.query_caps().at(Step::QueryCaps)?;
+        if self.cfg.set_driver_version && self.info.caps.driver_version {
+            self.set_driver_version().at(Step::DriverVersion)?;
+        }
+        self.alloc_uar().at(Step::AllocUar)?;
+        self.create_async_eq().at(Step::CreateEq)?;
+        self.query_special_contexts().at(Step::SpecialContexts)?;
+        for port in 1..=self.info.caps.num_ports.min(crate::device::MAX_PORTS as u8) {
+            let p = self.query_port(port).at(Step::PortState)?;
+            if port == 1 {
+                self.info.node_guid = p.node_guid;
+                self.info.sys_image_guid = p.sys_image_guid;
+            }
+        }
+        self.poll_events();
+        Ok(())
+    }
+
+    fn enable_hca(&mut self) -> Result<(), Error> {
+        let mut inp = [0u8; EnableHcaIn::BYTES];
+        input::<EnableHca>(&mut inp)?
+            .set(enable_hca_in::embedded_cpu_function, self.info.embedded_cpu);
+        let mut out = [0u8; EnableHcaOut::BYTES];
+        self.exec::<EnableHca>(&mut inp, &mut out)
+    }
+
+    /// QUERY_ISSI, then SET_ISSI(1) when supported (`mlx5_core_set_issi`).
+    fn set_issi(&mut self) -> Result<(), Error> {
+        let mut inp = [0u8; QueryIssiIn::BYTES];
+        input::<QueryIssi>(&mut inp)?;
+        let mut out = [0u8; QueryIssiOut::BYTES];
+        match self.exec::<QueryIssi>(&mut inp, &mut out) {
+            Ok(()) => {}
+            // Firmware without QUERY_ISSI speaks ISSI 0 (Linux does the same).
+            Err(Error::Command(_)) => {
+                self.info.issi = 0;
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        }
+        let supported =
+            View::<QueryIssiOut>::new_checked(&out)?.get32(query_issi_out::supported_issi_dw0);
+        if supported & (1 << 1) != 0 {
+            let mut inp = [0u8; SetIssiIn::BYTES];
+            input::<SetIssi>(&mut inp)?.set(set_issi_in::current_issi, 1u16);
+            let mut out = [0u8; SetIssiOut::BYTES];
+            self.exec::<SetIssi>(&mut inp, &mut out)?;
+            self.info.issi = 1;
+            Ok(())
+        } else if supported & 1 != 0 || supported == 0 {
+            self.info.issi = 0;
+            Ok(())
+        } else {
+            Err(Error::UnsupportedIssi { supported })
+        }
+    }
+
+    /// QUERY_PAGES then MANAGE_PAGES(GIVE) (`mlx5_satisfy_startup_pages`).
+    fn startup_pages(&mut self, op_mod: u16) -> Result<(), Error> {
+        let mut inp = [0u8; QueryPagesIn::BYTES];
+        input::<QueryPages>(&mut inp)?.set(query_pages_in::op_mod, op_mod);
+        let mut out = [0u8; QueryPagesOut::BYTES];
+        self.exec::<QueryPages>(&mut inp, &mut out)?;
+        let n = View::<QueryPagesOut>::new_checked(&out)?.get32(query_pages_out::num_pages) as i32;
+        debug!("firmware asks for {} pages (op_mod {})", n, op_mod);
+        if n > 0 {
+            self.give_pages(n as usize, Slot::Regular)?;
+        }
+        Ok(())
+    }
+
+    /// ACCESS_REG write of HOST_ENDIANNESS (`set_hca_ctrl`).
+    fn set_host_endianness(&mut self) -> Result<(), Error> {
+        const LEN: usize = AccessRegisterIn::BYTES + HostEndiannessReg::BYTES;
+        let mut inp = [0u8; LEN];
+        input::<AccessReg>(&mut inp)?
+            .set(access_register_in::op_mod, access_reg_op_mod::WRITE)
+            .set(
+                access_register_in::register_id,
+                register_id::HOST_ENDIANNESS,
+            );
+        inp[AccessRegisterIn::BYTES] = if cfg!(target_endian = "big") {
+            HOST_ENDIANNESS_BIG
+        } else {
+            HOST_ENDIANNESS_LITTLE
+        };
+        let mut out = [0u8; AccessRegisterOut::BYTES + HostEndiannessReg::BYTES];
+        self.exec::<AccessReg>(&mut inp, &mut out)
+    }
+
+    fn query_cap(&mut self, mode: u16, out: &mut [u8; QueryHcaCapOut::BYTES]) -> Result<(), Error> {
+        let mut inp = [0u8; QueryHcaCapIn::BYTES];
+        input::<QueryHcaCap>(&mut inp)?.set(
+            query_hca_cap_in::op_mod,
+            hca_cap_op_mod::query(hca_cap_op_mod::GENERAL, mode),
+        );
+        self.exec::<QueryHcaCap>(&mut inp, out)
+    }
+
+    /// QUERY_HCA_CAP (max, cur) and SET_HCA_CAP of the general capabilities, changing what
+    /// Linux's `handle_hca_cap` changes.
+    fn set_caps(&mut self) -> Result<(), Error> {
+        let mut max = [0u8; QueryHcaCapOut::BYTES];
+        self.query_cap(hca_cap_op_mod::MAX, &mut max)?;
+        let mut set = [0u8; SetHcaCapIn::BYTES];
+        self.query_cap(hca_cap_op_mod::CUR, &mut set)?;
+        let max_v = cap_view(&max)?;
+        let (max_qp, max_drain, max_release, max_ports) = (
+            max_v.get(cmd_hca_cap::log_max_qp),
+            max_v.get(cmd_hca_cap::drain_sigerr),
+            max_v.get(cmd_hca_cap::release_all_pages),
+            max_v.get(cmd_hca_cap::num_vhca_ports),
+        );
+        // The current capabilities sit at the same offset in both messages.
+        set[..16].fill(0);
+        let mut v = input_keep::<SetHcaCap>(&mut set)?;
+        v.set(
+            set_hca_cap_in::op_mod,
+            hca_cap_op_mod::set(hca_cap_op_mod::GENERAL),
+        );
+        v.sub(set_hca_cap_in::capability)
+            .sub(hca_cap_union::cmd_hca_cap)
+            .set(cmd_hca_cap::pkey_table_size, 0u8)
+            .set(cmd_hca_cap::log_max_qp, max_qp.min(18))
+            .set(cmd_hca_cap::cmdif_checksum, 0u8)
+            .set(cmd_hca_cap::drain_sigerr, max_drain)
+            .set(cmd_hca_cap::uar_4k, 0u8)
+            .set(cmd_hca_cap::log_uar_page_sz, 0u8)
+            .set(cmd_hca_cap::release_all_pages, max_release)
+            .set(cmd_hca_cap::num_vhca_ports, max_ports);
+        let mut out = [0u8; SetHcaCapOut::BYTES];
+        self.exec::<SetHcaCap>(&mut set, &mut out)
+    }
+
+    fn query_caps(&mut self) -> Result<(), Error> {
+        let mut out = [0u8; QueryHcaCapOut::BYTES];
+        self.query_cap(hca_cap_op_mod::CUR, &mut out)?;
+        self.info.caps = Caps::from_cap(&cap_view(&out)?);
+        let mut inp = [0u8; QueryAdapterIn::BYTES];
+        input::<QueryAdapter>(&mut inp)?;
+        let mut out = [0u8; QueryAdapterOut::BYTES];
+        self.exec::<QueryAdapter>(&mut inp, &mut out)?;
+        let p = View::<QueryAdapterOut>::new_checked(&out)?
+            .sub(query_adapter_out::query_adapter_struct);
+        self.info.vendor_id = p.get32(query_adapter_param_block::ieee_vendor_id);
+        self.info
+            .psid
+            .copy_from_slice(p.bytes(query_adapter_param_block::vsd_contd_psid));
+        Ok(())
+    }
+
+    fn set_driver_version(&mut self) -> Result<(), Error> {
+        let mut inp = [0u8; SetDriverVersionIn::BYTES];
+        let mut v = input::<SetDriverVersion>(&mut inp)?;
+        let text = concat!("bareverbs,", env!("CARGO_PKG_VERSION")).as_bytes();
+        v.bytes_mut(set_driver_version_in::driver_version)[..text.len()].copy_from_slice(text);
+        let mut out = [0u8; SetDriverVersionOut::BYTES];
+        self.exec::<SetDriverVersion>(&mut inp, &mut out)
+    }
+
+    fn alloc_uar(&mut self) -> Result<(), Error> {
+        let mut inp = [0u8; AllocUarIn::BYTES];
+        input::<AllocUar>(&mut inp)?;
+        let mut out = [0u8; AllocUarOut::BYTES];
+        self.exec::<AllocUar>(&mut inp, &mut out)?;
+        let idx = UarIndex(View::<AllocUarOut>::new_checked(&out)?.get32(alloc_uar_out::uar));
+        match Uar::new(idx, self.hal.bar0().len()) {
+            Ok(u) => {
+                self.uar = Some(u);
+                Ok(())
+            }
+            Err(e) => {
+                self.dealloc_uar(idx).ok();
+                Err(e)
+            }
+        }
+    }
+
+    fn dealloc_uar(&mut self, idx: UarIndex) -> Result<(), Error> {
+        let mut inp = [0u8; DeallocUarIn::BYTES];
+        input::<DeallocUar>(&mut inp)?.set(dealloc_uar_in::uar, idx.raw());
+        let mut out = [0u8; DeallocUarOut::BYTES];
+        self.exec::<DeallocUar>(&mut inp, &mut out)
+    }
+
+    /// One EQ for asynchronous events and page requests, described to firmware as 4 KiB
+    /// pages (`log_page_size` 0, one `pas` entry per page, as Linux does). It is polled, never
+    /// armed.
+    fn create_async_eq(&mut self) -> Result<(), Error> {
+        /// Largest async EQ: 2^12 EQEs = 256 KiB = 64 pages.
+        const MAX_LOG_SIZE: u8 = 12;
+        const MAX_PAGES: usize = (64 << MAX_LOG_SIZE) / 4096;
+        let uar = self.uar.ok_or(Error::NotUp)?;
+        let log_size = self
+            .cfg
+            .async_eq_log_size
+            .clamp(EventQueue::<H>::log_size_for(0), MAX_LOG_SIZE)
+            .min(self.info.caps.log_max_eq_size);
+        let buf = EventQueue::<H>::alloc(&self.hal, log_size)?;
+        let npages = buf.len() / 4096;
+        let mut inp = [0u8; CreateEqIn::BYTES + 8 * MAX_PAGES];
+        let len = CreateEqIn::BYTES + 8 * npages;
+        {
+            let mut v = input::<CreateEq>(&mut inp[..len])?;
+            v.sub(create_eq_in::eq_context_entry)
+                .set(eqc::log_eq_size, log_size)
+                .set(eqc::uar_page, uar.index().raw())
+                .set(eqc::intr, 0u8)
+                .set(eqc::log_page_size, 0u8);
+            set_event_bitmask(
+                &mut v,
+                0,
+                ASYNC_EVENT_MASK | (1 << event_type::PAGE_REQUEST),
+            );
+            for k in 0..npages {
+                v.set_array(create_eq_in::pas, k, buf.iova().0 + (k * 4096) as u64)?;
+            }
+        }
+        let mut out = [0u8; CreateEqOut::BYTES];
+        if let Err(e) = self.exec::<CreateEq>(&mut inp[..len], &mut out) {
+            if !matches!(e, Error::Command(_)) {
+                // The device may have the buffer: never free it.
+                buf.leak();
+            }
+            return Err(e);
+        }
+        let eqn = Eqn(View::<CreateEqOut>::new_checked(&out)?.get(create_eq_out::eq_number) as u8);
+        self.eq = Some(EventQueue::new(buf, eqn, log_size, uar));
+        Ok(())
+    }
+
+    fn query_special_contexts(&mut self) -> Result<(), Error> {
+        let mut inp = [0u8; QuerySpecialContextsIn::BYTES];
+        input::<QuerySpecialContexts>(&mut inp)?;
+        let mut out = [0u8; QuerySpecialContextsOut::BYTES];
+        self.exec::<QuerySpecialContexts>(&mut inp, &mut out)?;
+        let v = View::<QuerySpecialContextsOut>::new_checked(&out)?;
+        self.info.special = SpecialKeys {
+            resd_lkey: v.get32(query_special_contexts_out::resd_lkey),
+            null_mkey: v.get32(query_special_contexts_out::null_mkey),
+            terminate_scatter_list_mkey: v
+                .get32(query_special_contexts_out::terminate_scatter_list_mkey),
+            dump_fill_mkey: v.get32(query_special_contexts_out::dump_fill_mkey),
+        };
+        Ok(())
+    }
+
+    /// Reads the state of port `port` (1-based) from the device.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchPort`] outside 1..=num_ports; a command error otherwise.
+    pub fn query_port(&mut self, port: u8) -> Result<PortInfo, Error> {
+        if !self.progress.initialized {
+            return Err(Error::NotUp);
+        }
+        let caps = self.info.caps;
+        if port == 0 || port > caps.num_ports || usize::from(port) > crate::device::MAX_PORTS {
+            return Err(Error::NoSuchPort { port });
+        }
+        let info = match caps.link_layer() {
+            LinkLayer::InfiniBand => {
+                let mut inp = [0u8; QueryHcaVportContextIn::BYTES];
+                input::<QueryHcaVportContext>(&mut inp)?
+                    .set(query_hca_vport_context_in::port_num, port);
+                let mut out = [0u8; QueryHcaVportContextOut::BYTES];
+                self.exec::<QueryHcaVportContext>(&mut inp, &mut out)?;
+                let c = View::<QueryHcaVportContextOut>::new_checked(&out)?
+                    .sub(query_hca_vport_context_out::hca_vport_context);
+                PortInfo {
+                    port,
+                    state: PortState::from(c.get(hca_vport_context::port_state) as u8),
+                    phys_state: c.get(hca_vport_context::port_physical_state) as u8,
+                    link_layer: LinkLayer::InfiniBand,
+                    lid: c.get(hca_vport_context::lid) as u16,
+                    sm_lid: c.get(hca_vport_context::sm_lid) as u16,
+                    lmc: c.get(hca_vport_context::lmc) as u8,
+                    sm_sl: c.get(hca_vport_context::sm_sl) as u8,
+                    port_guid: c.get(hca_vport_context::port_guid),
+                    node_guid: c.get(hca_vport_context::node_guid),
+                    sys_image_guid: c.get(hca_vport_context::system_image_guid),
+                    cap_mask: c.get32(hca_vport_context::cap_mask1),
+                }
+            }
+            ll => {
+                let mut inp = [0u8; QueryVportStateIn::BYTES];
+                input::<QueryVportState>(&mut inp)?;
+                let mut out = [0u8; QueryVportStateOut::BYTES];
+                self.exec::<QueryVportState>(&mut inp, &mut out)?;
+                let up = View::<QueryVportStateOut>::new_checked(&out)?
+                    .get(query_vport_state_out::state)
+                    == u64::from(vport_state::UP);
+                PortInfo {
+                    port,
+                    state: if up {
+                        PortState::Active
+                    } else {
+                        PortState::Down
+                    },
+                    phys_state: if up { 5 } else { 3 },
+                    link_layer: ll,
+                    lid: 0,
+                    sm_lid: 0,
+                    lmc: 0,
+                    sm_sl: 0,
+                    port_guid: 0,
+                    node_guid: 0,
+                    sys_image_guid: 0,
+                    cap_mask: 0,
+                }
+            }
+        };
+        let i = usize::from(port - 1);
+        if i < self.ports.len() {
+            self.ports[i] = info;
+        } else {
+            let _ = self.ports.push(info);
+        }
+        Ok(info)
+    }
+
+    /// Tears the device down: destroys the EQ, frees the UAR, TEARDOWN_HCA, takes back every
+    /// page, DISABLE_HCA. Memory firmware did not return is leaked, never freed.
+    ///
+    /// # Errors
+    /// The first step that failed; the remaining steps still run where that is safe.
+    pub fn teardown(mut self) -> Result<(), StepError> {
+        self.shutdown()
+    }
+
+    fn shutdown_quietly(&mut self) {
+        if let Err(e) = self.shutdown() {
+            warn!("teardown: {}", e);
+        }
+    }
+
+    fn shutdown(&mut self) -> Result<(), StepError> {
+        if self.cmd.wedged {
+            // No command can be trusted: the device may write anything it was given.
+            self.abandon();
+            return Ok(());
+        }
+        let mut first: Option<StepError> = None;
+        let mut note = |r: Result<(), StepError>| {
+            if let Err(e) = r {
+                first.get_or_insert(e);
+            }
+        };
+        if let Some(eq) = self.eq.take() {
+            let mut inp = [0u8; DestroyEqIn::BYTES];
+            let mut out = [0u8; DestroyEqOut::BYTES];
+            let r = input::<DestroyEq>(&mut inp)
+                .map(|mut v| {
+                    v.set(destroy_eq_in::eq_number, eq.eqn.raw());
+                })
+                .and_then(|()| self.exec::<DestroyEq>(&mut inp, &mut out));
+            if r.is_err() {
+                eq.buf.leak();
+            }
+            note(r.at(Step::DestroyEq));
+        }
+        if let Some(uar) = self.uar.take() {
+            note(self.dealloc_uar(uar.index()).at(Step::DeallocUar));
+        }
+        if self.progress.initialized {
+            let mut inp = [0u8; TeardownHcaIn::BYTES];
+            let mut out = [0u8; TeardownHcaOut::BYTES];
+            let r = input::<TeardownHca>(&mut inp)
+                .map(|mut v| {
+                    v.set(teardown_hca_in::profile, teardown_profile::GRACEFUL_CLOSE);
+                })
+                .and_then(|()| self.exec::<TeardownHca>(&mut inp, &mut out));
+            if let Err(e) = r {
+                // Linux stops here too: firmware still owns its pages.
+                self.abandon();
+                return Err(first.unwrap_or(StepError {
+                    step: Step::TeardownHca,
+                    error: e,
+                }));
+            }
+            self.progress.initialized = false;
+        }
+        if self.progress.enabled {
+            note(self.reclaim_all().at(Step::ReclaimPages));
+            let mut inp = [0u8; DisableHcaIn::BYTES];
+            let mut out = [0u8; DisableHcaOut::BYTES];
+            let r = input::<DisableHca>(&mut inp)
+                .map(|mut v| {
+                    v.set(
+                        disable_hca_in::embedded_cpu_function,
+                        self.info.embedded_cpu,
+                    );
+                })
+                .and_then(|()| self.exec::<DisableHca>(&mut inp, &mut out));
+            note(r.at(Step::DisableHca));
+            self.progress.enabled = false;
+        }
+        if self.cmd.wedged {
+            self.abandon();
+        }
+        match first {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// MANAGE_PAGES(TAKE) until firmware holds nothing (`mlx5_reclaim_startup_pages`).
+    fn reclaim_all(&mut self) -> Result<(), Error> {
+        while self.pages.given() > 0 {
+            let want = self.pages.given();
+            match self.take_pages(want, Slot::Regular) {
+                Ok(0) => {
+                    let count = self.pages.given();
+                    self.pages.leak_all();
+                    return Err(Error::PagesNotReturned { count });
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    self.pages.leak_all();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives up every DMA region the device might still touch, without freeing it.
+    fn abandon(&mut self) {
+        self.pages.leak_all();
+        if let Some(eq) = self.eq.take() {
+            eq.buf.leak();
+        }
+        self.cmd.leak();
+        self.progress = Progress::default();
+    }
+}
+
+/// A zeroed-header view that keeps the rest of the buffer (for SET_HCA_CAP built on the
+/// queried capability block).
+fn input_keep<C: bareverbs_firmware_cmd::Command>(
+    buf: &mut [u8],
+) -> Result<bareverbs_firmware_cmd::ViewMut<'_, C::In>, Error> {
+    Ok(bareverbs_firmware_cmd::ViewMut::new_checked(buf)?)
+}
+
+impl<H: Hal> Drop for Device<H> {
+    fn drop(&mut self) {
+        if self.progress.enabled || self.progress.initialized || self.cmd.wedged {
+            self.shutdown_quietly();
+        }
+    }
+}

@@ -1,0 +1,413 @@
+//! The HCA as the driver holds it: the command interface with its one generic `exec`, the
+//! pages given to firmware, the asynchronous event queue, and what is known about the device.
+
+use core::time::Duration;
+
+use bareverbs_firmware_cmd::ifc::*;
+use bareverbs_firmware_cmd::{Command, Eqn, Layout, Opcode, View, ViewMut};
+use bareverbs_hal::{Deadline, Hal};
+use heapless::{Deque, Vec};
+
+use crate::caps::Caps;
+use crate::cmdq::{CmdQueue, Slot};
+use crate::config::Config;
+use crate::eq::{EventQueue, EQE_BYTES};
+use crate::error::{CmdFailure, Error};
+use crate::health::{device_gone, HealthMonitor, HealthReport};
+use crate::pages::PageManager;
+use crate::port::PortInfo;
+use crate::trace::{Outcome, Trace, TraceRecord};
+use crate::uar::Uar;
+
+/// Addresses per MANAGE_PAGES command (4 KiB of addresses, nine mailbox blocks).
+pub const PAGES_PER_COMMAND: usize = 512;
+const PAGES_MSG: usize = 16 + 8 * PAGES_PER_COMMAND;
+/// Ports the driver keeps state for.
+pub const MAX_PORTS: usize = 4;
+/// Asynchronous events kept until the user reads them.
+pub const EVENT_QUEUE_LEN: usize = 32;
+
+/// An asynchronous event the device reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum AsyncEvent {
+    /// A port changed state (`sub_type`: 1 down, 4 active, 5 initialized, 6 LID …).
+    PortChange {
+        /// Port number.
+        port: u8,
+        /// Event subtype.
+        sub_type: u8,
+    },
+    /// Any other event, with its raw type and subtype.
+    Other {
+        /// Event type.
+        event_type: u8,
+        /// Event subtype.
+        sub_type: u8,
+    },
+}
+
+/// Special memory keys (QUERY_SPECIAL_CONTEXTS).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct SpecialKeys {
+    /// Reserved lkey.
+    pub resd_lkey: u32,
+    /// Null mkey (valid when the capability says so).
+    pub null_mkey: u32,
+    /// Scatter-list terminator mkey.
+    pub terminate_scatter_list_mkey: u32,
+    /// Dump-fill mkey.
+    pub dump_fill_mkey: u32,
+}
+
+/// What the driver learned about the device during bring-up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct DeviceInfo {
+    /// Firmware version: major, minor, subminor.
+    pub fw_version: (u16, u16, u16),
+    /// Command interface revision.
+    pub cmdif_rev: u16,
+    /// Interface step sequence id in use.
+    pub issi: u16,
+    /// The function runs on the adapter's embedded CPU.
+    pub embedded_cpu: bool,
+    /// Limits and features.
+    pub caps: Caps,
+    /// IEEE vendor id (OUI).
+    pub vendor_id: u32,
+    /// Board id (PSID).
+    pub psid: [u8; 16],
+    /// Special keys.
+    pub special: SpecialKeys,
+    /// Node GUID.
+    pub node_guid: u64,
+    /// System image GUID.
+    pub sys_image_guid: u64,
+}
+
+impl DeviceInfo {
+    /// The board id as text.
+    pub fn board_id(&self) -> &str {
+        let end = self
+            .psid
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(self.psid.len());
+        core::str::from_utf8(&self.psid[..end]).unwrap_or("")
+    }
+}
+
+/// Life-cycle flags, so that every failure path undoes exactly what was done.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Progress {
+    pub enabled: bool,
+    pub initialized: bool,
+}
+
+/// A brought-up mlx5 HCA.
+///
+/// Dropping it tears the device down (ignoring errors); [`Device::teardown`] does the same and
+/// reports them.
+pub struct Device<H: Hal> {
+    pub(crate) hal: H,
+    pub(crate) cfg: Config,
+    pub(crate) cmd: CmdQueue<H>,
+    pub(crate) cmd_timeout: Duration,
+    pub(crate) pages: PageManager<H>,
+    pub(crate) uar: Option<Uar>,
+    pub(crate) eq: Option<EventQueue<H>>,
+    pub(crate) info: DeviceInfo,
+    pub(crate) ports: Vec<PortInfo, MAX_PORTS>,
+    pub(crate) events: Deque<AsyncEvent, EVENT_QUEUE_LEN>,
+    pub(crate) events_dropped: u64,
+    pub(crate) trace: Trace,
+    pub(crate) health: HealthMonitor,
+    pub(crate) progress: Progress,
+}
+
+/// A zeroed input buffer viewed as a command's input layout.
+pub(crate) fn input<C: Command>(buf: &mut [u8]) -> Result<ViewMut<'_, C::In>, Error> {
+    Ok(ViewMut::zeroed(buf)?)
+}
+
+impl<H: Hal> Device<H> {
+    /// Executes a firmware command: `input` holds the command's input (opcode is filled in
+    /// from `C`), `output` receives its output. While waiting, page requests from firmware are
+    /// served on the page slot.
+    ///
+    /// # Errors
+    /// [`Error::Command`] with opcode, status and syndrome when firmware refuses it;
+    /// [`Error::CommandTimeout`] (or [`Error::DeviceGone`]) when it never completes, after
+    /// which the command interface stays unusable ([`Error::CommandInterfaceWedged`]).
+    pub fn exec<C: Command>(&mut self, input: &mut [u8], output: &mut [u8]) -> Result<(), Error> {
+        View::<C::In>::new_checked(input)?;
+        View::<C::Out>::new_checked(output)?;
+        self.exec_on(Slot::Regular, C::OPCODE, input, output)
+    }
+
+    fn exec_on(
+        &mut self,
+        slot: Slot,
+        opcode: Opcode,
+        input: &mut [u8],
+        output: &mut [u8],
+    ) -> Result<(), Error> {
+        input[..2].copy_from_slice(&opcode.0.to_be_bytes());
+        let op_mod = u16::from_be_bytes([input[6], input[7]]);
+        self.cmd.post(&self.hal, slot, input, output.len())?;
+        let deadline = Deadline::new(self.hal.now(), self.cmd_timeout);
+        while !self.cmd.done(slot) {
+            if slot == Slot::Regular && self.eq.is_some() {
+                // Firmware may hold this command until it gets pages: serve its requests.
+                self.service_events();
+            }
+            if deadline.expired(self.hal.now()) {
+                self.trace.push(TraceRecord {
+                    opcode,
+                    op_mod,
+                    outcome: Outcome::Timeout,
+                });
+                self.cmd.wedged = true;
+                warn!("{} timed out", opcode);
+                return Err(if device_gone(self.hal.bar0()) {
+                    Error::DeviceGone
+                } else {
+                    Error::CommandTimeout { opcode }
+                });
+            }
+            self.hal.relax();
+        }
+        let r = self.cmd.finish(slot, opcode, op_mod, output);
+        let outcome = match r {
+            Ok(()) => Outcome::Ok,
+            Err(Error::Command(e)) => Outcome::Failed(e.failure),
+            Err(_) => Outcome::Failed(CmdFailure::Delivery(
+                bareverbs_firmware_cmd::DeliveryStatus::FirmwareError,
+            )),
+        };
+        self.trace.push(TraceRecord {
+            opcode,
+            op_mod,
+            outcome,
+        });
+        if let Err(e) = r {
+            debug!("{}", e);
+        }
+        r
+    }
+
+    /// Gives firmware `n` pages (MANAGE_PAGES GIVE in batches of [`PAGES_PER_COMMAND`]).
+    pub(crate) fn give_pages(&mut self, n: usize, slot: Slot) -> Result<(), Error> {
+        let mut left = n;
+        while left > 0 {
+            let batch = left.min(PAGES_PER_COMMAND);
+            let mut buf = [0u8; PAGES_MSG];
+            let len = ManagePagesIn::BYTES + 8 * batch;
+            let mut given: Vec<u64, PAGES_PER_COMMAND> = Vec::new();
+            {
+                let mut v = ViewMut::<ManagePagesIn>::zeroed(&mut buf[..len])?;
+                v.set(manage_pages_in::op_mod, manage_pages_op_mod::GIVE)
+                    .set(manage_pages_in::input_num_entries, batch as u32);
+                for k in 0..batch {
+                    match self.pages.take_free(&self.hal) {
+                        Ok(iova) => {
+                            v.set_array(manage_pages_in::pas, k, iova.0)?;
+                            let _ = given.push(iova.0);
+                        }
+                        Err(e) => {
+                            for p in &given {
+                                let _ = self.pages.put_back(*p);
+                            }
+                            return Err(e);
+                        }
+                    }
+                }
+            }
+            let mut out = [0u8; ManagePagesOut::BYTES];
+            match self.exec_on(slot, Opcode::MANAGE_PAGES, &mut buf[..len], &mut out) {
+                Ok(()) => {}
+                Err(e @ Error::Command(_)) => {
+                    // Firmware refused them: they are still ours.
+                    for p in &given {
+                        let _ = self.pages.put_back(*p);
+                    }
+                    return Err(e);
+                }
+                // Timed out: firmware may hold them; they stay marked given and are never freed.
+                Err(e) => return Err(e),
+            }
+            left -= batch;
+        }
+        Ok(())
+    }
+
+    /// Takes back up to `n` pages (MANAGE_PAGES TAKE); returns how many firmware returned.
+    pub(crate) fn take_pages(&mut self, n: usize, slot: Slot) -> Result<usize, Error> {
+        let batch = n.min(PAGES_PER_COMMAND);
+        let mut inp = [0u8; ManagePagesIn::BYTES];
+        input::<bareverbs_firmware_cmd::commands::ManagePages>(&mut inp)?
+            .set(manage_pages_in::op_mod, manage_pages_op_mod::TAKE)
+            .set(manage_pages_in::input_num_entries, batch as u32);
+        let mut out = [0u8; PAGES_MSG];
+        let outlen = ManagePagesOut::BYTES + 8 * batch;
+        self.exec_on(slot, Opcode::MANAGE_PAGES, &mut inp, &mut out[..outlen])?;
+        let v = View::<ManagePagesOut>::new_checked(&out[..outlen])?;
+        let got = v.get32(manage_pages_out::output_num_entries) as usize;
+        let mut first_err = None;
+        for k in 0..got.min(batch) {
+            let iova = v.array(manage_pages_out::pas, k).unwrap_or(0);
+            if let Err(e) = self.pages.put_back(iova) {
+                first_err.get_or_insert(e);
+            }
+        }
+        if got > batch {
+            first_err.get_or_insert(Error::UnknownPage { iova: 0 });
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(got.min(batch)),
+        }
+    }
+
+    fn handle_page_request(&mut self, eqe: &[u8; EQE_BYTES]) {
+        let e = match View::<Eqe>::new_checked(eqe) {
+            Ok(e) => e,
+            Err(_) => return,
+        };
+        let d = bareverbs_firmware_cmd::ifc::eqe::data::<EqePageReq>(&e);
+        let n = d.get32(eqe_page_req::num_pages) as i32;
+        if d.get(eqe_page_req::release_all_pages) != 0 {
+            // Firmware already dropped every page of the function; nothing to command.
+            warn!("firmware released all pages");
+            return;
+        }
+        if n > 0 {
+            if let Err(err) = self.give_pages(n as usize, Slot::Pages) {
+                warn!("cannot give {} pages: {}", n, err);
+                if !matches!(
+                    err,
+                    Error::Command(_)
+                        | Error::CommandTimeout { .. }
+                        | Error::CommandInterfaceWedged
+                ) {
+                    let mut inp = [0u8; ManagePagesIn::BYTES];
+                    if let Ok(mut v) = ViewMut::<ManagePagesIn>::zeroed(&mut inp) {
+                        v.set(manage_pages_in::op_mod, manage_pages_op_mod::CANT_GIVE);
+                    }
+                    let mut out = [0u8; ManagePagesOut::BYTES];
+                    let _ = self.exec_on(Slot::Pages, Opcode::MANAGE_PAGES, &mut inp, &mut out);
+                }
+            }
+        } else if n < 0 {
+            let mut left = n.unsigned_abs() as usize;
+            while left > 0 {
+                match self.take_pages(left, Slot::Pages) {
+                    Ok(0) | Err(_) => break,
+                    Ok(got) => left = left.saturating_sub(got),
+                }
+            }
+        }
+    }
+
+    /// Polls the asynchronous EQ once: serves page requests, queues other events.
+    fn service_events(&mut self) -> usize {
+        let mut n = 0;
+        while let Some(eqe) = self.eq.as_mut().and_then(EventQueue::next) {
+            n += 1;
+            let (ty, sub) = (eqe[1], eqe[3]);
+            let ev = match ty {
+                event_type::PAGE_REQUEST => {
+                    self.handle_page_request(&eqe);
+                    None
+                }
+                event_type::PORT_CHANGE => Some(AsyncEvent::PortChange {
+                    port: eqe[0x28] >> 4,
+                    sub_type: sub,
+                }),
+                _ => Some(AsyncEvent::Other {
+                    event_type: ty,
+                    sub_type: sub,
+                }),
+            };
+            if let Some(ev) = ev {
+                if self.events.is_full() {
+                    self.events.pop_front();
+                    self.events_dropped += 1;
+                }
+                let _ = self.events.push_back(ev);
+            }
+        }
+        if n > 0 {
+            if let Some(eq) = self.eq.as_ref() {
+                eq.update_ci(&self.hal, false);
+            }
+        }
+        n
+    }
+
+    /// Polls for asynchronous events: serves firmware page requests and queues the rest for
+    /// [`Device::next_event`]. Returns the number of EQEs consumed. Call it from time to time
+    /// (poll mode: nothing runs in the background).
+    pub fn poll_events(&mut self) -> usize {
+        self.service_events()
+    }
+
+    /// The oldest unread asynchronous event.
+    pub fn next_event(&mut self) -> Option<AsyncEvent> {
+        self.events.pop_front()
+    }
+
+    /// Events dropped because nobody read them in time.
+    pub fn events_dropped(&self) -> u64 {
+        self.events_dropped
+    }
+
+    /// What is known about the device.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    /// Port state read at bring-up or by the last [`Device::query_port`].
+    pub fn ports(&self) -> &[PortInfo] {
+        &self.ports
+    }
+
+    /// Pages the driver has given to firmware.
+    pub fn pages_given(&self) -> usize {
+        self.pages.given()
+    }
+
+    /// The UAR the driver uses.
+    pub fn uar(&self) -> Option<Uar> {
+        self.uar
+    }
+
+    /// The asynchronous event queue's number.
+    pub fn async_eqn(&self) -> Option<Eqn> {
+        self.eq.as_ref().map(|e| e.eqn)
+    }
+
+    /// The command trace.
+    pub fn trace(&self) -> &Trace {
+        &self.trace
+    }
+
+    /// The configuration the device was brought up with.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The platform.
+    pub fn hal(&self) -> &H {
+        &self.hal
+    }
+
+    /// Reads the health buffer and counter; call it periodically (Linux: every 2 s) to detect
+    /// a hung or failed device.
+    pub fn check_health(&mut self) -> HealthReport {
+        self.health.check(self.hal.bar0())
+    }
+}

@@ -1,0 +1,278 @@
+//! Driver errors: small `Copy` enums that say what failed and, for firmware commands, carry the
+//! opcode, status and syndrome (STYLE.md "Errors").
+
+use core::fmt;
+
+use bareverbs_firmware_cmd::{CmdStatus, DeliveryStatus, Opcode, TooShort};
+use bareverbs_hal::{DmaError, MmioError};
+
+/// How a firmware command failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum CmdFailure {
+    /// Firmware could not take the command (delivery status).
+    Delivery(DeliveryStatus),
+    /// Firmware executed it and said no (command status and syndrome).
+    Status {
+        /// Command status.
+        status: CmdStatus,
+        /// Firmware syndrome.
+        syndrome: u32,
+    },
+}
+
+/// A firmware command that failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct CmdError {
+    /// The command.
+    pub opcode: Opcode,
+    /// Its opcode modifier.
+    pub op_mod: u16,
+    /// What went wrong.
+    pub failure: CmdFailure,
+}
+
+impl fmt::Display for CmdError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.failure {
+            CmdFailure::Delivery(d) => {
+                write!(
+                    f,
+                    "{} (op_mod {:#x}) was not delivered: {}",
+                    self.opcode, self.op_mod, d
+                )
+            }
+            CmdFailure::Status { status, syndrome } => write!(
+                f,
+                "{} (op_mod {:#x}) failed: {}, syndrome {:#010x}",
+                self.opcode, self.op_mod, status, syndrome
+            ),
+        }
+    }
+}
+
+/// Everything the driver can report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum Error {
+    /// The `initializing` bit did not clear in time.
+    FirmwareNotReady {
+        /// How long the driver waited, in milliseconds.
+        waited_ms: u64,
+    },
+    /// The device speaks a command interface revision other than 5.
+    UnsupportedCmdInterface {
+        /// The revision the device reported.
+        revision: u16,
+    },
+    /// The command queue geometry the device reports is unusable.
+    BadCmdQueueGeometry {
+        /// log2 of the number of slots.
+        log_size: u8,
+        /// log2 of the entry stride.
+        log_stride: u8,
+    },
+    /// A firmware command failed.
+    Command(CmdError),
+    /// A command did not complete in time; the command interface is no longer usable.
+    CommandTimeout {
+        /// The command.
+        opcode: Opcode,
+    },
+    /// The command interface was left unusable by an earlier timeout.
+    CommandInterfaceWedged,
+    /// The device reads all ones: removed, dead link or firmware reset.
+    DeviceGone,
+    /// A DMA allocation failed.
+    Dma(DmaError),
+    /// A register access fell outside BAR0 (e.g. a UAR index past the BAR).
+    Mmio(MmioError),
+    /// A message is longer than the mailboxes the driver keeps.
+    MessageTooLong {
+        /// The command.
+        opcode: Opcode,
+        /// Bytes needed.
+        len: usize,
+    },
+    /// A buffer was shorter than a firmware layout (a driver bug).
+    Layout(TooShort),
+    /// Firmware wants more pages than the driver's page table can track.
+    PageTableFull {
+        /// Pages the driver holds for firmware.
+        given: usize,
+    },
+    /// Firmware returned a page the driver never gave it.
+    UnknownPage {
+        /// The address firmware returned.
+        iova: u64,
+    },
+    /// Firmware did not give back every page during teardown.
+    PagesNotReturned {
+        /// Pages still held by firmware (leaked, never reused).
+        count: usize,
+    },
+    /// The device does not support ISSI 0 or 1.
+    UnsupportedIssi {
+        /// `supported_issi_dw0` as reported.
+        supported: u32,
+    },
+    /// A port number outside 1..=num_ports.
+    NoSuchPort {
+        /// The port asked for.
+        port: u8,
+    },
+    /// The operation needs the device to be up.
+    NotUp,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Error::FirmwareNotReady { waited_ms } => {
+                write!(f, "firmware still initializing after {waited_ms} ms")
+            }
+            Error::UnsupportedCmdInterface { revision } => {
+                write!(f, "command interface revision {revision}, driver speaks 5")
+            }
+            Error::BadCmdQueueGeometry {
+                log_size,
+                log_stride,
+            } => write!(
+                f,
+                "unusable command queue geometry: log size {log_size}, log stride {log_stride}"
+            ),
+            Error::Command(e) => e.fmt(f),
+            Error::CommandTimeout { opcode } => write!(f, "{opcode} did not complete in time"),
+            Error::CommandInterfaceWedged => {
+                f.write_str("command interface unusable after an earlier timeout")
+            }
+            Error::DeviceGone => f.write_str("device reads all ones (removed or reset)"),
+            Error::Dma(e) => write!(f, "DMA memory: {e}"),
+            Error::Mmio(e) => write!(f, "register access: {e}"),
+            Error::MessageTooLong { opcode, len } => {
+                write!(f, "{opcode}: {len}-byte message exceeds the mailboxes")
+            }
+            Error::Layout(e) => write!(f, "internal buffer too short: {e}"),
+            Error::PageTableFull { given } => {
+                write!(
+                    f,
+                    "firmware wants more pages than the table holds ({given} given)"
+                )
+            }
+            Error::UnknownPage { iova } => {
+                write!(f, "firmware returned page {iova:#x} it was never given")
+            }
+            Error::PagesNotReturned { count } => {
+                write!(f, "firmware kept {count} pages after teardown (leaked)")
+            }
+            Error::UnsupportedIssi { supported } => {
+                write!(f, "device supports neither ISSI 0 nor 1 ({supported:#x})")
+            }
+            Error::NoSuchPort { port } => write!(f, "no port {port}"),
+            Error::NotUp => f.write_str("device is not up"),
+        }
+    }
+}
+
+impl core::error::Error for Error {}
+
+impl From<DmaError> for Error {
+    fn from(e: DmaError) -> Self {
+        Error::Dma(e)
+    }
+}
+
+impl From<TooShort> for Error {
+    fn from(e: TooShort) -> Self {
+        Error::Layout(e)
+    }
+}
+
+impl From<MmioError> for Error {
+    fn from(e: MmioError) -> Self {
+        Error::Mmio(e)
+    }
+}
+
+/// A step of bring-up or teardown, in the order they run (mlx5-reference 03 §1–2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum Step {
+    /// Waiting for `initializing` to clear before touching the command interface.
+    WaitFirmware,
+    /// Checking the revision and programming the command queue.
+    CommandInterface,
+    /// Waiting for `initializing` to clear after programming the queue.
+    WaitFirmwareInit,
+    /// ENABLE_HCA.
+    EnableHca,
+    /// QUERY_ISSI / SET_ISSI.
+    Issi,
+    /// QUERY_PAGES(boot) + MANAGE_PAGES.
+    BootPages,
+    /// ACCESS_REG(HOST_ENDIANNESS).
+    HostEndianness,
+    /// QUERY_HCA_CAP + SET_HCA_CAP.
+    SetCaps,
+    /// QUERY_PAGES(init) + MANAGE_PAGES.
+    InitPages,
+    /// INIT_HCA.
+    InitHca,
+    /// SET_DRIVER_VERSION.
+    DriverVersion,
+    /// QUERY_HCA_CAP (current) and QUERY_ADAPTER after INIT_HCA.
+    QueryCaps,
+    /// ALLOC_UAR.
+    AllocUar,
+    /// CREATE_EQ for asynchronous and page-request events.
+    CreateEq,
+    /// QUERY_SPECIAL_CONTEXTS.
+    SpecialContexts,
+    /// Port and vport state queries.
+    PortState,
+    /// DESTROY_EQ.
+    DestroyEq,
+    /// DEALLOC_UAR.
+    DeallocUar,
+    /// TEARDOWN_HCA.
+    TeardownHca,
+    /// MANAGE_PAGES(TAKE) until firmware holds nothing.
+    ReclaimPages,
+    /// DISABLE_HCA.
+    DisableHca,
+}
+
+/// A bring-up or teardown step that failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct StepError {
+    /// The step.
+    pub step: Step,
+    /// Why.
+    pub error: Error,
+}
+
+impl fmt::Display for StepError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}: {}", self.step, self.error)
+    }
+}
+
+impl core::error::Error for StepError {}
+
+/// Tags an error with the step it happened in.
+pub(crate) trait AtStep<T> {
+    fn at(self, step: Step) -> Result<T, StepError>;
+}
+
+impl<T, E: Into<Error>> AtStep<T> for Result<T, E> {
+    fn at(self, step: Step) -> Result<T, StepError> {
+        self.map_err(|e| StepError {
+            step,
+            error: e.into(),
+        })
+    }
+}
