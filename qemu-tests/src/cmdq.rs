@@ -163,7 +163,8 @@ impl Hca {
                 self.fault_hits.resize(i + 1, 0);
             }
             self.fault_hits[i] += 1;
-            if self.fault_hits[i] > f.skip {
+            let hit = self.fault_hits[i];
+            if hit > f.skip && f.times.is_none_or(|t| hit <= f.skip + t) {
                 return Some(f.action);
             }
         }

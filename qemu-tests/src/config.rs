@@ -62,6 +62,8 @@ pub struct CommandFault {
     pub op_mod: Option<u16>,
     /// Skip this many matching commands first.
     pub skip: u32,
+    /// Fail this many matching commands after the skipped ones (`None`: all of them).
+    pub times: Option<u32>,
     /// What to do instead of executing it.
     pub action: FaultAction,
 }
@@ -102,6 +104,7 @@ impl Faults {
             opcode,
             op_mod: None,
             skip: 0,
+            times: None,
             action: FaultAction::Status(status, syndrome),
         });
         self
@@ -113,6 +116,7 @@ impl Faults {
             opcode,
             op_mod: None,
             skip: 0,
+            times: None,
             action: FaultAction::Stall,
         });
         self
