@@ -15,6 +15,7 @@ pub mod eq;
 pub mod exec;
 pub mod hca;
 pub mod memory;
+pub mod pci;
 pub mod sim_hal;
 pub mod trace;
 
@@ -22,5 +23,6 @@ pub use config::{CommandFault, FaultAction, Faults, ModelConfig};
 pub use dma::{AddressSpace, DmaFault};
 pub use hca::{Hca, HcaState};
 pub use memory::{HostMemory, SimDma};
+pub use pci::PciConfig;
 pub use sim_hal::{Drive, Model, SimHal, SimMmio};
 pub use trace::{ModelEvent, TraceEntry};

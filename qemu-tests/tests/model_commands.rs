@@ -446,6 +446,18 @@ fn eqes_carry_the_owner_bit_of_their_pass_and_interrupt_when_armed() {
 }
 
 #[test]
+fn issi_is_fixed_once_initialized() {
+    let raw = Raw::new(Drive::Synchronous);
+    let _pages = bring_up(&raw);
+    let mut set = header(0x10b, 0, 16);
+    set[11] = 1;
+    assert_eq!(
+        Raw::status(&raw.cmd(&set, 16)).0,
+        CmdStatus::BadResourceState
+    );
+}
+
+#[test]
 fn command_completion_events_when_subscribed() {
     let raw = Raw::new(Drive::Synchronous);
     let _pages = bring_up(&raw);

@@ -63,6 +63,10 @@ impl Hca {
         let v = input::<SetIssiIn>(i)?;
         output::<SetIssiOut>(o)?;
         self.require_enabled()?;
+        if self.state == HcaState::Initialized {
+            // The interface step sequence is fixed once the HCA is initialized.
+            return Err(fail(CmdStatus::BadResourceState, syndrome::WRONG_STATE));
+        }
         let issi = v.get(set_issi_in::current_issi);
         if issi >= 32 || SUPPORTED_ISSI & (1 << issi) == 0 {
             return Err(bad_param(syndrome::OUT_OF_RANGE));

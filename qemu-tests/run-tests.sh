@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs every bareverbs test on this machine: formatting, lints, unit and model tests, the
+# no_std builds for bare metal, and the examples. Installs the Rust targets it needs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "rust targets"
+rustup target add x86_64-unknown-none x86_64-unknown-linux-musl >/dev/null
+
+step "format"
+cargo fmt --all -- --check
+
+step "lints"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "tests (layouts, model, driver against the model)"
+cargo test --workspace --locked
+
+step "no_std crates for x86_64-unknown-none (default, log, defmt)"
+cargo build --locked --target x86_64-unknown-none -p bareverbs-hal -p bareverbs-firmware-cmd -p bareverbs
+cargo build --locked --target x86_64-unknown-none -p bareverbs --features log
+cargo build --locked --target x86_64-unknown-none -p bareverbs --features defmt
+
+step "examples"
+cargo run --locked -q -p bareverbs-examples --bin devinfo -- -v --trace >/dev/null
+cargo run --locked -q -p bareverbs-examples --bin devinfo -- --background >/dev/null
+
+step "all tests passed"
