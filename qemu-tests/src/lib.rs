@@ -11,6 +11,7 @@ pub mod clock;
 pub mod cmdq;
 pub mod config;
 pub mod dma;
+pub mod engine;
 pub mod eq;
 pub mod exec;
 pub mod hca;

@@ -6,9 +6,8 @@
 //! [`Drive::Background`] runs it on an engine thread on the real clock, so the driver must
 //! really poll.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
 use bareverbs_hal::mmio::check_access;
@@ -17,6 +16,7 @@ use bareverbs_hal::{BarOffset, DmaBuf, DmaError, Hal, Instant, Mmio, MmioError};
 use crate::clock::SimClock;
 use crate::config::{Faults, ModelConfig};
 use crate::dma::DmaFault;
+use crate::engine::{Device, Engine};
 use crate::hca::{Hca, HcaState};
 use crate::memory::{HostMemory, SimDma};
 use crate::trace::{ModelEvent, TraceEntry};
@@ -31,9 +31,7 @@ pub enum Drive {
 }
 
 struct Shared {
-    hca: Mutex<Hca>,
-    wake: Condvar,
-    stop: AtomicBool,
+    dev: Arc<Device>,
     clock: Arc<SimClock>,
     drive: Drive,
     interrupts: Vec<AtomicU64>,
@@ -41,7 +39,7 @@ struct Shared {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Hca> {
-        self.hca.lock().unwrap_or_else(|e| e.into_inner())
+        self.dev.lock()
     }
 }
 
@@ -64,14 +62,14 @@ impl Mmio for SimMmio {
     fn try_write32(&self, off: BarOffset, val: u32) -> Result<(), MmioError> {
         check_access(off.0, 4, self.len)?;
         self.shared.lock().mmio_write32(off.0, val);
-        self.shared.wake.notify_one();
+        self.shared.dev.notify();
         Ok(())
     }
 
     fn try_write64(&self, off: BarOffset, val: u64) -> Result<(), MmioError> {
         check_access(off.0, 8, self.len)?;
         self.shared.lock().mmio_write64(off.0, val);
-        self.shared.wake.notify_one();
+        self.shared.dev.notify();
         Ok(())
     }
 }
@@ -81,7 +79,8 @@ pub struct SimHal {
     shared: Arc<Shared>,
     mmio: SimMmio,
     mem: HostMemory,
-    engine: Option<JoinHandle<()>>,
+    /// Held for its Drop, which stops and joins the engine thread.
+    _engine: Option<Engine>,
 }
 
 impl SimHal {
@@ -96,9 +95,7 @@ impl SimHal {
         let bar = cfg.bar0_size;
         let hca = Hca::new(cfg, clock.clone(), Arc::new(mem.clone()));
         let shared = Arc::new(Shared {
-            hca: Mutex::new(hca),
-            wake: Condvar::new(),
-            stop: AtomicBool::new(false),
+            dev: Device::new(hca),
             clock,
             drive,
             interrupts: (0..vectors).map(|_| AtomicU64::new(0)).collect(),
@@ -111,13 +108,8 @@ impl SimHal {
                 }
             }
         }));
-        let engine = (drive == Drive::Background).then(|| {
-            let s = shared.clone();
-            std::thread::Builder::new()
-                .name("hca-model".into())
-                .spawn(move || engine(&s))
-                .unwrap_or_else(|e| panic!("cannot start the model's engine thread: {e}"))
-        });
+        let engine =
+            (drive == Drive::Background).then(|| Engine::start(shared.dev.clone(), |_| {}));
         SimHal {
             mmio: SimMmio {
                 shared: shared.clone(),
@@ -125,7 +117,7 @@ impl SimHal {
             },
             shared,
             mem,
-            engine,
+            _engine: engine,
         }
     }
 
@@ -139,27 +131,6 @@ impl SimHal {
         Model {
             shared: self.shared.clone(),
             mem: self.mem.clone(),
-        }
-    }
-}
-
-fn engine(s: &Shared) {
-    let mut hca = s.lock();
-    while !s.stop.load(Ordering::Acquire) {
-        hca.run_due();
-        hca = match s.wake.wait_timeout(hca, Duration::from_micros(200)) {
-            Ok((g, _)) => g,
-            Err(e) => e.into_inner().0,
-        };
-    }
-}
-
-impl Drop for SimHal {
-    fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
-        self.shared.wake.notify_all();
-        if let Some(t) = self.engine.take() {
-            let _ = t.join();
         }
     }
 }
