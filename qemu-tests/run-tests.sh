@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs every bareverbs test on this machine: formatting, lints, unit and model tests, the
-# no_std builds for bare metal, and the examples. Installs the Rust targets it needs.
+# no_std builds for bare metal, the examples, and the QEMU guest tests (root; the rig is built
+# on first use and cached). Installs the Rust targets it needs.
+# Usage: run-tests.sh [--no-guest]   (--no-guest: skip the QEMU tests, for quick local runs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,5 +28,15 @@ cargo build --locked --target x86_64-unknown-none -p bareverbs --features defmt
 step "examples"
 cargo run --locked -q -p bareverbs-examples --bin devinfo -- -v --trace >/dev/null
 cargo run --locked -q -p bareverbs-examples --bin devinfo -- --background >/dev/null
+
+if [ "${1:-}" = "--no-guest" ]; then
+  step "guest tests skipped (--no-guest)"
+else
+  step "QEMU rig (cached in ${BAREVERBS_RIG_CACHE:-/var/cache/bareverbs-rig})"
+  qemu-tests/rig/build-rig.sh
+
+  step "guest: Linux mlx5_core probes the model and is removed cleanly"
+  qemu-tests/rig/test-probe.sh
+fi
 
 step "all tests passed"

@@ -233,6 +233,19 @@ probe)
     echo "RIG-PROBE insmod still running after ${WAIT:-20}s"
     rc=124
   fi
+  if [ "$rc" = 0 ]; then
+    echo "RIG-PROBE driver=$(basename "$(readlink "$DEV/driver" 2>/dev/null)" 2>/dev/null)"
+    for a in /sys/bus/auxiliary/devices/*; do [ -e "$a" ] && echo "RIG-PROBE aux=$(basename "$a")"; done
+  fi
+  if [ "$rc" = 0 ] && [ "${RMMOD:-0}" = 1 ]; then
+    n=$(dmesg | wc -l)
+    rmmod mlx5_core
+    r=$?
+    sleep 1
+    echo "RIG-PROBE rmmod rc=$r"
+    dmesg | tail -n +"$((n + 1))" | sed 's/^/RIG-RMMOD /'
+    [ "$r" = 0 ] || rc=$r
+  fi
   ;;
 vfio)
   pci_list

@@ -31,6 +31,10 @@ pub const WRITABLE: &[Field<CmdHcaCap>] = &[
 ];
 
 /// Maximum (supported) and current general capabilities, as QUERY_HCA_CAP returns them.
+///
+/// Bits that make Linux query another capability group (`mlx5_query_hca_caps`: `event_cap`,
+/// `atomic`, `roce`, `pg`, `qos`, `hca_cap_2`, `debug`, `eth_net_offloads`, …) stay clear until
+/// the model implements that group.
 pub fn general_caps(cfg: &ModelConfig) -> (Vec<u8>, Vec<u8>) {
     let mut max = vec![0u8; CAP_BYTES];
     {
@@ -39,7 +43,6 @@ pub fn general_caps(cfg: &ModelConfig) -> (Vec<u8>, Vec<u8>) {
         let values: &[(Field<CmdHcaCap>, u64)] = &[
             (c::log_max_srq_sz, 15),
             (c::log_max_qp_sz, 15),
-            (c::event_cap, 1),
             (c::log_max_qp, 18),
             (c::log_max_srq, 16),
             (c::log_max_cq_sz, 22),
@@ -61,7 +64,7 @@ pub fn general_caps(cfg: &ModelConfig) -> (Vec<u8>, Vec<u8>) {
             (c::end_pad, 1),
             (c::gid_table_size, 0),
             (c::pkey_table_size, 0),
-            (c::port_type, 0),
+            (c::port_type, u64::from(cfg.port_type_eth)),
             (c::num_ports, u64::from(cfg.num_ports)),
             (c::log_max_msg, 30),
             (c::cqe_version, 1),
@@ -138,4 +141,34 @@ pub fn check_set_general(req: &[u8], cur: &[u8], max: &[u8]) -> Result<(), &'sta
         return Err("read-only capability field");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bareverbs_firmware_cmd::layout::get_bits;
+
+    /// Linux `mlx5_query_hca_caps` queries another capability group for each of these bits;
+    /// the model answers only GENERAL, so they must be clear (found when Linux 6.12 asked for
+    /// DEV_EVENT because `event_cap` was set).
+    #[test]
+    fn no_bit_asks_linux_for_a_group_the_model_lacks() {
+        let (max, cur) = general_caps(&ModelConfig::default());
+        for f in [
+            c::event_cap,
+            c::atomic,
+            c::roce,
+            c::pg,
+            c::qos,
+            c::hca_cap_2,
+            c::eth_net_offloads,
+            c::ipoib_enhanced_offloads,
+            c::nic_flow_table,
+            c::port_selection_cap,
+            c::vport_group_manager,
+        ] {
+            assert_eq!(get_bits(&cur, f.bit, f.width), 0, "{}", f.name);
+            assert_eq!(get_bits(&max, f.bit, f.width), 0, "{}", f.name);
+        }
+    }
 }

@@ -34,6 +34,9 @@ impl Hca {
     pub(crate) fn ring(&mut self, bits: u32) {
         let due =
             self.now_ns() + u64::try_from(self.cfg.command_latency.as_nanos()).unwrap_or(u64::MAX);
+        // Completion EQEs are for commands rung while an EQ takes them: Linux polls for the
+        // CREATE_EQ that creates its command EQ and expects no event for it.
+        let event = self.eqs.values().any(|e| e.subscribed(event_type::CMD));
         for slot in 0..(1u32 << LOG_CMDQ_SIZE) {
             if bits & (1 << slot) != 0 && !self.pending.iter().any(|p| p.slot == slot) {
                 self.stalled &= !(1 << slot);
@@ -41,6 +44,7 @@ impl Hca {
                     slot,
                     due_ns: due,
                     wait_pages: None,
+                    event,
                 });
             }
         }
@@ -73,7 +77,7 @@ impl Hca {
                 }
                 Outcome::Done(delivery, out, opcode, op_mod) => {
                     self.pending.remove(i);
-                    self.complete(p.slot, delivery, &out, opcode, op_mod);
+                    self.complete(p.slot, delivery, &out, opcode, op_mod, p.event);
                 }
             }
         }
@@ -246,6 +250,7 @@ impl Hca {
         out: &[u8],
         opcode: u16,
         op_mod: u16,
+        event: bool,
     ) {
         let entry = self.entry_iova(slot);
         let mut status = CmdStatus::Ok;
@@ -291,9 +296,11 @@ impl Hca {
         log::debug!("model: {t}");
         self.trace.push(t);
         self.events.push(ModelEvent::Command(t));
-        let mut data = [0u8; 28];
-        data[..4].copy_from_slice(&(1u32 << slot).to_be_bytes());
-        self.post_event(event_type::CMD, 0, data);
+        if event {
+            let mut data = [0u8; 28];
+            data[..4].copy_from_slice(&(1u32 << slot).to_be_bytes());
+            self.post_event(event_type::CMD, 0, data);
+        }
     }
 }
 

@@ -14,6 +14,8 @@ pub struct ModelConfig {
     pub fw_version: (u16, u16, u16),
     /// Number of ports.
     pub num_ports: u8,
+    /// Ports are Ethernet (RoCE) instead of InfiniBand.
+    pub port_type_eth: bool,
     /// Node GUID; port GUIDs are derived from it.
     pub node_guid: u64,
     /// Base LID; port n gets `base_lid + n - 1`.
@@ -40,6 +42,7 @@ impl Default for ModelConfig {
             device_id: 0x1017,
             fw_version: (16, 35, 2000),
             num_ports: 2,
+            port_type_eth: false,
             node_guid: 0x0002_c903_00a1_b2c0,
             base_lid: 1,
             boot_pages: 16,

@@ -41,7 +41,7 @@ impl Eq {
         1 << self.log_size
     }
 
-    fn subscribed(&self, ty: u8) -> bool {
+    pub(crate) fn subscribed(&self, ty: u8) -> bool {
         self.mask[usize::from(ty / 64)] & (1 << (ty % 64)) != 0
     }
 

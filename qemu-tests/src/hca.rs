@@ -45,6 +45,8 @@ const HEALTH_TICK_NS: u64 = 10_000_000;
 pub(crate) struct Pending {
     pub slot: u32,
     pub due_ns: u64,
+    /// A command-completion EQ existed when the doorbell rang: report completion with an EQE.
+    pub event: bool,
     /// Held until firmware has this many pages.
     pub wait_pages: Option<usize>,
 }
@@ -289,7 +291,7 @@ impl Hca {
             0x018 => self.ring(val),
             o if (MSIX_TABLE_OFFSET..MSIX_TABLE_OFFSET + self.msix.len()).contains(&o) => {
                 let i = o - MSIX_TABLE_OFFSET;
-                self.msix[i..i + 4].copy_from_slice(&val.to_le_bytes());
+                self.msix[i..i + 4].copy_from_slice(&val.to_be_bytes());
             }
             o if o >= FIRST_UAR as usize * UAR_PAGE_SIZE => {
                 let uar = (o / UAR_PAGE_SIZE) as u32;
@@ -300,6 +302,51 @@ impl Hca {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// A BAR0 read of any size and alignment, as bytes in bus order (what a PCI read
+    /// returns): registers are big-endian dwords.
+    pub fn mmio_read_bytes(&mut self, off: usize, dst: &mut [u8]) {
+        let mut done = 0;
+        while done < dst.len() {
+            let at = off + done;
+            let dw = at & !3;
+            let bytes = self.mmio_read32(dw).to_be_bytes();
+            let start = at - dw;
+            let n = (4 - start).min(dst.len() - done);
+            dst[done..done + n].copy_from_slice(&bytes[start..start + n]);
+            done += n;
+        }
+    }
+
+    /// A BAR0 write of any size and alignment, bytes in bus order. Aligned 4- and 8-byte
+    /// writes are single register writes; anything else is merged into the dwords it touches.
+    pub fn mmio_write_bytes(&mut self, off: usize, src: &[u8]) {
+        match src.len() {
+            8 if off % 8 == 0 => {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(src);
+                self.mmio_write64(off, u64::from_be_bytes(b));
+            }
+            4 if off % 4 == 0 => {
+                let mut b = [0u8; 4];
+                b.copy_from_slice(src);
+                self.mmio_write32(off, u32::from_be_bytes(b));
+            }
+            _ => {
+                let mut done = 0;
+                while done < src.len() {
+                    let at = off + done;
+                    let dw = at & !3;
+                    let mut bytes = self.mmio_read32(dw).to_be_bytes();
+                    let start = at - dw;
+                    let n = (4 - start).min(src.len() - done);
+                    bytes[start..start + n].copy_from_slice(&src[done..done + n]);
+                    self.mmio_write32(dw, u32::from_be_bytes(bytes));
+                    done += n;
+                }
+            }
         }
     }
 

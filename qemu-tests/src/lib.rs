@@ -14,11 +14,13 @@ pub mod dma;
 pub mod engine;
 pub mod eq;
 pub mod exec;
+pub mod guest_memory;
 pub mod hca;
 pub mod memory;
 pub mod pci;
 pub mod sim_hal;
 pub mod trace;
+pub mod vfio_user;
 
 pub use config::{CommandFault, FaultAction, Faults, ModelConfig};
 pub use dma::{AddressSpace, DmaFault};

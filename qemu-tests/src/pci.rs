@@ -13,6 +13,11 @@ pub const CONFIG_BYTES: usize = 4096;
 pub const PCIE_CAP: usize = 0x60;
 /// Offset of the MSI-X capability.
 pub const MSIX_CAP: usize = 0x9c;
+/// Offset of the vendor-specific capability (the "VSC" gateway Linux looks for in
+/// `mlx5_pci_vsc_init`: id 0x09, length 24, type 0; space at +4, counter +8, semaphore +0xc,
+/// address +0x10, data +0x14). Its registers are plain storage here: the CR-space gateway
+/// behind them (used by Linux only for crash dumps and SW reset) is not modelled.
+pub const VSC_CAP: usize = 0xb0;
 /// PCI command register bits.
 pub mod command {
     /// Memory space decoding.
@@ -57,10 +62,14 @@ impl PciConfig {
         c.set32(PCIE_CAP + 0x2c, 0x0e);
         // MSI-X: table and PBA in BAR0.
         c.bytes[MSIX_CAP] = 0x11;
-        c.bytes[MSIX_CAP + 1] = 0;
+        c.bytes[MSIX_CAP + 1] = VSC_CAP as u8;
         c.set16(MSIX_CAP + 2, cfg.msix_vectors.saturating_sub(1) & 0x7ff);
         c.set32(MSIX_CAP + 4, MSIX_TABLE_OFFSET as u32);
         c.set32(MSIX_CAP + 8, MSIX_PBA_OFFSET as u32);
+        c.bytes[VSC_CAP] = 0x09;
+        c.bytes[VSC_CAP + 1] = 0;
+        c.bytes[VSC_CAP + 2] = 24;
+        c.bytes[VSC_CAP + 3] = 0;
 
         // What software may change.
         c.wmask[0x04..0x06].copy_from_slice(&0x0547u16.to_le_bytes());
@@ -74,6 +83,8 @@ impl PciConfig {
         c.wmask[PCIE_CAP + 0x10..PCIE_CAP + 0x12].copy_from_slice(&0xffffu16.to_le_bytes()); // LinkCtl
         c.wmask[PCIE_CAP + 0x28..PCIE_CAP + 0x2a].copy_from_slice(&0xffffu16.to_le_bytes()); // DevCtl2
         c.wmask[MSIX_CAP + 2..MSIX_CAP + 4].copy_from_slice(&0xc000u16.to_le_bytes()); // enable, mask
+        c.wmask[VSC_CAP + 4..VSC_CAP + 8].fill(0xff); // space / control
+        c.wmask[VSC_CAP + 0xc..VSC_CAP + 0x18].fill(0xff); // semaphore, address, data
         c
     }
 
@@ -154,10 +165,20 @@ mod tests {
         c.write(4, &0xffffu16.to_le_bytes());
         assert_eq!(c.command(), 0x0547);
         assert!(c.bus_master());
-        // Capability chain: PCIe at 0x60 -> MSI-X at 0x9c -> end.
+        // Capability chain: PCIe at 0x60 -> MSI-X at 0x9c -> vendor-specific at 0xb0 -> end.
+        // Linux mlx5_pci_vsc_init warns when the vendor-specific capability is missing.
         assert_eq!(c.read_u8(0x34), 0x60);
         assert_eq!((c.read_u8(0x60), c.read_u8(0x61)), (0x10, 0x9c));
-        assert_eq!((c.read_u8(0x9c), c.read_u8(0x9d)), (0x11, 0));
+        assert_eq!((c.read_u8(0x9c), c.read_u8(0x9d)), (0x11, 0xb0));
+        assert_eq!(
+            (
+                c.read_u8(0xb0),
+                c.read_u8(0xb1),
+                c.read_u8(0xb2),
+                c.read_u8(0xb3)
+            ),
+            (0x09, 0, 24, 0)
+        );
         assert_eq!(r32(&c, 0x9c) >> 16 & 0x7ff, 63);
         assert_eq!(r32(&c, 0xa0), 0x2000);
         assert_eq!(r32(&c, 0xa4), 0x3000);

@@ -36,8 +36,12 @@ impl Hca {
             HcaState::Disabled => {
                 return Err(fail(CmdStatus::BadSystemState, syndrome::WRONG_STATE))
             }
+            // Linux's error path after INIT_HCA disables without TEARDOWN_HCA
+            // (mlx5_function_setup -> mlx5_function_disable): an implicit teardown. Pages
+            // firmware still needed are not returned.
             HcaState::Initialized => {
-                return Err(fail(CmdStatus::BadSystemState, syndrome::WRONG_STATE))
+                self.eqs.clear();
+                self.uars.clear();
             }
             HcaState::Enabled => {}
         }

@@ -1,0 +1,314 @@
+//! The model served over vfio-user (rust-vmm `vfio_user`): PCI config space, BAR0 trapped to
+//! the model, guest memory from memfd DMA maps, MSI-X through eventfds, firmware work on the
+//! engine thread, reset (RIG.md §3.1).
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use vfio_bindings::bindings::vfio::{
+    vfio_region_info, VFIO_IRQ_INFO_EVENTFD, VFIO_IRQ_INFO_NORESIZE, VFIO_IRQ_SET_DATA_EVENTFD,
+    VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_MSIX_IRQ_INDEX, VFIO_PCI_NUM_IRQS, VFIO_PCI_NUM_REGIONS,
+    VFIO_REGION_INFO_FLAG_READ, VFIO_REGION_INFO_FLAG_WRITE,
+};
+use vfio_user::{DmaMapFlags, DmaUnmapFlags, IrqInfo, Server, ServerBackend, ServerRegion};
+
+use crate::clock::SimClock;
+use crate::config::ModelConfig;
+use crate::engine::{Device, Engine};
+use crate::guest_memory::GuestMemory;
+use crate::hca::Hca;
+use crate::pci::{command, PciConfig};
+
+/// Errors of the vfio-user server.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The socket could not be created or served.
+    #[error("vfio-user server on {path}: {source}")]
+    Server {
+        /// Socket path.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: vfio_user::Error,
+    },
+    /// The trace file could not be created.
+    #[error("cannot create trace file {path}: {source}")]
+    Trace {
+        /// Trace path.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+type IrqFds = Arc<Mutex<Vec<Option<File>>>>;
+
+/// One HCA served over vfio-user.
+pub struct Backend {
+    dev: Arc<Device>,
+    _engine: Engine,
+    mem: GuestMemory,
+    pci: PciConfig,
+    cfg: ModelConfig,
+    irqs: IrqFds,
+}
+
+fn region(index: u32, size: u64, flags: u32) -> ServerRegion {
+    ServerRegion {
+        region_info: vfio_region_info {
+            argsz: size_of::<vfio_region_info>() as u32,
+            flags,
+            index,
+            cap_offset: 0,
+            size,
+            offset: 0,
+        },
+        sparse_areas: Vec::new(),
+        mmap_fd: None,
+    }
+}
+
+/// The regions the device offers: BAR0 (trapped, no mmap) and config space (4 KiB, so QEMU
+/// treats it as PCI Express); the rest empty.
+pub fn regions(cfg: &ModelConfig) -> Vec<ServerRegion> {
+    let rw = VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE;
+    (0..VFIO_PCI_NUM_REGIONS)
+        .map(|i| match i {
+            0 => region(i, cfg.bar0_size as u64, rw),
+            VFIO_PCI_CONFIG_REGION_INDEX => region(i, crate::pci::CONFIG_BYTES as u64, rw),
+            _ => region(i, 0, 0),
+        })
+        .collect()
+}
+
+/// The interrupts the device offers: INTx (unused), MSI-X with `msix_vectors`, and ERR/REQ
+/// with one eventfd each (so QEMU can enable error recovery).
+pub fn irqs(cfg: &ModelConfig) -> Vec<IrqInfo> {
+    (0..VFIO_PCI_NUM_IRQS)
+        .map(|index| {
+            let (flags, count) = match index {
+                0 => (VFIO_IRQ_INFO_EVENTFD, 1),
+                VFIO_PCI_MSIX_IRQ_INDEX => (
+                    VFIO_IRQ_INFO_EVENTFD | VFIO_IRQ_INFO_NORESIZE,
+                    u32::from(cfg.msix_vectors),
+                ),
+                3 | 4 => (VFIO_IRQ_INFO_EVENTFD, 1),
+                _ => (0, 0),
+            };
+            IrqInfo {
+                index,
+                flags,
+                count,
+            }
+        })
+        .collect()
+}
+
+impl Backend {
+    /// A device `cfg` describes; when `trace` is given, every completed command (and every DMA
+    /// fault) is appended to it as it happens.
+    ///
+    /// # Errors
+    /// When the trace file cannot be created.
+    pub fn new(cfg: ModelConfig, trace: Option<&Path>) -> Result<Self, ServeError> {
+        let mem = GuestMemory::new();
+        let hca = Hca::new(
+            cfg.clone(),
+            Arc::new(SimClock::real()),
+            Arc::new(mem.clone()),
+        );
+        let dev = Device::new(hca);
+        let irqs: IrqFds = Arc::new(Mutex::new(Vec::new()));
+        let fds = irqs.clone();
+        dev.lock().set_irq_sink(Box::new(move |v| {
+            let fds = fds.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(Some(mut f)) = fds.get(usize::from(v)).map(|f| f.as_ref()) {
+                let _ = f.write_all(&1u64.to_ne_bytes());
+            }
+        }));
+        let mut out = match trace {
+            Some(p) => Some(File::create(p).map_err(|source| ServeError::Trace {
+                path: p.into(),
+                source,
+            })?),
+            None => None,
+        };
+        let (mut cmds, mut faults) = (0, 0);
+        let engine = Engine::start(dev.clone(), move |h| {
+            if let Some(f) = out.as_mut() {
+                for t in &h.trace[cmds.min(h.trace.len())..] {
+                    let _ = writeln!(f, "CMD {t}");
+                }
+                for d in &h.dma_faults[faults.min(h.dma_faults.len())..] {
+                    let _ = writeln!(f, "DMA-FAULT {d}");
+                }
+            }
+            cmds = h.trace.len();
+            faults = h.dma_faults.len();
+        });
+        Ok(Backend {
+            pci: PciConfig::new(&cfg),
+            dev,
+            _engine: engine,
+            mem,
+            cfg,
+            irqs,
+        })
+    }
+
+    /// The device's state in one line: firmware state, pages held, EQs, UARs, DMA faults.
+    pub fn summary(&self) -> String {
+        let h = self.dev.lock();
+        format!(
+            "state={:?} pages_held={} eqs={} uars={} dma_faults={}",
+            h.state(),
+            h.pages_held(),
+            h.eqs.len(),
+            h.uars.len(),
+            h.dma_faults.len()
+        )
+    }
+
+    /// The guest memory the device sees.
+    pub fn memory(&self) -> &GuestMemory {
+        &self.mem
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Arc<Device> {
+        &self.dev
+    }
+}
+
+impl ServerBackend for Backend {
+    fn region_read(
+        &mut self,
+        region: u32,
+        offset: u64,
+        data: &mut [u8],
+    ) -> Result<(), std::io::Error> {
+        match region {
+            0 if offset.saturating_add(data.len() as u64) <= self.cfg.bar0_size as u64 => {
+                self.dev.lock().mmio_read_bytes(offset as usize, data)
+            }
+            VFIO_PCI_CONFIG_REGION_INDEX => self.pci.read(offset as usize, data),
+            _ => data.fill(0xff),
+        }
+        Ok(())
+    }
+
+    fn region_write(
+        &mut self,
+        region: u32,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), std::io::Error> {
+        match region {
+            0 if offset.saturating_add(data.len() as u64) <= self.cfg.bar0_size as u64 => {
+                self.dev.lock().mmio_write_bytes(offset as usize, data);
+                self.dev.notify();
+            }
+            VFIO_PCI_CONFIG_REGION_INDEX => {
+                self.pci.write(offset as usize, data);
+                let bm = self.pci.command() & command::BUS_MASTER != 0;
+                self.mem.bus_master().store(bm, Ordering::Release);
+            }
+            _ => log::warn!("write to region {region} at {offset:#x} ignored"),
+        }
+        Ok(())
+    }
+
+    fn dma_map(
+        &mut self,
+        flags: DmaMapFlags,
+        offset: u64,
+        address: u64,
+        size: u64,
+        fd: Option<File>,
+    ) -> Result<(), std::io::Error> {
+        let writable = flags.contains(DmaMapFlags::WRITE);
+        if let Err(e) = self.mem.map(address, size, offset, fd, writable) {
+            // DMA there would fault; QEMU also maps ROM areas without an fd, harmlessly.
+            log::debug!("{e}");
+        }
+        Ok(())
+    }
+
+    fn dma_unmap(
+        &mut self,
+        flags: DmaUnmapFlags,
+        address: u64,
+        size: u64,
+    ) -> Result<(), std::io::Error> {
+        if flags.contains(DmaUnmapFlags::UNMAP_ALL) {
+            self.mem.clear();
+        } else {
+            self.mem.unmap(address, size);
+        }
+        Ok(())
+    }
+
+    fn reset(&mut self) -> Result<(), std::io::Error> {
+        log::info!("device reset");
+        self.dev.lock().reset();
+        self.pci = PciConfig::new(&self.cfg);
+        self.mem.bus_master().store(false, Ordering::Release);
+        Ok(())
+    }
+
+    fn set_irqs(
+        &mut self,
+        index: u32,
+        flags: u32,
+        start: u32,
+        count: u32,
+        fds: Vec<File>,
+    ) -> Result<(), std::io::Error> {
+        if index != VFIO_PCI_MSIX_IRQ_INDEX {
+            return Ok(());
+        }
+        let mut irqs = self.irqs.lock().unwrap_or_else(|e| e.into_inner());
+        if count == 0 {
+            irqs.clear();
+            return Ok(());
+        }
+        if flags & VFIO_IRQ_SET_DATA_EVENTFD != 0 {
+            let end = (start + count) as usize;
+            if irqs.len() < end {
+                irqs.resize_with(end, || None);
+            }
+            let mut fds = fds.into_iter();
+            for slot in &mut irqs[start as usize..end] {
+                *slot = fds.next();
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Serves one HCA on the Unix socket `path` until the client disconnects.
+///
+/// # Errors
+/// When the socket cannot be bound or the connection fails.
+pub fn serve(path: &Path, cfg: ModelConfig, trace: Option<&Path>) -> Result<(), ServeError> {
+    let err = |source| ServeError::Server {
+        path: path.into(),
+        source,
+    };
+    let server = Server::new(path, true, irqs(&cfg), regions(&cfg)).map_err(err)?;
+    let mut backend = Backend::new(cfg, trace)?;
+    log::info!("serving mlx5 model on {}", path.display());
+    let r = server.run(&mut backend).map_err(err);
+    let summary = backend.summary();
+    log::info!("client on {} disconnected: {summary}", path.display());
+    if let Some(t) = trace {
+        if let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(t) {
+            let _ = writeln!(f, "END {summary}");
+        }
+    }
+    r
+}
