@@ -246,6 +246,25 @@ probe)
     dmesg | tail -n +"$((n + 1))" | sed 's/^/RIG-RMMOD /'
     [ "$r" = 0 ] || rc=$r
   fi
+  if [ "$rc" = 0 ] && [ "${REPROBE:-0}" = 1 ]; then
+    # Function reset of every Mellanox device, then a second probe and removal.
+    for d in /sys/bus/pci/devices/*; do
+      [ "$(cat "$d/vendor")" = 0x15b3 ] || continue
+      echo 1 >"$d/reset" && echo "RIG-PROBE reset $(basename "$d") ok" || echo "RIG-PROBE reset $(basename "$d") failed"
+    done
+    n=$(dmesg | wc -l)
+    insmod /m/mlx5_core.ko
+    r=$?
+    sleep 1
+    echo "RIG-PROBE reinsmod rc=$r"
+    for a in /sys/bus/auxiliary/devices/*; do [ -e "$a" ] && echo "RIG-PROBE reaux=$(basename "$a")"; done
+    rmmod mlx5_core
+    r2=$?
+    sleep 1
+    echo "RIG-PROBE rermmod rc=$r2"
+    dmesg | tail -n +"$((n + 1))" | sed 's/^/RIG-REPROBE /'
+    [ "$r" = 0 ] && [ "$r2" = 0 ] || rc=1
+  fi
   ;;
 vfio)
   pci_list

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Guest test: the unmodified Linux mlx5_core probes the model (served over vfio-user) and is
-# removed again. Passes only when
-#   - insmod succeeds, the PCI device is bound to mlx5_core and its auxiliary device exists;
+# Guest test: the unmodified Linux mlx5_core probes two model HCAs (served over vfio-user by
+# one server), is removed, the functions are reset through sysfs, and it probes and is removed
+# again. Passes only when
+#   - insmod succeeds, the PCI device is bound to mlx5_core and both auxiliary devices exist;
+#   - both resets, the second insmod and the second rmmod succeed;
 #   - no mlx5_core message is a warning or an error, and the kernel logs no WARNING/BUG;
 #   - rmmod succeeds silently;
 #   - every firmware command in the model's trace succeeded, and at the end firmware is
@@ -14,10 +16,9 @@ bad() { echo "FAIL: $*"; fail=1; }
 
 "$here/probe.sh" "$work" >"$work.out" 2>&1 || bad "probe run failed (status $?); see $work.out"
 log="$work/guest.log"
-trace="$work/hca0.trace"
-
 for want in "RIG-PROBE insmod rc=0" "RIG-PROBE driver=mlx5_core" "RIG-PROBE aux=mlx5_core.rdma.0" \
-            "RIG-PROBE rmmod rc=0"; do
+            "RIG-PROBE aux=mlx5_core.rdma.1" "RIG-PROBE rmmod rc=0" "RIG-PROBE reinsmod rc=0" \
+            "RIG-PROBE reaux=mlx5_core.rdma.1" "RIG-PROBE rermmod rc=0"; do
   grep -q "$want" "$log" || bad "guest log lacks '$want'"
 done
 # Informational lines real ConnectX-5s print too.
@@ -27,13 +28,18 @@ if grep -E 'mlx5_core' "$log" | grep -vE "$ok_info" | grep -iE 'err|fail|warn|ti
 fi
 if grep -E 'WARNING:|BUG:|Call Trace' "$log"; then bad "kernel warning (lines above)"; fi
 if grep -E '^RIG-RMMOD' "$log" | grep -vE "$ok_info"; then bad "rmmod printed messages (lines above)"; fi
+if grep -E 'RIG-PROBE reset .* failed' "$log"; then bad "a function reset failed"; fi
+if [ "$(grep -c 'RIG-PROBE reset .* ok' "$log")" != 2 ]; then bad "expected two function resets"; fi
 
-[ -s "$trace" ] || bad "no command trace at $trace"
-if grep '^CMD' "$trace" | grep -v ' OK$'; then bad "firmware commands failed (lines above)"; fi
-grep -q '^END state=Disabled pages_held=0 eqs=0 uars=0 dma_faults=0$' "$trace" ||
-  bad "model not clean at the end: $(grep '^END' "$trace" || echo 'no END line')"
+for trace in "$work/hca0.trace" "$work/hca1.trace"; do
+  [ -s "$trace" ] || { bad "no command trace at $trace"; continue; }
+  if grep '^CMD' "$trace" | grep -v ' OK$'; then bad "firmware commands failed in $trace (above)"; fi
+  grep -q '^END state=Disabled pages_held=0 eqs=0 uars=0 dma_faults=0$' "$trace" ||
+    bad "model not clean at the end of $trace: $(grep '^END' "$trace" || echo 'no END line')"
+  [ "$(grep -c 'CMD slot  0 INIT_HCA' "$trace")" = 2 ] || bad "$trace: expected two bring-ups"
+done
 
-echo "== commands Linux issued (model trace)"
-grep '^CMD' "$trace" | awk '{print $4, $6}' | uniq -c
+echo "== commands Linux issued to HCA 0 (both probes)"
+grep '^CMD' "$work/hca0.trace" | awk '{print $4, $6}' | uniq -c
 if [ "$fail" = 0 ]; then echo "PASS: clean mlx5_core probe and removal"; fi
 exit "$fail"
