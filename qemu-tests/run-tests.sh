@@ -37,6 +37,9 @@ else
 
   step "guest: Linux mlx5_core probes the model and is removed cleanly"
   qemu-tests/rig/test-probe.sh
+
+  step "guest: bareverbs over Linux VFIO behind the emulated IOMMU"
+  qemu-tests/rig/test-vfio.sh
 fi
 
 step "all tests passed"

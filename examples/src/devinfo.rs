@@ -2,16 +2,19 @@
 //! that the driver knows. Without arguments it runs against the in-process model (no root, no
 //! hardware).
 //!
-//! Usage: `devinfo [-v] [--trace] [--background]`
+//! Usage: `devinfo [-v] [--trace] [--background] [--pci BDF]`
 //! - `-v`: device limits, like `ibv_devinfo -v`;
 //! - `--trace`: the firmware commands of bring-up and teardown, with their status;
-//! - `--background`: run the model on its own thread (the driver really polls).
+//! - `--background`: run the model on its own thread (the driver really polls);
+//! - `--pci BDF`: drive a real device (or the model under QEMU) bound to `vfio-pci`
+//!   (`bareverbs-vfio-bind bind BDF`), through Linux VFIO.
 
 use std::process::ExitCode;
 
 use bareverbs::{Config, Device, DeviceInfo, LinkLayer};
 use bareverbs_hal::Hal;
 use bareverbs_model::{Drive, ModelConfig, SimHal};
+use bareverbs_vfio::VfioHal;
 
 fn guid(g: u64) -> String {
     format!(
@@ -109,13 +112,22 @@ fn main() -> ExitCode {
     let mut verbose = false;
     let mut trace = false;
     let mut drive = Drive::Synchronous;
-    for a in &args {
+    let mut pci = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
         match a.as_str() {
             "-v" | "--verbose" => verbose = true,
             "--trace" => trace = true,
             "--background" => drive = Drive::Background,
+            "--pci" => match it.next() {
+                Some(b) => pci = Some(b.clone()),
+                None => {
+                    eprintln!("devinfo: --pci needs a PCI address such as 0000:01:00.0");
+                    return ExitCode::from(2);
+                }
+            },
             "-h" | "--help" => {
-                println!("usage: devinfo [-v] [--trace] [--background]");
+                println!("usage: devinfo [-v] [--trace] [--background] [--pci BDF]");
                 return ExitCode::SUCCESS;
             }
             other => {
@@ -124,14 +136,39 @@ fn main() -> ExitCode {
             }
         }
     }
+    if let Some(bdf) = pci {
+        let hal = match VfioHal::open(&bdf) {
+            Ok(h) => h,
+            Err(e) => {
+                eprintln!("devinfo: {e}");
+                let mut src = std::error::Error::source(&e);
+                while let Some(s) = src {
+                    eprintln!("  caused by: {s}");
+                    src = s.source();
+                }
+                return ExitCode::FAILURE;
+            }
+        };
+        let part = hal.pci_id().1;
+        return run(hal, part, verbose, trace);
+    }
     let model_cfg = ModelConfig::default();
     let part = model_cfg.device_id;
     let hal = SimHal::new(model_cfg, drive);
-    let dev = match Device::bring_up(&hal, Config::default()) {
+    let model = hal.model();
+    let code = run(&hal, part, verbose, trace);
+    if trace {
+        println!("\npages still held by firmware: {}", model.pages_held());
+    }
+    code
+}
+
+/// Brings the device up, prints it, tears it down.
+fn run<H: Hal>(hal: H, part: u16, verbose: bool, trace: bool) -> ExitCode {
+    let dev = match Device::bring_up(hal, Config::default()) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("devinfo: bring-up failed at {e}");
-            eprint!("{}", hal.model().trace_text());
             return ExitCode::FAILURE;
         }
     };
@@ -142,18 +179,16 @@ fn main() -> ExitCode {
             println!("  {r}");
         }
     }
-    let model = hal.model();
-    let before = model.trace().len();
-    if let Err(e) = dev.teardown() {
-        eprintln!("devinfo: teardown failed at {e}");
-        return ExitCode::FAILURE;
-    }
-    if trace {
-        println!("\nteardown commands (model's trace):");
-        for t in &model.trace()[before..] {
-            println!("  {t}");
+    match dev.teardown() {
+        Ok(()) => {
+            if trace {
+                println!("\nteardown: OK");
+            }
+            ExitCode::SUCCESS
         }
-        println!("\npages still held by firmware: {}", model.pages_held());
+        Err(e) => {
+            eprintln!("devinfo: teardown failed at {e}");
+            ExitCode::FAILURE
+        }
     }
-    ExitCode::SUCCESS
 }

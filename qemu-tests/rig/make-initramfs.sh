@@ -282,8 +282,13 @@ vfio)
   [ "${drv##*/}" = vfio-pci ] || { echo "RIG-ERROR $BDF did not bind to vfio-pci"; finish 1; }
   prog=${VFIO_PROG:-/bin/vfiotest}
   if [ -x "$prog" ]; then
-    "$prog" "$GROUP" "$BDF"
+    # VFIO_PROG_ARGS may name the device as @BDF and @GROUP; default: "GROUP BDF".
+    args=${VFIO_PROG_ARGS:-@GROUP @BDF}
+    args=$(echo "$args" | sed "s/@BDF/$BDF/g; s/@GROUP/$GROUP/g")
+    # shellcheck disable=SC2086 # the arguments are split on purpose
+    "$prog" $args
     rc=$?
+    echo "RIG-VFIO prog rc=$rc"
   else
     echo "RIG-ERROR $prog not in the initramfs (add it: make-initramfs.sh OUT prog:$prog)"
     rc=1
