@@ -6,10 +6,11 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
+target=${CARGO_TARGET_DIR:-$top/target}
 work=${1:-/tmp/bareverbs-probe}
 mkdir -p "$work"
 cargo build --release --locked -q -p bareverbs-model --bin mlx5-vfio-user --manifest-path "$top/Cargo.toml"
-server="$top/target/release/mlx5-vfio-user"
+server="$target/release/mlx5-vfio-user"
 [ -f "$work/initrd.gz" ] || "$here/make-initramfs.sh" "$work/initrd.gz" >/dev/null
 rm -f "$work"/mlx5-*.sock "$work"/hca*.trace
 socks=() devs=()

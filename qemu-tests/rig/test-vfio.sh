@@ -6,6 +6,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
+target=${CARGO_TARGET_DIR:-$top/target}
 work=${1:-/tmp/bareverbs-vfio}
 mkdir -p "$work"
 fail=0
@@ -15,10 +16,10 @@ cargo build --release --locked -q --manifest-path "$top/Cargo.toml" -p bareverbs
 cargo build --release --locked -q --manifest-path "$top/Cargo.toml" \
   --target x86_64-unknown-linux-musl -p bareverbs-examples --bin devinfo
 "$here/make-initramfs.sh" "$work/initrd.gz" \
-  "$top/target/x86_64-unknown-linux-musl/release/devinfo:/bin/devinfo" >/dev/null
+  "$target/x86_64-unknown-linux-musl/release/devinfo:/bin/devinfo" >/dev/null
 
 rm -f "$work/mlx5.sock" "$work"/hca*.trace
-"$top/target/release/mlx5-vfio-user" --socket "$work/mlx5.sock" --trace-dir "$work" \
+"$target/release/mlx5-vfio-user" --socket "$work/mlx5.sock" --trace-dir "$work" \
   >"$work/server.log" 2>&1 &
 spid=$!
 trap 'kill $spid 2>/dev/null || true' EXIT
