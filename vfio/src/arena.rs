@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use bareverbs_hal::{DmaError, DmaMemory, Iova};
 
 use crate::error::{with_sources, VfioError};
+use crate::free_list::FreeList;
 use crate::iommu::{IovaSpace, CHUNK};
 use crate::sys;
 
@@ -38,8 +39,8 @@ struct Chunk {
     iova: u64,
     size: usize,
     huge: bool,
-    /// Free `(offset, len)` blocks, sorted, never adjacent (merged on free).
-    free: Vec<(usize, usize)>,
+    /// The parts of the chunk not handed out.
+    free: FreeList,
 }
 
 // SAFETY: a Chunk is a pointer to an anonymous mapping owned by the arena; its bytes are only
@@ -54,56 +55,24 @@ impl Chunk {
             iova,
             size,
             huge,
-            free: vec![(0, size)],
+            free: FreeList::new(size),
         }
     }
 
-    /// Takes `len` bytes at an offset that is a multiple of `align` (first fit).
-    // INVARIANT: the returned range lies inside the chunk and in no other taken range.
     fn take(&mut self, len: usize, align: usize) -> Option<usize> {
-        let (i, start) = self.free.iter().enumerate().find_map(|(i, &(off, n))| {
-            let start = off.checked_next_multiple_of(align)?;
-            let end = start.checked_add(len)?;
-            (end <= off + n).then_some((i, start))
-        })?;
-        let (off, n) = self.free[i];
-        let before = (start > off).then_some((off, start - off));
-        let after = (start + len < off + n).then_some((start + len, off + n - start - len));
-        match (before, after) {
-            (Some(b), Some(a)) => {
-                self.free[i] = b;
-                self.free.insert(i + 1, a);
-            }
-            (Some(x), None) | (None, Some(x)) => self.free[i] = x,
-            (None, None) => {
-                self.free.remove(i);
-            }
-        }
-        Some(start)
+        self.free.take(len, align)
     }
 
-    /// Gives back a range returned by [`Chunk::take`], merging it with its neighbours.
     fn give(&mut self, off: usize, len: usize) {
-        let i = self.free.partition_point(|&(o, _)| o < off);
-        debug_assert!(i == 0 || self.free[i - 1].0 + self.free[i - 1].1 <= off);
-        debug_assert!(i == self.free.len() || off + len <= self.free[i].0);
-        self.free.insert(i, (off, len));
-        if i + 1 < self.free.len() && off + len == self.free[i + 1].0 {
-            self.free[i].1 += self.free[i + 1].1;
-            self.free.remove(i + 1);
-        }
-        if i > 0 && self.free[i - 1].0 + self.free[i - 1].1 == off {
-            self.free[i - 1].1 += self.free[i].1;
-            self.free.remove(i);
-        }
+        self.free.give(off, len)
     }
 
     fn is_unused(&self) -> bool {
-        self.free == [(0, self.size)]
+        self.free.is_unused()
     }
 
     fn free_bytes(&self) -> usize {
-        self.free.iter().map(|&(_, n)| n).sum()
+        self.free.free_bytes()
     }
 }
 
@@ -631,20 +600,5 @@ mod tests {
         assert_eq!(fake::with(|f| f.dma_maps.len()), 1);
         drop(d);
         assert!(fake::with(|f| f.dma_maps.is_empty()));
-    }
-
-    #[test]
-    fn free_list_merges_neighbours() {
-        let mut c = Chunk::new(NonNull::dangling(), 0, 4096, false);
-        let a = c.take(1024, 64).unwrap();
-        let b = c.take(1024, 64).unwrap();
-        let d = c.take(1024, 2048).unwrap();
-        assert_eq!((a, b, d), (0, 1024, 2048));
-        c.give(b, 1024);
-        c.give(a, 1024);
-        assert_eq!(c.free, [(0, 2048), (3072, 1024)]);
-        c.give(d, 1024);
-        assert!(c.is_unused());
-        assert_eq!(c.take(8192, 64), None);
     }
 }

@@ -41,6 +41,28 @@ fn driver_name(driver: &Option<String>) -> &str {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum VfioError {
+    /// A vfio-user server could not be reached or answered wrongly.
+    #[error("vfio-user server at {}: {what} failed: is the server running (mlx5-vfio-user --socket PATH)?", .path.display())]
+    VfioUser {
+        /// The socket.
+        path: PathBuf,
+        /// The step.
+        what: &'static str,
+        /// What the vfio-user client reported.
+        #[source]
+        source: vfio_user::Error,
+    },
+
+    /// Guest-memory setup for a vfio-user device failed (memfd, size or mmap).
+    #[error("cannot create {bytes} bytes of shared DMA memory for the vfio-user device: {source}")]
+    VfioUserMemory {
+        /// Bytes asked for.
+        bytes: usize,
+        /// The failed call.
+        #[source]
+        source: io::Error,
+    },
+
     /// The string is not a PCI address.
     #[error("`{input}` is not a PCI address: write it as sysfs does, e.g. 0000:01:00.0 (see `lspci -D`)")]
     BadBdf {
