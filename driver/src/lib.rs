@@ -34,6 +34,7 @@ mod pages;
 pub mod port;
 pub mod trace;
 pub mod uar;
+pub mod verbs;
 
 pub use bareverbs_firmware_cmd as firmware_cmd;
 pub use bareverbs_hal as hal;

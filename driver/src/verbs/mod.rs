@@ -1,0 +1,3 @@
+//! The verbs layer: ibverbs objects and their rules on top of the brought-up device.
+
+pub mod qp_state;

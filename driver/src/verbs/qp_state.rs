@@ -1,0 +1,1 @@
+//! QP states, types and the attribute-mask rules of each state transition.
