@@ -16,7 +16,7 @@ use heapless::{Deque, Vec};
 use crate::caps::{Caps, LinkLayer};
 use crate::cmdq::{check_geometry, CmdQueue, Slot};
 use crate::config::Config;
-use crate::device::{input, Device, DeviceInfo, Progress, SpecialKeys};
+use crate::device::{input, Control, Device, DeviceInfo, Progress, SpecialKeys};
 use crate::eq::EventQueue;
 use crate::error::{AtStep, Error, Step, StepError};
 use crate::health::{device_gone, HealthMonitor};
@@ -100,23 +100,25 @@ impl<H: Hal> Device<H> {
         let mut dev = Device {
             hal,
             cfg,
-            cmd,
-            cmd_timeout,
-            pages: PageManager::new(),
-            uar: None,
-            eq: None,
             info: DeviceInfo {
                 fw_version,
                 cmdif_rev: rev,
                 embedded_cpu,
                 ..DeviceInfo::default()
             },
-            ports: Vec::new(),
-            events: Deque::new(),
-            events_dropped: 0,
-            trace: Trace::default(),
-            health: HealthMonitor::default(),
-            progress: Progress::default(),
+            ctl: spin::Mutex::new(Control {
+                cmd,
+                cmd_timeout,
+                pages: PageManager::new(),
+                uar: None,
+                eq: None,
+                ports: Vec::new(),
+                events: Deque::new(),
+                events_dropped: 0,
+                trace: Trace::default(),
+                health: HealthMonitor::default(),
+                progress: Progress::default(),
+            }),
         };
         info!(
             "mlx5: firmware {}.{}.{}, cmdif {}",
@@ -135,7 +137,7 @@ impl<H: Hal> Device<H> {
     fn run_bring_up(&mut self, fw_init: Duration) -> Result<(), StepError> {
         wait_fw_init(&self.hal, fw_init, self.cfg.timeouts.fw_poll).at(Step::WaitFirmwareInit)?;
         self.enable_hca().at(Step::EnableHca)?;
-        self.progress.enabled = true;
+        self.ctl.get_mut().progress.enabled = true;
         self.set_issi().at(Step::Issi)?;
         self.startup_pages(query_pages_op_mod::BOOT)
             .at(Step::BootPages)?;
@@ -147,7 +149,7 @@ impl<H: Hal> Device<H> {
         let mut out = [0u8; InitHcaOut::BYTES];
         input::<InitHca>(&mut inp).at(Step::InitHca)?;
         self.exec::<InitHca>(&mut inp, &mut out).at(Step::InitHca)?;
-        self.progress.initialized = true;
+        self.ctl.get_mut().progress.initialized = true;
         self.query_caps().at(Step::QueryCaps)?;
         if self.cfg.set_driver_version && self.info.caps.driver_version {
             self.set_driver_version().at(Step::DriverVersion)?;
@@ -214,7 +216,9 @@ impl<H: Hal> Device<H> {
         let n = View::<QueryPagesOut>::new_checked(&out)?.get32(query_pages_out::num_pages) as i32;
         debug!("firmware asks for {} pages (op_mod {})", n, op_mod);
         if n > 0 {
-            self.give_pages(n as usize, Slot::Regular)?;
+            self.ctl
+                .get_mut()
+                .give_pages(&self.hal, n as usize, Slot::Regular)?;
         }
         Ok(())
     }
@@ -316,7 +320,7 @@ impl<H: Hal> Device<H> {
         let idx = UarIndex(View::<AllocUarOut>::new_checked(&out)?.get32(alloc_uar_out::uar));
         match Uar::new(idx, self.hal.bar0().len()) {
             Ok(u) => {
-                self.uar = Some(u);
+                self.ctl.get_mut().uar = Some(u);
                 Ok(())
             }
             Err(e) => {
@@ -340,7 +344,7 @@ impl<H: Hal> Device<H> {
         /// Largest async EQ: 2^12 EQEs = 256 KiB = 64 pages.
         const MAX_LOG_SIZE: u8 = 12;
         const MAX_PAGES: usize = (64 << MAX_LOG_SIZE) / 4096;
-        let uar = self.uar.ok_or(Error::NotUp)?;
+        let uar = self.ctl.get_mut().uar.ok_or(Error::NotUp)?;
         let log_size = self
             .cfg
             .async_eq_log_size
@@ -375,7 +379,7 @@ impl<H: Hal> Device<H> {
             return Err(e);
         }
         let eqn = Eqn(View::<CreateEqOut>::new_checked(&out)?.get(create_eq_out::eq_number) as u8);
-        self.eq = Some(EventQueue::new(buf, eqn, log_size, uar));
+        self.ctl.get_mut().eq = Some(EventQueue::new(buf, eqn, log_size, uar));
         Ok(())
     }
 
@@ -399,8 +403,8 @@ impl<H: Hal> Device<H> {
     ///
     /// # Errors
     /// [`Error::NoSuchPort`] outside 1..=num_ports; a command error otherwise.
-    pub fn query_port(&mut self, port: u8) -> Result<PortInfo, Error> {
-        if !self.progress.initialized {
+    pub fn query_port(&self, port: u8) -> Result<PortInfo, Error> {
+        if !self.ctl.lock().progress.initialized {
             return Err(Error::NotUp);
         }
         let caps = self.info.caps;
@@ -460,10 +464,11 @@ impl<H: Hal> Device<H> {
             }
         };
         let i = usize::from(port - 1);
-        if i < self.ports.len() {
-            self.ports[i] = info;
+        let mut ctl = self.ctl.lock();
+        if i < ctl.ports.len() {
+            ctl.ports[i] = info;
         } else {
-            let _ = self.ports.push(info);
+            let _ = ctl.ports.push(info);
         }
         Ok(info)
     }
@@ -484,7 +489,7 @@ impl<H: Hal> Device<H> {
     }
 
     fn shutdown(&mut self) -> Result<(), StepError> {
-        if self.cmd.wedged {
+        if self.ctl.get_mut().cmd.wedged {
             // No command can be trusted: the device may write anything it was given.
             self.abandon();
             return Ok(());
@@ -495,7 +500,7 @@ impl<H: Hal> Device<H> {
                 first.get_or_insert(e);
             }
         };
-        if let Some(eq) = self.eq.take() {
+        if let Some(eq) = self.ctl.get_mut().eq.take() {
             let mut inp = [0u8; DestroyEqIn::BYTES];
             let mut out = [0u8; DestroyEqOut::BYTES];
             let r = input::<DestroyEq>(&mut inp)
@@ -508,10 +513,10 @@ impl<H: Hal> Device<H> {
             }
             note(r.at(Step::DestroyEq));
         }
-        if let Some(uar) = self.uar.take() {
+        if let Some(uar) = self.ctl.get_mut().uar.take() {
             note(self.dealloc_uar(uar.index()).at(Step::DeallocUar));
         }
-        if self.progress.initialized {
+        if self.ctl.get_mut().progress.initialized {
             let mut inp = [0u8; TeardownHcaIn::BYTES];
             let mut out = [0u8; TeardownHcaOut::BYTES];
             let r = input::<TeardownHca>(&mut inp)
@@ -527,9 +532,9 @@ impl<H: Hal> Device<H> {
                     error: e,
                 }));
             }
-            self.progress.initialized = false;
+            self.ctl.get_mut().progress.initialized = false;
         }
-        if self.progress.enabled {
+        if self.ctl.get_mut().progress.enabled {
             note(self.reclaim_all().at(Step::ReclaimPages));
             let mut inp = [0u8; DisableHcaIn::BYTES];
             let mut out = [0u8; DisableHcaOut::BYTES];
@@ -542,9 +547,9 @@ impl<H: Hal> Device<H> {
                 })
                 .and_then(|()| self.exec::<DisableHca>(&mut inp, &mut out));
             note(r.at(Step::DisableHca));
-            self.progress.enabled = false;
+            self.ctl.get_mut().progress.enabled = false;
         }
-        if self.cmd.wedged {
+        if self.ctl.get_mut().cmd.wedged {
             self.abandon();
         }
         match first {
@@ -555,17 +560,21 @@ impl<H: Hal> Device<H> {
 
     /// MANAGE_PAGES(TAKE) until firmware holds nothing (`mlx5_reclaim_startup_pages`).
     fn reclaim_all(&mut self) -> Result<(), Error> {
-        while self.pages.given() > 0 {
-            let want = self.pages.given();
-            match self.take_pages(want, Slot::Regular) {
+        while self.ctl.get_mut().pages.given() > 0 {
+            let want = self.ctl.get_mut().pages.given();
+            match self
+                .ctl
+                .get_mut()
+                .take_pages(&self.hal, want, Slot::Regular)
+            {
                 Ok(0) => {
-                    let count = self.pages.given();
-                    self.pages.leak_all();
+                    let count = self.ctl.get_mut().pages.given();
+                    self.ctl.get_mut().pages.leak_all();
                     return Err(Error::PagesNotReturned { count });
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    self.pages.leak_all();
+                    self.ctl.get_mut().pages.leak_all();
                     return Err(e);
                 }
             }
@@ -575,12 +584,12 @@ impl<H: Hal> Device<H> {
 
     /// Gives up every DMA region the device might still touch, without freeing it.
     fn abandon(&mut self) {
-        self.pages.leak_all();
-        if let Some(eq) = self.eq.take() {
+        self.ctl.get_mut().pages.leak_all();
+        if let Some(eq) = self.ctl.get_mut().eq.take() {
             eq.buf.leak();
         }
-        self.cmd.leak();
-        self.progress = Progress::default();
+        self.ctl.get_mut().cmd.leak();
+        self.ctl.get_mut().progress = Progress::default();
     }
 }
 
@@ -594,7 +603,10 @@ fn input_keep<C: bareverbs_firmware_cmd::Command>(
 
 impl<H: Hal> Drop for Device<H> {
     fn drop(&mut self) {
-        if self.progress.enabled || self.progress.initialized || self.cmd.wedged {
+        if self.ctl.get_mut().progress.enabled
+            || self.ctl.get_mut().progress.initialized
+            || self.ctl.get_mut().cmd.wedged
+        {
             self.shutdown_quietly();
         }
     }

@@ -109,17 +109,25 @@ pub(crate) struct Progress {
 
 /// A brought-up mlx5 HCA.
 ///
-/// Dropping it tears the device down (ignoring errors); [`Device::teardown`] does the same and
-/// reports them.
+/// Control operations take `&self`: the command interface and the rest of the control state
+/// sit behind a spin lock, so verbs objects can hold a reference to their device. Dropping it
+/// tears the device down (ignoring errors); [`Device::teardown`] does the same and reports
+/// them.
 pub struct Device<H: Hal> {
     pub(crate) hal: H,
     pub(crate) cfg: Config,
+    pub(crate) info: DeviceInfo,
+    pub(crate) ctl: spin::Mutex<Control<H>>,
+}
+
+/// The mutable control state: command queue, firmware pages, the async EQ and what it
+/// reported, the trace, health and life-cycle flags.
+pub(crate) struct Control<H: Hal> {
     pub(crate) cmd: CmdQueue<H>,
     pub(crate) cmd_timeout: Duration,
     pub(crate) pages: PageManager<H>,
     pub(crate) uar: Option<Uar>,
     pub(crate) eq: Option<EventQueue<H>>,
-    pub(crate) info: DeviceInfo,
     pub(crate) ports: Vec<PortInfo, MAX_PORTS>,
     pub(crate) events: Deque<AsyncEvent, EVENT_QUEUE_LEN>,
     pub(crate) events_dropped: u64,
@@ -142,14 +150,82 @@ impl<H: Hal> Device<H> {
     /// [`Error::Command`] with opcode, status and syndrome when firmware refuses it;
     /// [`Error::CommandTimeout`] (or [`Error::DeviceGone`]) when it never completes, after
     /// which the command interface stays unusable ([`Error::CommandInterfaceWedged`]).
-    pub fn exec<C: Command>(&mut self, input: &mut [u8], output: &mut [u8]) -> Result<(), Error> {
+    pub fn exec<C: Command>(&self, input: &mut [u8], output: &mut [u8]) -> Result<(), Error> {
         View::<C::In>::new_checked(input)?;
         View::<C::Out>::new_checked(output)?;
-        self.exec_on(Slot::Regular, C::OPCODE, input, output)
+        self.ctl
+            .lock()
+            .exec_on(&self.hal, Slot::Regular, C::OPCODE, input, output)
     }
 
-    fn exec_on(
+    /// Polls for asynchronous events: serves firmware page requests and queues the rest for
+    /// [`Device::next_event`]. Returns the number of EQEs consumed. Call it from time to time
+    /// (poll mode: nothing runs in the background).
+    pub fn poll_events(&self) -> usize {
+        self.ctl.lock().service_events(&self.hal)
+    }
+
+    /// The oldest unread asynchronous event.
+    pub fn next_event(&self) -> Option<AsyncEvent> {
+        self.ctl.lock().events.pop_front()
+    }
+
+    /// Events dropped because nobody read them in time.
+    pub fn events_dropped(&self) -> u64 {
+        self.ctl.lock().events_dropped
+    }
+
+    /// What is known about the device.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    /// Port state read at bring-up or by the last [`Device::query_port`].
+    pub fn ports(&self) -> Vec<PortInfo, MAX_PORTS> {
+        self.ctl.lock().ports.clone()
+    }
+
+    /// Pages the driver has given to firmware.
+    pub fn pages_given(&self) -> usize {
+        self.ctl.lock().pages.given()
+    }
+
+    /// The UAR the driver uses.
+    pub fn uar(&self) -> Option<Uar> {
+        self.ctl.lock().uar
+    }
+
+    /// The asynchronous event queue's number.
+    pub fn async_eqn(&self) -> Option<Eqn> {
+        self.ctl.lock().eq.as_ref().map(|e| e.eqn)
+    }
+
+    /// A copy of the command trace.
+    pub fn trace(&self) -> Trace {
+        self.ctl.lock().trace.clone()
+    }
+
+    /// The configuration the device was brought up with.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The platform.
+    pub fn hal(&self) -> &H {
+        &self.hal
+    }
+
+    /// Reads the health buffer and counter; call it periodically (Linux: every 2 s) to detect
+    /// a hung or failed device.
+    pub fn check_health(&self) -> HealthReport {
+        self.ctl.lock().health.check(self.hal.bar0())
+    }
+}
+
+impl<H: Hal> Control<H> {
+    pub(crate) fn exec_on(
         &mut self,
+        hal: &H,
         slot: Slot,
         opcode: Opcode,
         input: &mut [u8],
@@ -157,14 +233,14 @@ impl<H: Hal> Device<H> {
     ) -> Result<(), Error> {
         input[..2].copy_from_slice(&opcode.0.to_be_bytes());
         let op_mod = u16::from_be_bytes([input[6], input[7]]);
-        self.cmd.post(&self.hal, slot, input, output.len())?;
-        let deadline = Deadline::new(self.hal.now(), self.cmd_timeout);
+        self.cmd.post(hal, slot, input, output.len())?;
+        let deadline = Deadline::new(hal.now(), self.cmd_timeout);
         while !self.cmd.done(slot) {
             if slot == Slot::Regular && self.eq.is_some() {
                 // Firmware may hold this command until it gets pages: serve its requests.
-                self.service_events();
+                self.service_events(hal);
             }
-            if deadline.expired(self.hal.now()) {
+            if deadline.expired(hal.now()) {
                 self.trace.push(TraceRecord {
                     opcode,
                     op_mod,
@@ -172,13 +248,13 @@ impl<H: Hal> Device<H> {
                 });
                 self.cmd.wedged = true;
                 warn!("{} timed out", opcode);
-                return Err(if device_gone(self.hal.bar0()) {
+                return Err(if device_gone(hal.bar0()) {
                     Error::DeviceGone
                 } else {
                     Error::CommandTimeout { opcode }
                 });
             }
-            self.hal.relax();
+            hal.relax();
         }
         let r = self.cmd.finish(slot, opcode, op_mod, output);
         let outcome = match r {
@@ -200,7 +276,7 @@ impl<H: Hal> Device<H> {
     }
 
     /// Gives firmware `n` pages (MANAGE_PAGES GIVE in batches of [`PAGES_PER_COMMAND`]).
-    pub(crate) fn give_pages(&mut self, n: usize, slot: Slot) -> Result<(), Error> {
+    pub(crate) fn give_pages(&mut self, hal: &H, n: usize, slot: Slot) -> Result<(), Error> {
         let mut left = n;
         while left > 0 {
             let batch = left.min(PAGES_PER_COMMAND);
@@ -212,7 +288,7 @@ impl<H: Hal> Device<H> {
                 v.set(manage_pages_in::op_mod, manage_pages_op_mod::GIVE)
                     .set(manage_pages_in::input_num_entries, batch as u32);
                 for k in 0..batch {
-                    match self.pages.take_free(&self.hal) {
+                    match self.pages.take_free(hal) {
                         Ok(iova) => {
                             v.set_array(manage_pages_in::pas, k, iova.0)?;
                             let _ = given.push(iova.0);
@@ -227,7 +303,7 @@ impl<H: Hal> Device<H> {
                 }
             }
             let mut out = [0u8; ManagePagesOut::BYTES];
-            match self.exec_on(slot, Opcode::MANAGE_PAGES, &mut buf[..len], &mut out) {
+            match self.exec_on(hal, slot, Opcode::MANAGE_PAGES, &mut buf[..len], &mut out) {
                 Ok(()) => {}
                 Err(e @ Error::Command(_)) => {
                     // Firmware refused them: they are still ours.
@@ -245,7 +321,7 @@ impl<H: Hal> Device<H> {
     }
 
     /// Takes back up to `n` pages (MANAGE_PAGES TAKE); returns how many firmware returned.
-    pub(crate) fn take_pages(&mut self, n: usize, slot: Slot) -> Result<usize, Error> {
+    pub(crate) fn take_pages(&mut self, hal: &H, n: usize, slot: Slot) -> Result<usize, Error> {
         let batch = n.min(PAGES_PER_COMMAND);
         let mut inp = [0u8; ManagePagesIn::BYTES];
         input::<bareverbs_firmware_cmd::commands::ManagePages>(&mut inp)?
@@ -253,7 +329,13 @@ impl<H: Hal> Device<H> {
             .set(manage_pages_in::input_num_entries, batch as u32);
         let mut out = [0u8; PAGES_MSG];
         let outlen = ManagePagesOut::BYTES + 8 * batch;
-        self.exec_on(slot, Opcode::MANAGE_PAGES, &mut inp, &mut out[..outlen])?;
+        self.exec_on(
+            hal,
+            slot,
+            Opcode::MANAGE_PAGES,
+            &mut inp,
+            &mut out[..outlen],
+        )?;
         let v = View::<ManagePagesOut>::new_checked(&out[..outlen])?;
         let got = v.get32(manage_pages_out::output_num_entries) as usize;
         let mut first_err = None;
@@ -272,7 +354,7 @@ impl<H: Hal> Device<H> {
         }
     }
 
-    fn handle_page_request(&mut self, eqe: &[u8; EQE_BYTES]) {
+    fn handle_page_request(&mut self, hal: &H, eqe: &[u8; EQE_BYTES]) {
         let e = match View::<Eqe>::new_checked(eqe) {
             Ok(e) => e,
             Err(_) => return,
@@ -285,7 +367,7 @@ impl<H: Hal> Device<H> {
             return;
         }
         if n > 0 {
-            if let Err(err) = self.give_pages(n as usize, Slot::Pages) {
+            if let Err(err) = self.give_pages(hal, n as usize, Slot::Pages) {
                 warn!("cannot give {} pages: {}", n, err);
                 if !matches!(
                     err,
@@ -298,13 +380,14 @@ impl<H: Hal> Device<H> {
                         v.set(manage_pages_in::op_mod, manage_pages_op_mod::CANT_GIVE);
                     }
                     let mut out = [0u8; ManagePagesOut::BYTES];
-                    let _ = self.exec_on(Slot::Pages, Opcode::MANAGE_PAGES, &mut inp, &mut out);
+                    let _ =
+                        self.exec_on(hal, Slot::Pages, Opcode::MANAGE_PAGES, &mut inp, &mut out);
                 }
             }
         } else if n < 0 {
             let mut left = n.unsigned_abs() as usize;
             while left > 0 {
-                match self.take_pages(left, Slot::Pages) {
+                match self.take_pages(hal, left, Slot::Pages) {
                     Ok(0) | Err(_) => break,
                     Ok(got) => left = left.saturating_sub(got),
                 }
@@ -313,14 +396,14 @@ impl<H: Hal> Device<H> {
     }
 
     /// Polls the asynchronous EQ once: serves page requests, queues other events.
-    fn service_events(&mut self) -> usize {
+    pub(crate) fn service_events(&mut self, hal: &H) -> usize {
         let mut n = 0;
         while let Some(eqe) = self.eq.as_mut().and_then(EventQueue::next) {
             n += 1;
             let (ty, sub) = (eqe[1], eqe[3]);
             let ev = match ty {
                 event_type::PAGE_REQUEST => {
-                    self.handle_page_request(&eqe);
+                    self.handle_page_request(hal, &eqe);
                     None
                 }
                 event_type::PORT_CHANGE => Some(AsyncEvent::PortChange {
@@ -342,72 +425,9 @@ impl<H: Hal> Device<H> {
         }
         if n > 0 {
             if let Some(eq) = self.eq.as_ref() {
-                eq.update_ci(&self.hal, false);
+                eq.update_ci(hal, false);
             }
         }
         n
-    }
-
-    /// Polls for asynchronous events: serves firmware page requests and queues the rest for
-    /// [`Device::next_event`]. Returns the number of EQEs consumed. Call it from time to time
-    /// (poll mode: nothing runs in the background).
-    pub fn poll_events(&mut self) -> usize {
-        self.service_events()
-    }
-
-    /// The oldest unread asynchronous event.
-    pub fn next_event(&mut self) -> Option<AsyncEvent> {
-        self.events.pop_front()
-    }
-
-    /// Events dropped because nobody read them in time.
-    pub fn events_dropped(&self) -> u64 {
-        self.events_dropped
-    }
-
-    /// What is known about the device.
-    pub fn info(&self) -> &DeviceInfo {
-        &self.info
-    }
-
-    /// Port state read at bring-up or by the last [`Device::query_port`].
-    pub fn ports(&self) -> &[PortInfo] {
-        &self.ports
-    }
-
-    /// Pages the driver has given to firmware.
-    pub fn pages_given(&self) -> usize {
-        self.pages.given()
-    }
-
-    /// The UAR the driver uses.
-    pub fn uar(&self) -> Option<Uar> {
-        self.uar
-    }
-
-    /// The asynchronous event queue's number.
-    pub fn async_eqn(&self) -> Option<Eqn> {
-        self.eq.as_ref().map(|e| e.eqn)
-    }
-
-    /// The command trace.
-    pub fn trace(&self) -> &Trace {
-        &self.trace
-    }
-
-    /// The configuration the device was brought up with.
-    pub fn config(&self) -> &Config {
-        &self.cfg
-    }
-
-    /// The platform.
-    pub fn hal(&self) -> &H {
-        &self.hal
-    }
-
-    /// Reads the health buffer and counter; call it periodically (Linux: every 2 s) to detect
-    /// a hung or failed device.
-    pub fn check_health(&mut self) -> HealthReport {
-        self.health.check(self.hal.bar0())
     }
 }

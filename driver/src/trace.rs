@@ -50,7 +50,7 @@ impl fmt::Display for TraceRecord {
 }
 
 /// A ring of the most recent commands.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Trace {
     records: Deque<TraceRecord, TRACE_LEN>,
     total: u64,

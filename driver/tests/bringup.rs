@@ -369,7 +369,7 @@ fn firmware_asking_for_pages_in_the_middle_of_a_command() {
 fn runtime_page_requests_and_port_events() {
     let hal = SimHal::synchronous();
     let m = hal.model();
-    let mut dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
     m.request_pages(10);
     assert_eq!(dev.poll_events(), 1);
     assert_eq!(dev.pages_given(), 154);
@@ -406,7 +406,7 @@ fn runtime_page_requests_and_port_events() {
 fn health_and_surprise_removal() {
     let hal = SimHal::synchronous();
     let m = hal.model();
-    let mut dev = Device::bring_up(&hal, quick()).unwrap();
+    let dev = Device::bring_up(&hal, quick()).unwrap();
     let a = dev.check_health();
     bareverbs_hal::Hal::delay(&&hal, Duration::from_millis(50));
     let b = dev.check_health();

@@ -35,7 +35,7 @@ fn bring_up_and_teardown_over_the_socket() {
     hal.read_config(0, &mut id).unwrap();
     assert_eq!(id, [0xb3, 0x15, 0x17, 0x10]);
     for round in 0..2 {
-        let mut dev = Device::bring_up(&hal, Config::default())
+        let dev = Device::bring_up(&hal, Config::default())
             .unwrap_or_else(|e| panic!("round {round}: {e}"));
         assert_eq!(dev.info().fw_version, (16, 35, 2000));
         assert_eq!(dev.ports()[0].state, PortState::Active);

@@ -231,6 +231,9 @@ mod tests {
         assert_eq!(WcStatus::from_syndrome(0x13), WcStatus::RemAccessErr);
         assert_eq!(WcStatus::from_syndrome(0x16), WcStatus::RnrRetryExcErr);
         assert_eq!(WcStatus::from_syndrome(0x93), WcStatus::GeneralErr);
-        assert_eq!(std::format!("{}", WcStatus::WrFlushErr), "Work Request Flushed Error (5)");
+        assert_eq!(
+            std::format!("{}", WcStatus::WrFlushErr),
+            "Work Request Flushed Error (5)"
+        );
     }
 }
