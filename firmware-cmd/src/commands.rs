@@ -77,40 +77,46 @@ commands! {
         QUERY_ISSI = 0x10a, QueryIssi: QueryIssiIn => QueryIssiOut;
         SET_ISSI = 0x10b, SetIssi: SetIssiIn => SetIssiOut;
         SET_DRIVER_VERSION = 0x10d, SetDriverVersion: SetDriverVersionIn => SetDriverVersionOut;
+        CREATE_MKEY = 0x200, CreateMkey: CreateMkeyIn => CreateMkeyOut;
+        QUERY_MKEY = 0x201, QueryMkey: QueryMkeyIn => QueryMkeyOut;
+        DESTROY_MKEY = 0x202, DestroyMkey: DestroyMkeyIn => DestroyMkeyOut;
         QUERY_SPECIAL_CONTEXTS = 0x203, QuerySpecialContexts: QuerySpecialContextsIn => QuerySpecialContextsOut;
         CREATE_EQ = 0x301, CreateEq: CreateEqIn => CreateEqOut;
         DESTROY_EQ = 0x302, DestroyEq: DestroyEqIn => DestroyEqOut;
         QUERY_EQ = 0x303, QueryEq: QueryEqIn => QueryEqOut;
+        CREATE_CQ = 0x400, CreateCq: CreateCqIn => CreateCqOut;
+        DESTROY_CQ = 0x401, DestroyCq: DestroyCqIn => DestroyCqOut;
+        QUERY_CQ = 0x402, QueryCq: QueryCqIn => QueryCqOut;
+        MODIFY_CQ = 0x403, ModifyCq: ModifyCqIn => ModifyCqOut;
+        CREATE_QP = 0x500, CreateQp: CreateQpIn => CreateQpOut;
+        DESTROY_QP = 0x501, DestroyQp: DestroyQpIn => DestroyQpOut;
+        RST2INIT_QP = 0x502, Rst2InitQp: Rst2InitQpIn => Rst2InitQpOut;
+        INIT2RTR_QP = 0x503, Init2RtrQp: Init2RtrQpIn => Init2RtrQpOut;
+        RTR2RTS_QP = 0x504, Rtr2RtsQp: Rtr2RtsQpIn => Rtr2RtsQpOut;
+        RTS2RTS_QP = 0x505, Rts2RtsQp: Rts2RtsQpIn => Rts2RtsQpOut;
+        SQERR2RTS_QP = 0x506, Sqerr2RtsQp: Sqerr2RtsQpIn => Sqerr2RtsQpOut;
+        QP_2ERR = 0x507, Qp2Err: Qp2ErrIn => Qp2ErrOut;
+        QP_2RST = 0x50a, Qp2Rst: Qp2RstIn => Qp2RstOut;
+        QUERY_QP = 0x50b, QueryQp: QueryQpIn => QueryQpOut;
+        SQD_RTS_QP = 0x50c, SqdRtsQp: Sqd2RtsQpIn => Sqd2RtsQpOut;
+        INIT2INIT_QP = 0x50e, Init2InitQp: Init2InitQpIn => Init2InitQpOut;
         QUERY_VPORT_STATE = 0x750, QueryVportState: QueryVportStateIn => QueryVportStateOut;
         QUERY_HCA_VPORT_CONTEXT = 0x762, QueryHcaVportContext: QueryHcaVportContextIn => QueryHcaVportContextOut;
+        ALLOC_PD = 0x800, AllocPd: AllocPdIn => AllocPdOut;
+        DEALLOC_PD = 0x801, DeallocPd: DeallocPdIn => DeallocPdOut;
         ALLOC_UAR = 0x802, AllocUar: AllocUarIn => AllocUarOut;
         DEALLOC_UAR = 0x803, DeallocUar: DeallocUarIn => DeallocUarOut;
         ACCESS_REG = 0x805, AccessReg: AccessRegisterIn => AccessRegisterOut;
+        ATTACH_TO_MCG = 0x806, AttachToMcg: AttachToMcgIn => AttachToMcgOut;
+        DETACH_FROM_MCG = 0x807, DetachFromMcg: DetachFromMcgIn => DetachFromMcgOut;
+        ALLOC_TRANSPORT_DOMAIN = 0x816, AllocTransportDomain: AllocTransportDomainIn => AllocTransportDomainOut;
+        DEALLOC_TRANSPORT_DOMAIN = 0x817, DeallocTransportDomain: DeallocTransportDomainIn => DeallocTransportDomainOut;
     }
     named {
-        CREATE_MKEY = 0x200;
-        QUERY_MKEY = 0x201;
-        DESTROY_MKEY = 0x202;
         PAGE_FAULT_RESUME = 0x204;
         ALLOC_MEMIC = 0x205;
         GEN_EQE = 0x304;
-        CREATE_CQ = 0x400;
-        DESTROY_CQ = 0x401;
-        QUERY_CQ = 0x402;
-        MODIFY_CQ = 0x403;
-        CREATE_QP = 0x500;
-        DESTROY_QP = 0x501;
-        RST2INIT_QP = 0x502;
-        INIT2RTR_QP = 0x503;
-        RTR2RTS_QP = 0x504;
-        RTS2RTS_QP = 0x505;
-        SQERR2RTS_QP = 0x506;
-        QP_2ERR = 0x507;
-        QP_2RST = 0x50a;
-        QUERY_QP = 0x50b;
-        SQD_RTS_QP = 0x50c;
         MAD_IFC = 0x50d;
-        INIT2INIT_QP = 0x50e;
         CREATE_PSV = 0x600;
         DESTROY_PSV = 0x601;
         CREATE_SRQ = 0x700;
@@ -137,18 +143,12 @@ commands! {
         ALLOC_Q_COUNTER = 0x771;
         DEALLOC_Q_COUNTER = 0x772;
         QUERY_Q_COUNTER = 0x773;
-        ALLOC_PD = 0x800;
-        DEALLOC_PD = 0x801;
         CONFIG_INT_MODERATION = 0x804;
-        ATTACH_TO_MCG = 0x806;
-        DETACH_FROM_MCG = 0x807;
         QUERY_MAD_DEMUX = 0x80b;
         SET_MAD_DEMUX = 0x80c;
         NOP = 0x80d;
         ALLOC_XRCD = 0x80e;
         DEALLOC_XRCD = 0x80f;
-        ALLOC_TRANSPORT_DOMAIN = 0x816;
-        DEALLOC_TRANSPORT_DOMAIN = 0x817;
         QUERY_CONG_STATUS = 0x822;
         CREATE_TIR = 0x900;
         MODIFY_TIR = 0x901;
@@ -219,5 +219,39 @@ mod tests {
         assert_eq!(std::format!("{:?}", Opcode(0x104)), "ENABLE_HCA(0x104)");
         assert_eq!(std::format!("{}", Opcode(0xfff)), "opcode 0xfff");
         assert_eq!(<ManagePages as Command>::OPCODE, Opcode(0x108));
+    }
+
+    #[test]
+    fn verbs_commands_pair_opcodes_with_their_layouts() {
+        fn sizes<C: Command>() -> (u16, usize, usize) {
+            (C::OPCODE.0, C::In::BYTES, C::Out::BYTES)
+        }
+        // Opcodes: mlx5-reference 02 §10; sizes: 04 §5, 05 §1–2, 06 §1, §3, §4, §6.
+        assert_eq!(sizes::<CreateMkey>(), (0x200, 272, 16));
+        assert_eq!(sizes::<QueryMkey>(), (0x201, 16, 304));
+        assert_eq!(sizes::<DestroyMkey>(), (0x202, 16, 16));
+        assert_eq!(sizes::<CreateCq>(), (0x400, 272, 16));
+        assert_eq!(sizes::<DestroyCq>(), (0x401, 16, 16));
+        assert_eq!(sizes::<QueryCq>(), (0x402, 16, 272));
+        assert_eq!(sizes::<ModifyCq>(), (0x403, 272, 16));
+        assert_eq!(sizes::<CreateQp>(), (0x500, 272, 16));
+        assert_eq!(sizes::<DestroyQp>(), (0x501, 16, 16));
+        assert_eq!(sizes::<Rst2InitQp>(), (0x502, 272, 16));
+        assert_eq!(sizes::<Init2RtrQp>(), (0x503, 272, 16));
+        assert_eq!(sizes::<Rtr2RtsQp>(), (0x504, 272, 16));
+        assert_eq!(sizes::<Rts2RtsQp>(), (0x505, 272, 16));
+        assert_eq!(sizes::<Sqerr2RtsQp>(), (0x506, 272, 16));
+        assert_eq!(sizes::<Qp2Err>(), (0x507, 16, 16));
+        assert_eq!(sizes::<Qp2Rst>(), (0x50a, 16, 16));
+        assert_eq!(sizes::<QueryQp>(), (0x50b, 16, 464));
+        assert_eq!(sizes::<SqdRtsQp>(), (0x50c, 272, 16));
+        assert_eq!(sizes::<Init2InitQp>(), (0x50e, 272, 16));
+        assert_eq!(sizes::<AllocPd>(), (0x800, 16, 16));
+        assert_eq!(sizes::<DeallocPd>(), (0x801, 16, 16));
+        assert_eq!(sizes::<AttachToMcg>(), (0x806, 32, 16));
+        assert_eq!(sizes::<DetachFromMcg>(), (0x807, 32, 16));
+        assert_eq!(sizes::<AllocTransportDomain>(), (0x816, 16, 16));
+        assert_eq!(sizes::<DeallocTransportDomain>(), (0x817, 16, 16));
+        assert_eq!(Opcode::SQD_RTS_QP.name(), Some("SQD_RTS_QP"));
     }
 }

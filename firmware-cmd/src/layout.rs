@@ -2,7 +2,7 @@
 //! width) pairs inside big-endian dwords, exactly as `MLX5_SET`/`MLX5_GET` in Linux
 //! `include/linux/mlx5/device.h` treat the `mlx5_ifc_*_bits` structs (mlx5-reference 00).
 //!
-//! Layouts are declared with [`ifc!`](crate::ifc), which checks them at compile time. Access
+//! Layouts are declared with [`ifc!`](macro@crate::ifc), which checks them at compile time. Access
 //! goes through [`View`] and [`ViewMut`], whose constructors check the buffer length once, so
 //! every field access after that is in bounds by construction.
 

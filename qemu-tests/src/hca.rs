@@ -11,8 +11,10 @@ use bareverbs_firmware_cmd::init_seg::{self, HEALTH_BUFFER_OFFSET};
 use crate::caps;
 use crate::clock::SimClock;
 use crate::config::ModelConfig;
+use crate::cq::Cq;
 use crate::dma::{AddressSpace, DmaFault};
 use crate::eq::Eq;
+use crate::mkey::Mkey;
 use crate::trace::{ModelEvent, TraceEntry};
 
 /// Firmware life-cycle state.
@@ -90,6 +92,11 @@ pub struct Hca {
     pub(crate) caps_cur: Vec<u8>,
     pub(crate) uars: BTreeSet<u32>,
     pub(crate) eqs: BTreeMap<u8, Eq>,
+    pub(crate) pds: BTreeSet<u32>,
+    pub(crate) tds: BTreeSet<u32>,
+    pub(crate) mkeys: BTreeMap<u32, Mkey>,
+    pub(crate) cqs: BTreeMap<u32, Cq>,
+    pub(crate) next_object: u32,
     pub(crate) driver_version: Option<String>,
     pub(crate) ports: Vec<Port>,
     // Observation.
@@ -134,6 +141,11 @@ impl Hca {
             caps_cur,
             uars: BTreeSet::new(),
             eqs: BTreeMap::new(),
+            pds: BTreeSet::new(),
+            tds: BTreeSet::new(),
+            mkeys: BTreeMap::new(),
+            cqs: BTreeMap::new(),
+            next_object: 0,
             driver_version: None,
             ports,
             trace: Vec::new(),
@@ -172,6 +184,21 @@ impl Hca {
     /// Pages firmware holds.
     pub fn pages_held(&self) -> usize {
         self.pages.len()
+    }
+
+    /// Completion queue `cqn`, if it exists.
+    pub fn cq(&self, cqn: u32) -> Option<&Cq> {
+        self.cqs.get(&cqn)
+    }
+
+    /// Memory key with index `index`, if it exists.
+    pub fn mkey(&self, index: u32) -> Option<&Mkey> {
+        self.mkeys.get(&index)
+    }
+
+    /// Number of live PDs, memory keys and CQs.
+    pub fn object_counts(&self) -> (usize, usize, usize) {
+        (self.pds.len(), self.mkeys.len(), self.cqs.len())
     }
 
     pub(crate) fn now_ns(&self) -> u64 {
@@ -361,6 +388,9 @@ impl Hca {
                 value: val,
                 width: 8,
             });
+            if off % UAR_PAGE_SIZE == uar_offset::CQ_DOORBELL {
+                self.cq_doorbell((off / UAR_PAGE_SIZE) as u32, val);
+            }
             return;
         }
         self.mmio_write32(off, (val >> 32) as u32);

@@ -1,19 +1,13 @@
 //! CREATE_EQ / DESTROY_EQ / QUERY_EQ (mlx5-reference 04 §1).
 
 use bareverbs_firmware_cmd::ifc::*;
-use bareverbs_firmware_cmd::layout::get_bits;
 use bareverbs_firmware_cmd::CmdStatus;
 
 use super::{bad_param, fail, input, output, syndrome, CmdResult};
-use crate::caps::CAP_BYTES;
 use crate::eq::{Eq, EQE_BYTES};
 use crate::hca::Hca;
 
 impl Hca {
-    fn cap(&self, f: bareverbs_firmware_cmd::layout::Field<CmdHcaCap>) -> u64 {
-        get_bits(&self.caps_cur[..CAP_BYTES], f.bit, f.width)
-    }
-
     pub(super) fn create_eq(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {
         let v = input::<CreateEqIn>(i)?;
         let mut out = output::<CreateEqOut>(o)?;

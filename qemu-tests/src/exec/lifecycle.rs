@@ -39,10 +39,7 @@ impl Hca {
             // Linux's error path after INIT_HCA disables without TEARDOWN_HCA
             // (mlx5_function_setup -> mlx5_function_disable): an implicit teardown. Pages
             // firmware still needed are not returned.
-            HcaState::Initialized => {
-                self.eqs.clear();
-                self.uars.clear();
-            }
+            HcaState::Initialized => self.drop_objects(),
             HcaState::Enabled => {}
         }
         self.state = HcaState::Disabled;
@@ -52,6 +49,15 @@ impl Hca {
         let (_, cur) = crate::caps::general_caps(&self.cfg);
         self.caps_cur = cur;
         Ok(())
+    }
+
+    fn drop_objects(&mut self) {
+        self.eqs.clear();
+        self.uars.clear();
+        self.pds.clear();
+        self.tds.clear();
+        self.mkeys.clear();
+        self.cqs.clear();
     }
 
     pub(super) fn query_issi(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {
@@ -105,8 +111,7 @@ impl Hca {
             _ => return Err(bad_param(syndrome::OUT_OF_RANGE)),
         }
         // Firmware drops every object; pages stay donated until the driver takes them back.
-        self.eqs.clear();
-        self.uars.clear();
+        self.drop_objects();
         self.regular_pages = 0;
         self.state = HcaState::Enabled;
         out.set(teardown_hca_out::state, 0u8);

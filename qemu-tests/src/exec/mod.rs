@@ -6,11 +6,16 @@
 
 mod access_reg;
 mod caps;
+mod cq;
 mod eq;
 mod lifecycle;
+mod mkey;
 mod pages;
+mod pd;
 mod query;
 mod uar;
+
+pub use mkey::FIRST_MKEY_INDEX;
 
 use bareverbs_firmware_cmd::layout::{Layout, View, ViewMut};
 use bareverbs_firmware_cmd::{CmdStatus, Opcode};
@@ -83,6 +88,24 @@ pub(crate) fn output<L: Layout>(buf: &mut [u8]) -> Result<ViewMut<'_, L>, Fail> 
 }
 
 impl Hca {
+    /// A current general capability.
+    pub(crate) fn cap(
+        &self,
+        f: bareverbs_firmware_cmd::layout::Field<bareverbs_firmware_cmd::ifc::CmdHcaCap>,
+    ) -> u64 {
+        bareverbs_firmware_cmd::layout::get_bits(
+            &self.caps_cur[..crate::caps::CAP_BYTES],
+            f.bit,
+            f.width,
+        )
+    }
+
+    /// A fresh number for a PD or transport domain (24 bits, never 0).
+    pub(crate) fn next_object(&mut self) -> u32 {
+        self.next_object = (self.next_object % 0x00ff_fffe) + 1;
+        self.next_object
+    }
+
     pub(crate) fn require_enabled(&self) -> CmdResult {
         match self.state {
             HcaState::Disabled => Err(fail(CmdStatus::BadSystemState, syndrome::NOT_ENABLED)),
@@ -128,6 +151,17 @@ impl Hca {
             Opcode::QUERY_SPECIAL_CONTEXTS => self.query_special_contexts(input, out),
             Opcode::QUERY_VPORT_STATE => self.query_vport_state(op_mod, input, out),
             Opcode::QUERY_HCA_VPORT_CONTEXT => self.query_hca_vport_context(input, out),
+            Opcode::ALLOC_PD => self.alloc_pd(input, out),
+            Opcode::DEALLOC_PD => self.dealloc_pd(input, out),
+            Opcode::ALLOC_TRANSPORT_DOMAIN => self.alloc_transport_domain(input, out),
+            Opcode::DEALLOC_TRANSPORT_DOMAIN => self.dealloc_transport_domain(input, out),
+            Opcode::CREATE_MKEY => self.create_mkey(input, out),
+            Opcode::DESTROY_MKEY => self.destroy_mkey(input, out),
+            Opcode::QUERY_MKEY => self.query_mkey(input, out),
+            Opcode::CREATE_CQ => self.create_cq(input, out),
+            Opcode::DESTROY_CQ => self.destroy_cq(input, out),
+            Opcode::QUERY_CQ => self.query_cq(input, out),
+            Opcode::MODIFY_CQ => self.modify_cq(op_mod, input, out),
             _ => Err(fail(CmdStatus::BadOperation, syndrome::BAD_OPCODE)),
         }
     }

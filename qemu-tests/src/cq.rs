@@ -1,0 +1,149 @@
+//! Completion queues in the model: writing CQEs with the owner bit, overrun detection from
+//! the doorbell record, arming and completion events (mlx5-reference 04 §5–8).
+
+use bareverbs_firmware_cmd::ifc::event_type;
+
+use crate::dma::AddressSpaceExt;
+use crate::hca::Hca;
+
+/// Size of a CQE the model writes.
+pub const CQE_BYTES: u64 = 64;
+
+/// How a CQ is armed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arm {
+    /// Not armed.
+    No,
+    /// The next CQE raises a completion event.
+    Any,
+    /// The next solicited CQE raises a completion event.
+    Solicited,
+}
+
+/// One completion queue.
+#[derive(Clone, Debug)]
+pub struct Cq {
+    /// CQ number.
+    pub cqn: u32,
+    /// log2 of the number of CQEs.
+    pub log_size: u8,
+    /// UAR whose doorbell arms it.
+    pub uar: u32,
+    /// EQ for completion events.
+    pub eqn: u8,
+    /// Buffer pages.
+    pub pas: Vec<u64>,
+    /// Buffer page size.
+    pub page_size: u64,
+    /// Doorbell record address.
+    pub dbr: u64,
+    /// CQEs written so far.
+    pub producer: u32,
+    /// Arm state.
+    pub arm: Arm,
+    /// Overrun ignore.
+    pub oi: bool,
+    /// A CQE was dropped because the queue was full.
+    pub overrun: bool,
+    /// QPs that complete into this CQ.
+    pub users: u32,
+}
+
+impl Cq {
+    fn nent(&self) -> u32 {
+        1 << self.log_size
+    }
+
+    fn cqe_iova(&self, index: u32) -> u64 {
+        let off = u64::from(index & (self.nent() - 1)) * CQE_BYTES;
+        self.pas[(off / self.page_size) as usize] + off % self.page_size
+    }
+}
+
+impl Hca {
+    /// Writes `cqe` (64 bytes, `op_own` opcode in bits 7:4 of byte 63 already set) into CQ
+    /// `cqn` with the owner bit of its pass, then raises a completion event if the CQ is armed
+    /// for it. Returns false when the CQ is missing or full.
+    pub fn post_cqe(&mut self, cqn: u32, mut cqe: [u8; 64], solicited: bool) -> bool {
+        let Some(cq) = self.cqs.get(&cqn) else {
+            return false;
+        };
+        let ci = match self.dma.read_be32(cq.dbr) {
+            Ok(v) => v & 0x00ff_ffff,
+            Err(f) => {
+                self.record_fault(f);
+                return false;
+            }
+        };
+        let used = (cq.producer.wrapping_sub(ci)) & 0x00ff_ffff;
+        if used >= cq.nent() && !cq.oi {
+            let (eqn, cqn) = (cq.eqn, cq.cqn);
+            if let Some(cq) = self.cqs.get_mut(&cqn) {
+                cq.overrun = true;
+            }
+            log::warn!("model: CQ {cqn:#x} overrun");
+            let mut data = [0u8; 28];
+            data[..4].copy_from_slice(&cqn.to_be_bytes());
+            data[0x0b] = 1; // CQ overrun
+            let _ = eqn;
+            self.post_event(event_type::CQ_ERROR, 0, data);
+            return false;
+        }
+        let owner = ((cq.producer >> cq.log_size) & 1) as u8;
+        cqe[63] = (cqe[63] & 0xf0) | (cqe[63] & 0x02) | owner;
+        let at = cq.cqe_iova(cq.producer);
+        let (arm, eqn) = (cq.arm, cq.eqn);
+        let wrote = self
+            .dma
+            .write(at, &cqe[..63])
+            .and_then(|()| self.dma.write(at + 63, &cqe[63..]));
+        if let Err(f) = wrote {
+            self.record_fault(f);
+            return false;
+        }
+        if let Some(cq) = self.cqs.get_mut(&cqn) {
+            cq.producer = cq.producer.wrapping_add(1);
+        }
+        if arm == Arm::Any || (arm == Arm::Solicited && solicited) {
+            self.cq_event(cqn, eqn);
+        }
+        true
+    }
+
+    fn cq_event(&mut self, cqn: u32, eqn: u8) {
+        if let Some(cq) = self.cqs.get_mut(&cqn) {
+            cq.arm = Arm::No;
+        }
+        let mut data = [0u8; 28];
+        data[0x18..0x1c].copy_from_slice(&(cqn & 0x00ff_ffff).to_be_bytes());
+        self.post_eqe(eqn, event_type::COMP, 0, data);
+    }
+
+    /// CQ arm doorbell through UAR `uar`: high dword `sn << 28 | cmd | ci`, low dword CQN.
+    pub(crate) fn cq_doorbell(&mut self, uar: u32, val: u64) {
+        let hi = (val >> 32) as u32;
+        let cqn = val as u32 & 0x00ff_ffff;
+        let Some(cq) = self.cqs.get_mut(&cqn) else {
+            return;
+        };
+        if cq.uar != uar {
+            log::warn!(
+                "model: CQ {cqn:#x} armed through UAR {uar}, expected {}",
+                cq.uar
+            );
+            return;
+        }
+        let ci = hi & 0x00ff_ffff;
+        cq.arm = if hi & (1 << 24) != 0 {
+            Arm::Solicited
+        } else {
+            Arm::Any
+        };
+        // CQEs already past the consumer index fire at once (an unsolicited arm).
+        let pending = (cq.producer.wrapping_sub(ci)) & 0x00ff_ffff;
+        if pending > 0 && cq.arm == Arm::Any {
+            let eqn = cq.eqn;
+            self.cq_event(cqn, eqn);
+        }
+    }
+}

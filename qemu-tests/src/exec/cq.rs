@@ -1,0 +1,156 @@
+//! CREATE/DESTROY/QUERY_CQ and MODIFY_CQ moderation (mlx5-reference 04 §5).
+
+use bareverbs_firmware_cmd::ifc::*;
+use bareverbs_firmware_cmd::CmdStatus;
+
+use super::{bad_param, fail, input, output, syndrome, CmdResult};
+use crate::cq::{Arm, Cq, CQE_BYTES};
+use crate::hca::Hca;
+
+impl Hca {
+    pub(super) fn create_cq(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {
+        let v = input::<CreateCqIn>(i)?;
+        let mut out = output::<CreateCqOut>(o)?;
+        self.require_initialized()?;
+        let c = v.sub(create_cq_in::cq_context);
+        let log_size = c.get(cqc::log_cq_size) as u8;
+        if u64::from(log_size) > self.cap(cmd_hca_cap::log_max_cq_sz) {
+            return Err(bad_param(syndrome::OUT_OF_RANGE));
+        }
+        if c.get(cqc::cqe_sz) != u64::from(cqc_cqe_sz::BYTES_64)
+            || c.get(cqc::cc) != 0
+            || c.get(cqc::cqe_comp_en) != 0
+        {
+            return Err(bad_param(syndrome::OUT_OF_RANGE));
+        }
+        let uar = c.get32(cqc::uar_page);
+        if !self.uars.contains(&uar) {
+            return Err(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT));
+        }
+        let eqn = c.get32(cqc::c_eqn_or_apu_element);
+        if eqn > 0xff || !self.eqs.contains_key(&(eqn as u8)) {
+            return Err(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT));
+        }
+        let log_page = c.get32(cqc::log_page_size);
+        if log_page > 20 {
+            return Err(bad_param(syndrome::OUT_OF_RANGE));
+        }
+        let page_size = 4096u64 << log_page;
+        let npages = (CQE_BYTES << log_size).div_ceil(page_size) as usize;
+        if v.array_len(create_cq_in::pas) < npages {
+            return Err(fail(CmdStatus::BadInputLength, syndrome::SHORT_INPUT));
+        }
+        let pas: Vec<u64> = (0..npages)
+            .filter_map(|k| v.array(create_cq_in::pas, k))
+            .collect();
+        let dbr = c.get(cqc::dbr_addr);
+        if pas.iter().any(|a| a % page_size != 0) || dbr % 8 != 0 {
+            return Err(bad_param(syndrome::BAD_PAGE));
+        }
+        let max = 1u32 << self.cap(cmd_hca_cap::log_max_cq);
+        let cqn = (1..max)
+            .find(|n| !self.cqs.contains_key(n))
+            .ok_or(fail(CmdStatus::NoResources, syndrome::EXHAUSTED))?;
+        self.cqs.insert(
+            cqn,
+            Cq {
+                cqn,
+                log_size,
+                uar,
+                eqn: eqn as u8,
+                pas,
+                page_size,
+                dbr,
+                producer: 0,
+                arm: Arm::No,
+                oi: c.get(cqc::oi) != 0,
+                overrun: false,
+                users: 0,
+            },
+        );
+        out.set(create_cq_out::cqn, cqn);
+        Ok(())
+    }
+
+    pub(super) fn destroy_cq(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {
+        let v = input::<DestroyCqIn>(i)?;
+        output::<DestroyCqOut>(o)?;
+        self.require_initialized()?;
+        let cqn = v.get32(destroy_cq_in::cqn);
+        let cq = self
+            .cqs
+            .get(&cqn)
+            .ok_or(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT))?;
+        if cq.users > 0 {
+            return Err(fail(CmdStatus::BadResourceState, syndrome::IN_USE));
+        }
+        self.cqs.remove(&cqn);
+        Ok(())
+    }
+
+    pub(super) fn query_cq(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {
+        let v = input::<QueryCqIn>(i)?;
+        let mut out = output::<QueryCqOut>(o)?;
+        self.require_initialized()?;
+        let cqn = v.get32(query_cq_in::cqn);
+        let cq = self
+            .cqs
+            .get(&cqn)
+            .ok_or(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT))?
+            .clone();
+        let st = match cq.arm {
+            Arm::No => cqc_st::FIRED,
+            Arm::Any => cqc_st::NOTIFICATION_REQUEST_ARMED,
+            Arm::Solicited => cqc_st::SOLICITED_NOTIFICATION_REQUEST_ARMED,
+        };
+        let status = if cq.overrun {
+            cqc_status::CQ_OVERFLOW
+        } else {
+            cqc_status::OK
+        };
+        out.sub(query_cq_out::cq_context)
+            .set(cqc::status, status)
+            .set(cqc::st, st)
+            .set(cqc::log_cq_size, cq.log_size)
+            .set(cqc::uar_page, cq.uar)
+            .set(cqc::c_eqn_or_apu_element, cq.eqn)
+            .set(cqc::oi, cq.oi)
+            .set(cqc::producer_counter, cq.producer & 0x00ff_ffff)
+            .set(
+                cqc::log_page_size,
+                (cq.page_size.trailing_zeros() - 12) as u8,
+            )
+            .set(cqc::dbr_addr, cq.dbr);
+        for (k, a) in cq.pas.iter().enumerate() {
+            if out.set_array(query_cq_out::pas, k, *a).is_err() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn modify_cq(&mut self, op_mod: u16, i: &[u8], o: &mut [u8]) -> CmdResult {
+        let v = input::<ModifyCqIn>(i)?;
+        output::<ModifyCqOut>(o)?;
+        self.require_initialized()?;
+        let cqn = v.get32(modify_cq_in::cqn);
+        if !self.cqs.contains_key(&cqn) {
+            return Err(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT));
+        }
+        match op_mod {
+            // Moderation only: the model completes at once, so period and count are accepted
+            // and have no effect; oi is honoured.
+            modify_cq_op_mod::MODIFY => {
+                let select = v.get32(modify_cq_in::modify_field_select_resize_field_select);
+                let oi = v.sub(modify_cq_in::cq_context).get(cqc::oi) != 0;
+                if let Some(cq) = self.cqs.get_mut(&cqn) {
+                    if select & modify_field_select::OI != 0 {
+                        cq.oi = oi;
+                    }
+                }
+                Ok(())
+            }
+            _ => Err(bad_param(syndrome::BAD_OP_MOD)),
+        }
+    }
+}

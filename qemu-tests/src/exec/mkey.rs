@@ -1,0 +1,122 @@
+//! CREATE/DESTROY/QUERY_MKEY (mlx5-reference 06 §4): keys with PD, rights, range and a
+//! physical or MTT translation.
+
+use bareverbs_firmware_cmd::ifc::*;
+use bareverbs_firmware_cmd::CmdStatus;
+
+use super::{bad_param, fail, input, output, syndrome, CmdResult};
+use crate::hca::Hca;
+use crate::mkey::{Mkey, Rights, Translation};
+
+/// First key index handed out: below it sit the special keys (QUERY_SPECIAL_CONTEXTS).
+pub const FIRST_MKEY_INDEX: u32 = 0x10;
+
+impl Hca {
+    pub(super) fn create_mkey(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {
+        let v = input::<CreateMkeyIn>(i)?;
+        let mut out = output::<CreateMkeyOut>(o)?;
+        self.require_initialized()?;
+        let c = v.sub(create_mkey_in::memory_key_mkey_entry);
+        let pd = c.get32(mkc::pd);
+        if !self.pds.contains(&pd) {
+            return Err(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT));
+        }
+        let mode = ((c.get(mkc::access_mode_4_2) << 2) | c.get(mkc::access_mode_1_0)) as u8;
+        let start = c.get(mkc::start_addr);
+        let len = if c.get(mkc::length64) != 0 {
+            u64::MAX - start
+        } else {
+            c.get(mkc::len)
+        };
+        let translation = match mode {
+            mkc_access_mode::PA => Translation::Physical,
+            mkc_access_mode::MTT => {
+                let log_page = c.get32(mkc::log_page_size);
+                if !(12..=30).contains(&log_page) {
+                    return Err(bad_param(syndrome::OUT_OF_RANGE));
+                }
+                let page = 1u64 << log_page;
+                let need = ((start & (page - 1)) + len).div_ceil(page) as usize;
+                let octwords = c.get32(mkc::translations_octword_size) as usize;
+                if octwords * 2 < need {
+                    return Err(bad_param(syndrome::OUT_OF_RANGE));
+                }
+                if v.array_len(create_mkey_in::klm_pas_mtt) < need {
+                    return Err(fail(CmdStatus::BadInputLength, syndrome::SHORT_INPUT));
+                }
+                let pages: Vec<u64> = (0..need)
+                    .filter_map(|k| v.array(create_mkey_in::klm_pas_mtt, k))
+                    .collect();
+                if pages.iter().any(|p| p % page != 0) {
+                    return Err(bad_param(syndrome::BAD_PAGE));
+                }
+                Translation::Mtt { log_page, pages }
+            }
+            _ => return Err(bad_param(syndrome::BAD_OP_MOD)),
+        };
+        let rights = Rights {
+            local_read: c.get(mkc::lr) != 0,
+            local_write: c.get(mkc::lw) != 0,
+            remote_read: c.get(mkc::rr) != 0,
+            remote_write: c.get(mkc::rw) != 0,
+            atomic: c.get(mkc::a) != 0,
+        };
+        let limit = 1u32 << self.cap(cmd_hca_cap::log_max_mkey);
+        let index = (FIRST_MKEY_INDEX..limit)
+            .find(|i| !self.mkeys.contains_key(i))
+            .ok_or(fail(CmdStatus::NoResources, syndrome::EXHAUSTED))?;
+        let key = idx_to_mkey(index, c.get(mkc::mkey_7_0) as u8);
+        self.mkeys.insert(
+            index,
+            Mkey {
+                key,
+                pd,
+                start,
+                len,
+                rights,
+                translation,
+            },
+        );
+        out.set(create_mkey_out::mkey_index, index);
+        Ok(())
+    }
+
+    pub(super) fn destroy_mkey(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {
+        let v = input::<DestroyMkeyIn>(i)?;
+        output::<DestroyMkeyOut>(o)?;
+        self.require_initialized()?;
+        let index = v.get32(destroy_mkey_in::mkey_index);
+        self.mkeys
+            .remove(&index)
+            .ok_or(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT))?;
+        Ok(())
+    }
+
+    pub(super) fn query_mkey(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {
+        let v = input::<QueryMkeyIn>(i)?;
+        let mut out = output::<QueryMkeyOut>(o)?;
+        self.require_initialized()?;
+        let index = v.get32(query_mkey_in::mkey_index);
+        let k = self
+            .mkeys
+            .get(&index)
+            .ok_or(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT))?
+            .clone();
+        let mode = match k.translation {
+            Translation::Physical => mkc_access_mode::PA,
+            Translation::Mtt { .. } => mkc_access_mode::MTT,
+        };
+        let mut c = out.sub(query_mkey_out::memory_key_mkey_entry);
+        set_access_mode(&mut c, mode);
+        c.set(mkc::pd, k.pd)
+            .set(mkc::start_addr, k.start)
+            .set(mkc::len, k.len)
+            .set(mkc::mkey_7_0, k.key as u8)
+            .set(mkc::lr, k.rights.local_read)
+            .set(mkc::lw, k.rights.local_write)
+            .set(mkc::rr, k.rights.remote_read)
+            .set(mkc::rw, k.rights.remote_write)
+            .set(mkc::a, k.rights.atomic);
+        Ok(())
+    }
+}
