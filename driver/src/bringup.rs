@@ -118,6 +118,7 @@ impl<H: Hal> Device<H> {
                 trace: Trace::default(),
                 health: HealthMonitor::default(),
                 progress: Progress::default(),
+                key_byte: 0,
             }),
         };
         info!(

@@ -39,6 +39,11 @@ pub enum AsyncEvent {
         /// Event subtype.
         sub_type: u8,
     },
+    /// A completion event for an armed CQ (`ibv_get_cq_event`).
+    Completion {
+        /// The CQ.
+        cqn: u32,
+    },
     /// Any other event, with its raw type and subtype.
     Other {
         /// Event type.
@@ -134,6 +139,8 @@ pub(crate) struct Control<H: Hal> {
     pub(crate) trace: Trace,
     pub(crate) health: HealthMonitor,
     pub(crate) progress: Progress,
+    /// The variant byte of the next memory key, so a reused key index gives a new key.
+    pub(crate) key_byte: u8,
 }
 
 /// A zeroed input buffer viewed as a command's input layout.
@@ -406,6 +413,9 @@ impl<H: Hal> Control<H> {
                     self.handle_page_request(hal, &eqe);
                     None
                 }
+                event_type::COMP => Some(AsyncEvent::Completion {
+                    cqn: u32::from_be_bytes([0, eqe[0x39], eqe[0x3a], eqe[0x3b]]),
+                }),
                 event_type::PORT_CHANGE => Some(AsyncEvent::PortChange {
                     port: eqe[0x28] >> 4,
                     sub_type: sub,

@@ -125,6 +125,48 @@ pub enum Error {
     },
     /// The operation needs the device to be up.
     NotUp,
+    /// A verbs argument the device cannot accept; nothing was sent to the device.
+    InvalidArgument {
+        /// What is wrong.
+        what: Invalid,
+    },
+    /// A request exceeds a device limit; nothing was sent to the device.
+    ExceedsLimit {
+        /// The limit.
+        limit: Limit,
+        /// What was asked for.
+        requested: u64,
+        /// The most the device allows.
+        max: u64,
+    },
+    /// The object is still in use (e.g. a CQ a QP completes into).
+    Busy,
+    /// A QP modification that the transition table refuses; nothing was sent to the device.
+    ModifyQp(crate::verbs::qp_state::ModifyError),
+}
+
+/// What made a verbs argument invalid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum Invalid {
+    /// REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE (IB spec: ibv_reg_mr fails EINVAL).
+    RemoteWriteWithoutLocalWrite,
+    /// A zero-length region.
+    ZeroLength,
+    /// A zero-entry queue.
+    ZeroEntries,
+}
+
+/// A device limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum Limit {
+    /// Entries of a CQ (`max_cqe`).
+    CqEntries,
+    /// Pages of one memory region's translation table.
+    MrPages,
 }
 
 impl fmt::Display for Error {
@@ -172,11 +214,30 @@ impl fmt::Display for Error {
             }
             Error::NoSuchPort { port } => write!(f, "no port {port}"),
             Error::NotUp => f.write_str("device is not up"),
+            Error::InvalidArgument { what } => write!(f, "invalid argument: {what:?}"),
+            Error::ExceedsLimit {
+                limit,
+                requested,
+                max,
+            } => {
+                write!(
+                    f,
+                    "{limit:?}: {requested} requested, the device allows {max}"
+                )
+            }
+            Error::Busy => f.write_str("object still in use"),
+            Error::ModifyQp(e) => e.fmt(f),
         }
     }
 }
 
 impl core::error::Error for Error {}
+
+impl From<crate::verbs::qp_state::ModifyError> for Error {
+    fn from(e: crate::verbs::qp_state::ModifyError) -> Self {
+        Error::ModifyQp(e)
+    }
+}
 
 impl From<DmaError> for Error {
     fn from(e: DmaError) -> Self {

@@ -29,6 +29,11 @@ impl Uar {
         self.index.raw() as usize * UAR_PAGE_SIZE
     }
 
+    /// BAR0 offset of the 64-bit CQ arm doorbell.
+    pub(crate) fn cq_doorbell(&self) -> usize {
+        self.base() + uar_offset::CQ_DOORBELL
+    }
+
     /// BAR0 offset of the EQ doorbell that also arms.
     pub(crate) fn eq_doorbell_arm(&self) -> usize {
         self.base() + uar_offset::EQ_DOORBELL_ARM

@@ -1,0 +1,319 @@
+//! Completion queues (`ibv_create_cq`, `ibv_poll_cq`, `ibv_req_notify_cq`, `ibv_destroy_cq`):
+//! the CQE ring and its doorbell record in DMA memory, polled by owner bit (mlx5-reference
+//! 04 §5–8; rdma-core `mlx5_poll_cq`, `mlx5_arm_cq`).
+
+use bareverbs_firmware_cmd::commands::{CreateCq, DestroyCq};
+use bareverbs_firmware_cmd::ifc::*;
+use bareverbs_firmware_cmd::{Cqn, Layout, View};
+use bareverbs_hal::{dma_rmb, dma_wmb, wmb, BarOffset, Hal, Mmio, SharedDma};
+
+use crate::cmdq::MAX_MESSAGE;
+use crate::device::{input, Device};
+use crate::error::{Error, Invalid, Limit};
+use crate::uar::Uar;
+use crate::verbs::wc::{Wc, WcFlags, WcOpcode, WcStatus};
+
+/// Size of a CQE.
+pub const CQE_BYTES: usize = 64;
+/// Most buffer pages one CREATE_CQ carries (so at most 63 488 CQEs).
+const MAX_CQ_PAGES: usize = (MAX_MESSAGE - CreateCqIn::BYTES) / 8;
+/// `op_own` of an empty entry: opcode INVALID, owner 0 (mlx5_ib's initial value).
+const OP_OWN_INIT: u8 = 0xf0;
+
+/// A completion queue. Destroyed on drop.
+pub struct Cq<'d, H: Hal> {
+    dev: &'d Device<H>,
+    cqn: Cqn,
+    uar: Uar,
+    buf: Option<SharedDma<H::Dma>>,
+    dbr: Option<SharedDma<H::Dma>>,
+    log_size: u8,
+    ci: u32,
+    arm_sn: u32,
+}
+
+impl<H: Hal> Device<H> {
+    /// Creates a CQ with room for at least `cqe` completions (`ibv_create_cq`); the size is
+    /// rounded up to a power of two. Completion events go to the device's event queue.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for 0 entries, [`Error::ExceedsLimit`] past the device's
+    /// `max_cqe`, a DMA or command error.
+    pub fn create_cq(&self, cqe: u32) -> Result<Cq<'_, H>, Error> {
+        if cqe == 0 {
+            return Err(Error::InvalidArgument {
+                what: Invalid::ZeroEntries,
+            });
+        }
+        let max = self
+            .info
+            .caps
+            .max_cqe
+            .min((MAX_CQ_PAGES * 4096 / CQE_BYTES) as u32 - 1);
+        if cqe > max {
+            return Err(Error::ExceedsLimit {
+                limit: Limit::CqEntries,
+                requested: cqe.into(),
+                max: max.into(),
+            });
+        }
+        let n = (cqe + 1).next_power_of_two().max(2);
+        let log_size = n.trailing_zeros() as u8;
+        let uar = self.uar().ok_or(Error::NotUp)?;
+        let eqn = self.async_eqn().ok_or(Error::NotUp)?;
+        let len = (CQE_BYTES << log_size).max(4096);
+        let mut ring = self.hal.dma_alloc(len, 4096)?;
+        for e in ring.as_mut_slice().chunks_mut(CQE_BYTES) {
+            e[CQE_BYTES - 1] = OP_OWN_INIT;
+        }
+        let buf = ring.share();
+        let dbr = self.hal.dma_alloc(64, 64)?.share();
+        let pages = len / 4096;
+        let mut i = [0u8; MAX_MESSAGE];
+        let ilen = CreateCqIn::BYTES + 8 * pages;
+        {
+            let mut v = input::<CreateCq>(&mut i[..ilen])?;
+            v.sub(create_cq_in::cq_context)
+                .set(cqc::cqe_sz, cqc_cqe_sz::BYTES_64)
+                .set(cqc::log_cq_size, log_size)
+                .set(cqc::uar_page, uar.index().raw())
+                .set(cqc::c_eqn_or_apu_element, eqn.raw())
+                .set(cqc::log_page_size, 0u8)
+                .set(cqc::dbr_addr, dbr.iova().0);
+            for k in 0..pages {
+                v.set_array(create_cq_in::pas, k, buf.iova().0 + (k * 4096) as u64)?;
+            }
+        }
+        let mut o = [0u8; CreateCqOut::BYTES];
+        if let Err(e) = self.exec::<CreateCq>(&mut i[..ilen], &mut o) {
+            if !matches!(e, Error::Command(_)) {
+                buf.leak();
+                dbr.leak();
+            }
+            return Err(e);
+        }
+        let cqn = Cqn(View::<CreateCqOut>::new_checked(&o)?.get32(create_cq_out::cqn));
+        Ok(Cq {
+            dev: self,
+            cqn,
+            uar,
+            buf: Some(buf),
+            dbr: Some(dbr),
+            log_size,
+            ci: 0,
+            arm_sn: 0,
+        })
+    }
+}
+
+/// `ibv_wc_opcode` of a requester completion from the WQE opcode in the CQE.
+fn req_opcode(wqe_opcode: u8) -> WcOpcode {
+    match wqe_opcode {
+        wqe_opcode::RDMA_WRITE | wqe_opcode::RDMA_WRITE_IMM => WcOpcode::RdmaWrite,
+        wqe_opcode::RDMA_READ => WcOpcode::RdmaRead,
+        wqe_opcode::ATOMIC_CS => WcOpcode::CompSwap,
+        wqe_opcode::ATOMIC_FA => WcOpcode::FetchAdd,
+        wqe_opcode::UMR => WcOpcode::LocalInv,
+        _ => WcOpcode::Send,
+    }
+}
+
+impl<H: Hal> Cq<'_, H> {
+    /// The CQ number.
+    pub fn cqn(&self) -> Cqn {
+        self.cqn
+    }
+
+    /// Number of entries.
+    pub fn capacity(&self) -> u32 {
+        1 << self.log_size
+    }
+
+    fn ring(&self) -> &SharedDma<H::Dma> {
+        match &self.buf {
+            Some(b) => b,
+            None => unreachable!("a live Cq holds its ring"),
+        }
+    }
+
+    fn dbr(&self) -> &SharedDma<H::Dma> {
+        match &self.dbr {
+            Some(b) => b,
+            None => unreachable!("a live Cq holds its doorbell record"),
+        }
+    }
+
+    /// Decodes the CQE at `off` (already known to be software-owned).
+    fn decode(&self, off: usize, op_own: u8) -> Wc {
+        let ring = self.ring();
+        let mut raw = [0u8; CQE_BYTES];
+        // In bounds: off is masked to the ring size.
+        let _ = ring.read_bytes(off, &mut raw);
+        let mut wc = Wc::EMPTY;
+        let opcode = CqeOpcode::from(get_cqe_opcode(op_own));
+        match opcode {
+            CqeOpcode::ReqErr | CqeOpcode::RespErr => {
+                let e = match View::<ErrCqe>::new_checked(&raw) {
+                    Ok(e) => e,
+                    Err(_) => return wc,
+                };
+                let syndrome = e.get(err_cqe::syndrome) as u8;
+                let sqn = e.get32(err_cqe::s_wqe_opcode_qpn);
+                wc.status = WcStatus::from_syndrome(syndrome);
+                wc.vendor_err = e.get32(err_cqe::vendor_err_synd);
+                wc.qp_num = sqn & 0x00ff_ffff;
+                wc.opcode = if opcode == CqeOpcode::ReqErr {
+                    req_opcode((sqn >> 24) as u8)
+                } else {
+                    WcOpcode::Recv
+                };
+            }
+            _ => {
+                let c = match View::<Cqe64>::new_checked(&raw) {
+                    Ok(c) => c,
+                    Err(_) => return wc,
+                };
+                let sop = c.get32(cqe64::sop_drop_qpn);
+                wc.qp_num = cqe_qpn(sop);
+                wc.byte_len = c.get32(cqe64::byte_cnt);
+                let imm = c.get32(cqe64::imm_inval_pkey);
+                match opcode {
+                    CqeOpcode::Req => {
+                        wc.opcode = req_opcode(cqe_wqe_opcode(sop));
+                        if !matches!(
+                            wc.opcode,
+                            WcOpcode::RdmaRead | WcOpcode::CompSwap | WcOpcode::FetchAdd
+                        ) {
+                            wc.byte_len = 0;
+                        }
+                    }
+                    _ => {
+                        let flags = c.get32(cqe64::flags_rqpn);
+                        wc.src_qp = cqe_rqpn(flags);
+                        wc.sl = cqe_sl(flags);
+                        wc.slid = c.get(cqe64::slid) as u16;
+                        if cqe_grh(flags) != 0 {
+                            wc.wc_flags |= WcFlags::GRH;
+                        }
+                        wc.pkey_index = imm as u16;
+                        wc.opcode = WcOpcode::Recv;
+                        match opcode {
+                            CqeOpcode::RespWrImm => {
+                                wc.opcode = WcOpcode::RecvRdmaWithImm;
+                                wc.wc_flags |= WcFlags::WITH_IMM;
+                                wc.imm_data = imm;
+                            }
+                            CqeOpcode::RespSendImm => {
+                                wc.wc_flags |= WcFlags::WITH_IMM;
+                                wc.imm_data = imm;
+                            }
+                            CqeOpcode::RespSendInv => {
+                                wc.wc_flags |= WcFlags::WITH_INV;
+                                wc.imm_data = imm;
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+            }
+        }
+        wc
+    }
+
+    /// Polls up to `wc.len()` completions into `wc` (`ibv_poll_cq`); returns how many. Error
+    /// completions are returned as entries with an error status, not as `Err`.
+    ///
+    /// Work-request ids are filled in from the QP's request table; until QPs post work through
+    /// this driver, completions carry `wr_id` 0.
+    pub fn poll(&mut self, wc: &mut [Wc]) -> usize {
+        let mask = (1u32 << self.log_size) - 1;
+        let mut n = 0;
+        while n < wc.len() {
+            let off = ((self.ci & mask) as usize) * CQE_BYTES;
+            let op_own = self.ring().read8(off + CQE_BYTES - 1);
+            if get_cqe_opcode(op_own) == u8::from(CqeOpcode::Invalid)
+                || !cqe_is_sw_owned(op_own, self.ci, self.log_size)
+            {
+                break;
+            }
+            // ORDERING: the owner bit said the CQE is complete; read its body only after it.
+            dma_rmb();
+            self.ci = self.ci.wrapping_add(1);
+            if CqeOpcode::from(get_cqe_opcode(op_own)) == CqeOpcode::ResizeCq {
+                continue;
+            }
+            wc[n] = self.decode(off, op_own);
+            n += 1;
+        }
+        if n > 0 {
+            // ORDERING: the CQEs are read before the device is told it may reuse them.
+            dma_wmb();
+            self.dbr().write32(cq_dbr::SET_CI, cq_set_ci_word(self.ci));
+        }
+        n
+    }
+
+    /// Arms the CQ (`ibv_req_notify_cq`): the next completion (or the next solicited one when
+    /// `solicited_only`) raises [`AsyncEvent::Completion`](crate::AsyncEvent::Completion).
+    pub fn req_notify(&mut self, solicited_only: bool) {
+        let cmd = if solicited_only {
+            cq_arm_cmd::REQ_NOT_SOL
+        } else {
+            cq_arm_cmd::REQ_NOT
+        };
+        let sn = self.arm_sn & 3;
+        self.dbr()
+            .write32(cq_dbr::ARM, cq_arm_word(sn, cmd, self.ci));
+        // ORDERING: the arm word in the doorbell record before the doorbell (mlx5_arm_cq).
+        wmb();
+        self.dev.hal.bar0().write64(
+            BarOffset(self.uar.cq_doorbell()),
+            cq_arm_doorbell(sn, cmd, self.ci, self.cqn.raw()),
+        );
+    }
+
+    /// Acknowledges a completion event for this CQ (advances the arm sequence number, as
+    /// rdma-core does when the event is read).
+    pub fn ack_event(&mut self) {
+        self.arm_sn = self.arm_sn.wrapping_add(1);
+    }
+
+    fn destroy_inner(&mut self) -> Result<(), Error> {
+        let mut i = [0u8; DestroyCqIn::BYTES];
+        input::<DestroyCq>(&mut i)?.set(destroy_cq_in::cqn, self.cqn.raw());
+        let mut o = [0u8; DestroyCqOut::BYTES];
+        self.dev.exec::<DestroyCq>(&mut i, &mut o)
+    }
+
+    /// Destroys the CQ (`ibv_destroy_cq`).
+    ///
+    /// # Errors
+    /// [`Error::Busy`] while a QP completes into it, or a command error; the CQ is returned.
+    pub fn destroy(mut self) -> Result<(), (Error, Self)> {
+        match self.destroy_inner() {
+            Ok(()) => {
+                self.buf.take();
+                self.dbr.take();
+                Ok(())
+            }
+            Err(e) => Err((e, self)),
+        }
+    }
+}
+
+impl<H: Hal> Drop for Cq<'_, H> {
+    fn drop(&mut self) {
+        if self.buf.is_none() {
+            return;
+        }
+        if let Err(e) = self.destroy_inner() {
+            warn!("DESTROY_CQ {}: {}; leaking its memory", self.cqn, e);
+            if let Some(b) = self.buf.take() {
+                b.leak();
+            }
+            if let Some(b) = self.dbr.take() {
+                b.leak();
+            }
+        }
+    }
+}
