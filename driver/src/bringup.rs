@@ -119,7 +119,9 @@ impl<H: Hal> Device<H> {
                 health: HealthMonitor::default(),
                 progress: Progress::default(),
                 key_byte: 0,
+                cq_users: heapless::FnvIndexMap::new(),
             }),
+            books: spin::RwLock::new(heapless::FnvIndexMap::new()),
         };
         info!(
             "mlx5: firmware {}.{}.{}, cmdif {}",

@@ -123,6 +123,8 @@ pub struct Device<H: Hal> {
     pub(crate) cfg: Config,
     pub(crate) info: DeviceInfo,
     pub(crate) ctl: spin::Mutex<Control<H>>,
+    /// Per-QP bookkeeping shared by posting and polling (never by commands).
+    pub(crate) books: spin::RwLock<crate::verbs::book::Books<H>>,
 }
 
 /// The mutable control state: command queue, firmware pages, the async EQ and what it
@@ -141,6 +143,8 @@ pub(crate) struct Control<H: Hal> {
     pub(crate) progress: Progress,
     /// The variant byte of the next memory key, so a reused key index gives a new key.
     pub(crate) key_byte: u8,
+    /// How many QPs complete into each CQ (a CQ in use cannot be destroyed).
+    pub(crate) cq_users: heapless::FnvIndexMap<u32, u32, 256>,
 }
 
 /// A zeroed input buffer viewed as a command's input layout.

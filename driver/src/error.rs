@@ -141,6 +141,8 @@ pub enum Error {
     },
     /// The object is still in use (e.g. a CQ a QP completes into).
     Busy,
+    /// The queue has no room for the request (back-pressure; poll the CQ and retry).
+    QueueFull,
     /// A QP modification that the transition table refuses; nothing was sent to the device.
     ModifyQp(crate::verbs::qp_state::ModifyError),
 }
@@ -156,6 +158,22 @@ pub enum Invalid {
     ZeroLength,
     /// A zero-entry queue.
     ZeroEntries,
+    /// A QP type the driver does not create yet.
+    UnsupportedQpType,
+    /// A transition the device has no command for (to or from SQD).
+    UnsupportedTransition,
+    /// An object of another device.
+    ForeignObject,
+    /// Posting to a QP in a state that does not accept it (sends need RTS; receives INIT+).
+    QpState,
+    /// More scatter/gather entries than the QP was created for.
+    TooManySge,
+    /// More inline data than the QP was created for.
+    InlineTooLarge,
+    /// An operation the QP type does not support (e.g. RDMA READ on UC, RDMA on UD).
+    OpcodeForQpType,
+    /// A UD send without a destination, or a connected-QP send with one.
+    Destination,
 }
 
 /// A device limit.
@@ -167,6 +185,14 @@ pub enum Limit {
     CqEntries,
     /// Pages of one memory region's translation table.
     MrPages,
+    /// Work requests of a queue (`max_qp_wr`).
+    QpWr,
+    /// Scatter/gather entries of a work request.
+    Sge,
+    /// Inline data bytes (or WQE size) of a send request.
+    InlineData,
+    /// QPs with posted work at once.
+    QpCount,
 }
 
 impl fmt::Display for Error {
@@ -226,6 +252,7 @@ impl fmt::Display for Error {
                 )
             }
             Error::Busy => f.write_str("object still in use"),
+            Error::QueueFull => f.write_str("work queue full"),
             Error::ModifyQp(e) => e.fmt(f),
         }
     }

@@ -29,6 +29,11 @@ impl Uar {
         self.index.raw() as usize * UAR_PAGE_SIZE
     }
 
+    /// BAR0 offset of the first BlueFlame register (the send doorbell).
+    pub(crate) fn bf_register(&self) -> usize {
+        self.base() + uar_offset::BF
+    }
+
     /// BAR0 offset of the 64-bit CQ arm doorbell.
     pub(crate) fn cq_doorbell(&self) -> usize {
         self.base() + uar_offset::CQ_DOORBELL

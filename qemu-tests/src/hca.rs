@@ -15,6 +15,7 @@ use crate::cq::Cq;
 use crate::dma::{AddressSpace, DmaFault};
 use crate::eq::Eq;
 use crate::mkey::Mkey;
+use crate::qp::Qp;
 use crate::trace::{ModelEvent, TraceEntry};
 
 /// Firmware life-cycle state.
@@ -96,6 +97,7 @@ pub struct Hca {
     pub(crate) tds: BTreeSet<u32>,
     pub(crate) mkeys: BTreeMap<u32, Mkey>,
     pub(crate) cqs: BTreeMap<u32, Cq>,
+    pub(crate) qps: BTreeMap<u32, Qp>,
     pub(crate) next_object: u32,
     pub(crate) driver_version: Option<String>,
     pub(crate) ports: Vec<Port>,
@@ -145,6 +147,7 @@ impl Hca {
             tds: BTreeSet::new(),
             mkeys: BTreeMap::new(),
             cqs: BTreeMap::new(),
+            qps: BTreeMap::new(),
             next_object: 0,
             driver_version: None,
             ports,
@@ -194,6 +197,11 @@ impl Hca {
     /// Memory key with index `index`, if it exists.
     pub fn mkey(&self, index: u32) -> Option<&Mkey> {
         self.mkeys.get(&index)
+    }
+
+    /// Queue pair `qpn`, if it exists.
+    pub fn qp(&self, qpn: u32) -> Option<&Qp> {
+        self.qps.get(&qpn)
     }
 
     /// Number of live PDs, memory keys and CQs.
@@ -388,8 +396,11 @@ impl Hca {
                 value: val,
                 width: 8,
             });
-            if off % UAR_PAGE_SIZE == uar_offset::CQ_DOORBELL {
-                self.cq_doorbell((off / UAR_PAGE_SIZE) as u32, val);
+            let uar = (off / UAR_PAGE_SIZE) as u32;
+            match off % UAR_PAGE_SIZE {
+                uar_offset::CQ_DOORBELL => self.cq_doorbell(uar, val),
+                o if o >= uar_offset::BF => self.sq_doorbell(uar, val),
+                _ => {}
             }
             return;
         }

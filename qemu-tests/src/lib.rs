@@ -20,9 +20,11 @@ pub mod hca;
 pub mod memory;
 pub mod mkey;
 pub mod pci;
+pub mod qp;
 pub mod sim_hal;
 pub mod trace;
 pub mod vfio_user;
+pub mod wqe_exec;
 
 pub use config::{CommandFault, FaultAction, Faults, ModelConfig};
 pub use dma::{AddressSpace, DmaFault};

@@ -124,6 +124,11 @@ impl<H: Hal> Cq<'_, H> {
         self.cqn
     }
 
+    /// The device.
+    pub(crate) fn device(&self) -> &Device<H> {
+        self.dev
+    }
+
     /// Number of entries.
     pub fn capacity(&self) -> u32 {
         1 << self.log_size
@@ -143,19 +148,22 @@ impl<H: Hal> Cq<'_, H> {
         }
     }
 
-    /// Decodes the CQE at `off` (already known to be software-owned).
-    fn decode(&self, off: usize, op_own: u8) -> Wc {
+    /// Decodes the CQE at `off` (already known to be software-owned); also returns whether it
+    /// completes a send and its WQE counter.
+    fn decode(&self, off: usize, op_own: u8) -> (Wc, bool, u16) {
         let ring = self.ring();
         let mut raw = [0u8; CQE_BYTES];
         // In bounds: off is masked to the ring size.
         let _ = ring.read_bytes(off, &mut raw);
         let mut wc = Wc::EMPTY;
         let opcode = CqeOpcode::from(get_cqe_opcode(op_own));
+        let is_send = matches!(opcode, CqeOpcode::Req | CqeOpcode::ReqErr);
+        let counter = u16::from_be_bytes([raw[0x3c], raw[0x3d]]);
         match opcode {
             CqeOpcode::ReqErr | CqeOpcode::RespErr => {
                 let e = match View::<ErrCqe>::new_checked(&raw) {
                     Ok(e) => e,
-                    Err(_) => return wc,
+                    Err(_) => return (wc, is_send, counter),
                 };
                 let syndrome = e.get(err_cqe::syndrome) as u8;
                 let sqn = e.get32(err_cqe::s_wqe_opcode_qpn);
@@ -171,7 +179,7 @@ impl<H: Hal> Cq<'_, H> {
             _ => {
                 let c = match View::<Cqe64>::new_checked(&raw) {
                     Ok(c) => c,
-                    Err(_) => return wc,
+                    Err(_) => return (wc, is_send, counter),
                 };
                 let sop = c.get32(cqe64::sop_drop_qpn);
                 wc.qp_num = cqe_qpn(sop);
@@ -217,17 +225,18 @@ impl<H: Hal> Cq<'_, H> {
                 }
             }
         }
-        wc
+        (wc, is_send, counter)
     }
 
     /// Polls up to `wc.len()` completions into `wc` (`ibv_poll_cq`); returns how many. Error
     /// completions are returned as entries with an error status, not as `Err`.
     ///
-    /// Work-request ids are filled in from the QP's request table; until QPs post work through
-    /// this driver, completions carry `wr_id` 0.
+    /// Work-request ids come from the QP's book; a completion for a QP this driver does not
+    /// know carries `wr_id` 0.
     pub fn poll(&mut self, wc: &mut [Wc]) -> usize {
         let mask = (1u32 << self.log_size) - 1;
         let mut n = 0;
+        let books = self.dev.books.read();
         while n < wc.len() {
             let off = ((self.ci & mask) as usize) * CQE_BYTES;
             let op_own = self.ring().read8(off + CQE_BYTES - 1);
@@ -242,7 +251,15 @@ impl<H: Hal> Cq<'_, H> {
             if CqeOpcode::from(get_cqe_opcode(op_own)) == CqeOpcode::ResizeCq {
                 continue;
             }
-            wc[n] = self.decode(off, op_own);
+            let (mut w, is_send, counter) = self.decode(off, op_own);
+            if let Some(book) = books.get(&w.qp_num) {
+                w.wr_id = if is_send {
+                    book.complete_send(counter)
+                } else {
+                    book.complete_recv(counter)
+                };
+            }
+            wc[n] = w;
             n += 1;
         }
         if n > 0 {
@@ -279,6 +296,16 @@ impl<H: Hal> Cq<'_, H> {
     }
 
     fn destroy_inner(&mut self) -> Result<(), Error> {
+        if self
+            .dev
+            .ctl
+            .lock()
+            .cq_users
+            .get(&self.cqn.raw())
+            .is_some_and(|n| *n > 0)
+        {
+            return Err(Error::Busy);
+        }
         let mut i = [0u8; DestroyCqIn::BYTES];
         input::<DestroyCq>(&mut i)?.set(destroy_cq_in::cqn, self.cqn.raw());
         let mut o = [0u8; DestroyCqOut::BYTES];

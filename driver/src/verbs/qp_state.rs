@@ -22,11 +22,12 @@ use core::fmt;
 use bitflags::bitflags;
 
 /// QP state (`enum ibv_qp_state`; the discriminants are ibverbs' `IBV_QPS_*` values).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[repr(u8)]
 pub enum QpState {
     /// Newly created or reset: queues empty, nothing processed (`IBV_QPS_RESET`).
+    #[default]
     Reset = 0,
     /// Initialized: receives may be posted (`IBV_QPS_INIT`).
     Init = 1,

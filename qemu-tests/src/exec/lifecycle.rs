@@ -58,6 +58,7 @@ impl Hca {
         self.tds.clear();
         self.mkeys.clear();
         self.cqs.clear();
+        self.qps.clear();
     }
 
     pub(super) fn query_issi(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {

@@ -12,10 +12,12 @@ mod lifecycle;
 mod mkey;
 mod pages;
 mod pd;
+mod qp;
 mod query;
 mod uar;
 
 pub use mkey::FIRST_MKEY_INDEX;
+pub use qp::FIRST_QPN;
 
 use bareverbs_firmware_cmd::layout::{Layout, View, ViewMut};
 use bareverbs_firmware_cmd::{CmdStatus, Opcode};
@@ -162,6 +164,18 @@ impl Hca {
             Opcode::DESTROY_CQ => self.destroy_cq(input, out),
             Opcode::QUERY_CQ => self.query_cq(input, out),
             Opcode::MODIFY_CQ => self.modify_cq(op_mod, input, out),
+            Opcode::CREATE_QP => self.create_qp(input, out),
+            Opcode::DESTROY_QP => self.destroy_qp(input, out),
+            Opcode::QUERY_QP => self.query_qp(input, out),
+            Opcode::RST2INIT_QP
+            | Opcode::INIT2INIT_QP
+            | Opcode::INIT2RTR_QP
+            | Opcode::RTR2RTS_QP
+            | Opcode::RTS2RTS_QP
+            | Opcode::SQERR2RTS_QP
+            | Opcode::SQD_RTS_QP
+            | Opcode::QP_2ERR
+            | Opcode::QP_2RST => self.modify_qp(opcode, input, out),
             _ => Err(fail(CmdStatus::BadOperation, syndrome::BAD_OPCODE)),
         }
     }

@@ -1,0 +1,791 @@
+//! Queue pairs, control path (`ibv_create_qp`, `ibv_modify_qp`, `ibv_query_qp`,
+//! `ibv_destroy_qp`): sizing from the device limits, the work buffer (RQ then SQ) and doorbell
+//! record, and transitions checked against the kernel's table before any command
+//! (mlx5-reference 05 §1–2; seed 003).
+
+use bareverbs_firmware_cmd::commands::*;
+use bareverbs_firmware_cmd::ifc::*;
+use bareverbs_firmware_cmd::{Layout, Opcode, Qpn, View, ViewMut};
+use bareverbs_hal::{Hal, SharedDma};
+
+use crate::cmdq::MAX_MESSAGE;
+use crate::device::input;
+use crate::error::{Error, Invalid, Limit};
+use crate::verbs::cq::Cq;
+use crate::verbs::mr::AccessFlags;
+use crate::verbs::pd::Pd;
+use crate::verbs::qp_state::{check_modify, next_state, QpAttrMask, QpState, QpType};
+
+/// Bytes of a send WQE basic block.
+const WQEBB: u32 = 64;
+/// Bytes of the control segment, and of raddr/atomic/datagram headroom per WQE.
+const CTRL: u32 = 16;
+const UD_AV: u32 = 48;
+const RADDR_ATOMIC: u32 = 32;
+
+/// Queue sizes (`struct ibv_qp_cap`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct QpCap {
+    /// Outstanding send work requests.
+    pub max_send_wr: u32,
+    /// Outstanding receive work requests.
+    pub max_recv_wr: u32,
+    /// Scatter/gather entries per send request.
+    pub max_send_sge: u32,
+    /// Scatter/gather entries per receive request.
+    pub max_recv_sge: u32,
+    /// Bytes of inline data per send request.
+    pub max_inline_data: u32,
+}
+
+/// What to create (`struct ibv_qp_init_attr`).
+pub struct QpInitAttr<'c, 'd, H: Hal> {
+    /// Transport.
+    pub qp_type: QpType,
+    /// CQ for send completions.
+    pub send_cq: &'c Cq<'d, H>,
+    /// CQ for receive completions.
+    pub recv_cq: &'c Cq<'d, H>,
+    /// Requested sizes.
+    pub cap: QpCap,
+    /// Every send request completes with a CQE, signaled or not.
+    pub sq_sig_all: bool,
+}
+
+/// Path MTU (`enum ibv_mtu`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[repr(u8)]
+pub enum Mtu {
+    /// 256 bytes.
+    Mtu256 = 1,
+    /// 512 bytes.
+    Mtu512 = 2,
+    /// 1024 bytes.
+    #[default]
+    Mtu1024 = 3,
+    /// 2048 bytes.
+    Mtu2048 = 4,
+    /// 4096 bytes.
+    Mtu4096 = 5,
+}
+
+impl Mtu {
+    /// Bytes.
+    pub fn bytes(self) -> u32 {
+        128 << self as u32
+    }
+}
+
+/// Global route (`struct ibv_global_route`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct GlobalRoute {
+    /// Destination GID.
+    pub dgid: [u8; 16],
+    /// Flow label.
+    pub flow_label: u32,
+    /// Source GID index.
+    pub sgid_index: u8,
+    /// Hop limit.
+    pub hop_limit: u8,
+    /// Traffic class.
+    pub traffic_class: u8,
+}
+
+/// Address vector (`struct ibv_ah_attr`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct AhAttr {
+    /// Global route, when `is_global`.
+    pub grh: GlobalRoute,
+    /// Destination LID.
+    pub dlid: u16,
+    /// Service level.
+    pub sl: u8,
+    /// Source path bits.
+    pub src_path_bits: u8,
+    /// Static rate (0 = port rate).
+    pub static_rate: u8,
+    /// A GRH is sent.
+    pub is_global: bool,
+    /// Port.
+    pub port_num: u8,
+}
+
+/// QP attributes (`struct ibv_qp_attr`), used with a [`QpAttrMask`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct QpAttr {
+    /// Target state (with [`QpAttrMask::STATE`]).
+    pub qp_state: QpState,
+    /// Assumed current state (with [`QpAttrMask::CUR_STATE`]).
+    pub cur_qp_state: QpState,
+    /// Path MTU.
+    pub path_mtu: Mtu,
+    /// Q_Key (UD).
+    pub qkey: u32,
+    /// First receive PSN.
+    pub rq_psn: u32,
+    /// First send PSN.
+    pub sq_psn: u32,
+    /// Remote QP number (connected QPs).
+    pub dest_qp_num: u32,
+    /// Remote access allowed to this QP.
+    pub qp_access_flags: AccessFlags,
+    /// Queue sizes (reported by query).
+    pub cap: QpCap,
+    /// Primary path.
+    pub ah_attr: AhAttr,
+    /// P_Key index.
+    pub pkey_index: u16,
+    /// Outstanding RDMA reads/atomics as initiator.
+    pub max_rd_atomic: u8,
+    /// Outstanding RDMA reads/atomics as responder.
+    pub max_dest_rd_atomic: u8,
+    /// Minimum RNR NAK timer (IB encoding).
+    pub min_rnr_timer: u8,
+    /// Port.
+    pub port_num: u8,
+    /// Local ACK timeout exponent.
+    pub timeout: u8,
+    /// Transport retries.
+    pub retry_cnt: u8,
+    /// RNR retries (7 = infinite).
+    pub rnr_retry: u8,
+}
+
+/// A queue pair. Destroyed on drop; outstanding work requests are not processed and produce
+/// no completions.
+pub struct Qp<'p, 'd, H: Hal> {
+    pd: &'p Pd<'d, H>,
+    qpn: Qpn,
+    qp_type: QpType,
+    state: QpState,
+    cqns: (u32, u32),
+    pub(crate) buf: Option<SharedDma<H::Dma>>,
+    pub(crate) dbr: Option<SharedDma<H::Dma>>,
+    pub(crate) cap: QpCap,
+    pub(crate) log_sq_bbs: u8,
+    pub(crate) log_rq: u8,
+    pub(crate) rq_shift: u8,
+    pub(crate) sq_sig_all: bool,
+    attr: QpAttr,
+    /// WQEBBs posted to the SQ (16-bit counter, as the doorbell record holds it).
+    pub(crate) sq_cur: u16,
+    /// Receives posted.
+    pub(crate) rq_head: u16,
+    /// Offset of the BlueFlame half used for the next doorbell, and the half size.
+    pub(crate) bf_offset: usize,
+    pub(crate) bf_half: usize,
+}
+
+fn log2_ceil(n: u32) -> u8 {
+    n.max(1).next_power_of_two().trailing_zeros() as u8
+}
+
+fn st(t: QpType) -> Result<u8, Error> {
+    match t {
+        QpType::Rc => Ok(qpc_st::RC),
+        QpType::Uc => Ok(qpc_st::UC),
+        QpType::Ud => Ok(qpc_st::UD),
+        _ => Err(Error::InvalidArgument {
+            what: Invalid::UnsupportedQpType,
+        }),
+    }
+}
+
+fn limit(limit: Limit, requested: u32, max: u32) -> Result<(), Error> {
+    if requested > max {
+        return Err(Error::ExceedsLimit {
+            limit,
+            requested: requested.into(),
+            max: max.into(),
+        });
+    }
+    Ok(())
+}
+
+impl<'d, H: Hal> Pd<'d, H> {
+    /// Creates a QP (`ibv_create_qp`); the sizes it got are in [`Qp::cap`], at least those
+    /// asked for.
+    ///
+    /// # Errors
+    /// [`Error::ExceedsLimit`] for sizes past the device's, [`Error::InvalidArgument`] for an
+    /// unsupported type or CQs of another device, a DMA or command error.
+    pub fn create_qp(&self, attr: &QpInitAttr<'_, 'd, H>) -> Result<Qp<'_, 'd, H>, Error> {
+        let dev = self.dev;
+        if !core::ptr::eq(attr.send_cq.device(), dev) || !core::ptr::eq(attr.recv_cq.device(), dev)
+        {
+            return Err(Error::InvalidArgument {
+                what: Invalid::ForeignObject,
+            });
+        }
+        let caps = dev.info().caps;
+        let st = st(attr.qp_type)?;
+        let c = attr.cap;
+        limit(
+            Limit::QpWr,
+            c.max_send_wr.max(c.max_recv_wr),
+            caps.max_qp_wr,
+        )?;
+        limit(
+            Limit::Sge,
+            c.max_send_sge.max(c.max_recv_sge),
+            caps.max_sq_desc_size / 16 - 4,
+        )?;
+        // Send WQE: control, then address segments, then data segments or inline data.
+        let headroom = if attr.qp_type == QpType::Ud {
+            UD_AV
+        } else {
+            RADDR_ATOMIC
+        };
+        let data = (c.max_send_sge * 16).max((4 + c.max_inline_data).div_ceil(16) * 16);
+        let wqe = CTRL + headroom + data;
+        limit(Limit::InlineData, wqe, caps.max_sq_desc_size)?;
+        let bbs_per_wr = wqe.div_ceil(WQEBB);
+        let log_sq_bbs = log2_ceil(c.max_send_wr.max(1) * bbs_per_wr);
+        let rq_wqe = (c.max_recv_sge.max(1) * 16).next_power_of_two();
+        limit(Limit::Sge, rq_wqe, caps.max_rq_desc_size)?;
+        let rq_shift = rq_wqe.trailing_zeros() as u8;
+        let log_rq = log2_ceil(c.max_recv_wr.max(1));
+        limit(Limit::QpWr, 1 << log_sq_bbs.max(log_rq), caps.max_qp_wr)?;
+        let rq_bytes = (1usize << log_rq) << rq_shift;
+        let bytes = (rq_bytes + ((WQEBB as usize) << log_sq_bbs)).next_multiple_of(4096);
+        let pages = bytes / 4096;
+        if CreateQpIn::BYTES + 8 * pages > MAX_MESSAGE {
+            return Err(Error::ExceedsLimit {
+                limit: Limit::QpWr,
+                requested: pages as u64,
+                max: 0,
+            });
+        }
+        let buf = dev.hal.dma_alloc(bytes, 4096)?.share();
+        let dbr = dev.hal.dma_alloc(64, 64)?.share();
+        let book_sq = dev.hal.dma_alloc(16 << log_sq_bbs, 64)?.share();
+        let book_rq = dev.hal.dma_alloc(8 << log_rq, 64)?.share();
+        if dev.books.read().len() >= crate::verbs::book::MAX_QPS {
+            let max = crate::verbs::book::MAX_QPS as u64;
+            return Err(Error::ExceedsLimit {
+                limit: Limit::QpCount,
+                requested: max + 1,
+                max,
+            });
+        }
+        let uar = dev.uar().ok_or(Error::NotUp)?;
+        let (scqn, rcqn) = (attr.send_cq.cqn().raw(), attr.recv_cq.cqn().raw());
+        let mut i = [0u8; MAX_MESSAGE];
+        let ilen = CreateQpIn::BYTES + 8 * pages;
+        {
+            let mut v = input::<CreateQp>(&mut i[..ilen])?;
+            v.sub(create_qp_in::qpc)
+                .set(qpc::st, st)
+                .set(qpc::pm_state, qpc_pm_state::MIGRATED)
+                .set(qpc::pd, self.pdn().raw())
+                .set(qpc::log_rq_size, log_rq)
+                .set(qpc::log_rq_stride, rq_shift - 4)
+                .set(qpc::log_sq_size, log_sq_bbs)
+                .set(qpc::uar_page, uar.index().raw())
+                .set(qpc::cqn_snd, scqn)
+                .set(qpc::cqn_rcv, rcqn)
+                .set(qpc::dbr_addr, dbr.iova().0);
+            for k in 0..pages {
+                v.set_array(create_qp_in::pas, k, buf.iova().0 + (k * 4096) as u64)?;
+            }
+        }
+        let mut o = [0u8; CreateQpOut::BYTES];
+        if let Err(e) = dev.exec::<CreateQp>(&mut i[..ilen], &mut o) {
+            if !matches!(e, Error::Command(_)) {
+                buf.leak();
+                dbr.leak();
+            }
+            return Err(e);
+        }
+        let qpn = Qpn(View::<CreateQpOut>::new_checked(&o)?.get32(create_qp_out::qpn));
+        let book = crate::verbs::book::Book {
+            sq: book_sq,
+            rq: book_rq,
+            sq_mask: ((1u32 << log_sq_bbs) - 1) as u16,
+            rq_mask: ((1u32 << log_rq) - 1) as u16,
+            sq_tail: core::sync::atomic::AtomicU16::new(0),
+            rq_tail: core::sync::atomic::AtomicU16::new(0),
+        };
+        let _ = dev.books.write().insert(qpn.raw(), book);
+        {
+            let mut ctl = dev.ctl.lock();
+            for cqn in [scqn, rcqn] {
+                let n = ctl.cq_users.get(&cqn).copied().unwrap_or(0);
+                let _ = ctl.cq_users.insert(cqn, n + 1);
+            }
+        }
+        let cap = QpCap {
+            max_send_wr: (1u32 << log_sq_bbs) / bbs_per_wr,
+            max_recv_wr: 1 << log_rq,
+            max_send_sge: c.max_send_sge.max(data / 16),
+            max_recv_sge: rq_wqe / 16,
+            max_inline_data: data - 4,
+        };
+        Ok(Qp {
+            pd: self,
+            qpn,
+            qp_type: attr.qp_type,
+            state: QpState::Reset,
+            cqns: (scqn, rcqn),
+            buf: Some(buf),
+            dbr: Some(dbr),
+            cap,
+            log_sq_bbs,
+            log_rq,
+            rq_shift,
+            sq_sig_all: attr.sq_sig_all,
+            attr: QpAttr {
+                cap,
+                ..QpAttr::default()
+            },
+            sq_cur: 0,
+            rq_head: 0,
+            bf_offset: 0,
+            bf_half: (1usize << caps.log_bf_reg_size) / 2,
+        })
+    }
+}
+
+/// `log2` of a count of outstanding RDMA reads/atomics, as the QP context wants it.
+fn log_ra(n: u8) -> u8 {
+    if n <= 1 {
+        0
+    } else {
+        (u32::from(n) - 1).ilog2() as u8 + 1
+    }
+}
+
+impl<'d, H: Hal> Qp<'_, 'd, H> {
+    /// The QP number.
+    pub fn qpn(&self) -> Qpn {
+        self.qpn
+    }
+
+    /// The transport.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+
+    /// The state as the driver last set it.
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+
+    /// The device.
+    pub(crate) fn device(&self) -> &'d crate::device::Device<H> {
+        self.pd.dev
+    }
+
+    /// The sizes the QP got (at least those asked for).
+    pub fn cap(&self) -> QpCap {
+        self.cap
+    }
+
+    /// Modifies the QP (`ibv_modify_qp`): `mask` says which fields of `attr` apply. The
+    /// transition and the attribute set are checked against the kernel's table first; nothing
+    /// is sent when they are wrong.
+    ///
+    /// # Errors
+    /// [`Error::ModifyQp`] naming the missing or refused attributes, or a command error.
+    pub fn modify(&mut self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), Error> {
+        let cur = if mask.contains(QpAttrMask::CUR_STATE) {
+            attr.cur_qp_state
+        } else {
+            self.state
+        };
+        let next = next_state(cur, mask, attr.qp_state);
+        check_modify(self.qp_type, cur, next, mask)?;
+        let opcode = match (cur, next) {
+            (_, QpState::Reset) => Opcode::QP_2RST,
+            (_, QpState::Err) => Opcode::QP_2ERR,
+            (QpState::Reset, QpState::Init) => Opcode::RST2INIT_QP,
+            (QpState::Init, QpState::Init) => Opcode::INIT2INIT_QP,
+            (QpState::Init, QpState::Rtr) => Opcode::INIT2RTR_QP,
+            (QpState::Rtr, QpState::Rts) => Opcode::RTR2RTS_QP,
+            (QpState::Rts, QpState::Rts) => Opcode::RTS2RTS_QP,
+            (QpState::Sqe, QpState::Rts) => Opcode::SQERR2RTS_QP,
+            (QpState::Sqd, QpState::Rts) => Opcode::SQD_RTS_QP,
+            _ => {
+                return Err(Error::InvalidArgument {
+                    what: Invalid::UnsupportedTransition,
+                })
+            }
+        };
+        let dev = self.pd.dev;
+        let mut merged = self.attr;
+        apply(&mut merged, attr, mask);
+        if matches!(opcode, Opcode::QP_2RST | Opcode::QP_2ERR) {
+            let mut i = [0u8; Qp2RstIn::BYTES];
+            {
+                let mut v = ViewMut::<Qp2RstIn>::zeroed(&mut i)?;
+                v.set(qp_2rst_in::qpn, self.qpn.raw());
+            }
+            let mut o = [0u8; Qp2RstOut::BYTES];
+            if opcode == Opcode::QP_2RST {
+                dev.exec::<Qp2Rst>(&mut i, &mut o)?;
+            } else {
+                dev.exec::<Qp2Err>(&mut i, &mut o)?;
+            }
+        } else {
+            let mut i = [0u8; Rst2InitQpIn::BYTES];
+            let mut opt = 0u32;
+            {
+                let mut v = ViewMut::<Rst2InitQpIn>::zeroed(&mut i)?;
+                v.set(rst2init_qp_in::qpn, self.qpn.raw());
+                let mut c = v.sub(rst2init_qp_in::qpc);
+                let a = &merged;
+                c.set(
+                    qpc::rre,
+                    a.qp_access_flags.contains(AccessFlags::REMOTE_READ),
+                )
+                .set(
+                    qpc::rwe,
+                    a.qp_access_flags.contains(AccessFlags::REMOTE_WRITE),
+                )
+                .set(
+                    qpc::rae,
+                    a.qp_access_flags.contains(AccessFlags::REMOTE_ATOMIC),
+                )
+                .set(qpc::q_key, a.qkey)
+                .set(qpc::pm_state, qpc_pm_state::MIGRATED);
+                match opcode {
+                    Opcode::INIT2RTR_QP => {
+                        c.set(
+                            qpc::mtu,
+                            if self.qp_type == QpType::Ud {
+                                qpc_mtu::MTU_4K
+                            } else {
+                                a.path_mtu as u8
+                            },
+                        )
+                        .set(qpc::log_msg_max, dev.info().caps.max_msg_size.ilog2())
+                        .set(qpc::remote_qpn, a.dest_qp_num)
+                        .set(qpc::next_rcv_psn, a.rq_psn)
+                        .set(qpc::min_rnr_nak, a.min_rnr_timer)
+                        .set(qpc::log_rra_max, log_ra(a.max_dest_rd_atomic));
+                    }
+                    Opcode::RTR2RTS_QP => {
+                        c.set(qpc::next_send_psn, a.sq_psn)
+                            .set(qpc::retry_count, a.retry_cnt)
+                            .set(qpc::rnr_retry, a.rnr_retry)
+                            .set(qpc::log_sra_max, log_ra(a.max_rd_atomic))
+                            .set(qpc::log_ack_req_freq, 8u8);
+                    }
+                    _ => {}
+                }
+                let mut p = c.sub(qpc::primary_address_path);
+                p.set(ads::vhca_port_num, a.port_num)
+                    .set(ads::pkey_index, a.pkey_index)
+                    .set(ads::rlid, a.ah_attr.dlid)
+                    .set(ads::sl, a.ah_attr.sl)
+                    .set(ads::mlid, a.ah_attr.src_path_bits)
+                    .set(ads::ack_timeout, a.timeout)
+                    .set(ads::stat_rate, a.ah_attr.static_rate)
+                    .set(ads::grh, a.ah_attr.is_global);
+                if a.ah_attr.is_global {
+                    let g = a.ah_attr.grh;
+                    p.set(ads::src_addr_index, g.sgid_index)
+                        .set(ads::hop_limit, g.hop_limit)
+                        .set(ads::tclass, g.traffic_class)
+                        .set(ads::flow_label, g.flow_label);
+                    p.bytes_mut(ads::rgid_rip).copy_from_slice(&g.dgid);
+                }
+                // PRM: optional parameters take effect only with their opt_param_mask bit.
+                for (m, bits) in [
+                    (
+                        QpAttrMask::ACCESS_FLAGS,
+                        qp_optpar::RRE | qp_optpar::RWE | qp_optpar::RAE,
+                    ),
+                    (QpAttrMask::PKEY_INDEX, qp_optpar::PKEY_INDEX),
+                    (QpAttrMask::QKEY, qp_optpar::Q_KEY),
+                    (QpAttrMask::MIN_RNR_TIMER, qp_optpar::RNR_TIMEOUT),
+                    (QpAttrMask::ALT_PATH, qp_optpar::ALT_ADDR_PATH),
+                    (QpAttrMask::PATH_MIG_STATE, qp_optpar::PM_STATE),
+                ] {
+                    if mask.contains(m) {
+                        opt |= bits;
+                    }
+                }
+                v.set(rst2init_qp_in::opt_param_mask, opt);
+            }
+            // All context transitions share one layout; each goes out as its own command.
+            let mut o = [0u8; Rst2InitQpOut::BYTES];
+            match opcode {
+                Opcode::RST2INIT_QP => dev.exec::<Rst2InitQp>(&mut i, &mut o)?,
+                Opcode::INIT2INIT_QP => dev.exec::<Init2InitQp>(&mut i, &mut o)?,
+                Opcode::INIT2RTR_QP => dev.exec::<Init2RtrQp>(&mut i, &mut o)?,
+                Opcode::RTR2RTS_QP => dev.exec::<Rtr2RtsQp>(&mut i, &mut o)?,
+                Opcode::RTS2RTS_QP => dev.exec::<Rts2RtsQp>(&mut i, &mut o)?,
+                Opcode::SQERR2RTS_QP => dev.exec::<Sqerr2RtsQp>(&mut i, &mut o)?,
+                _ => dev.exec::<SqdRtsQp>(&mut i, &mut o)?,
+            }
+        }
+        self.attr = merged;
+        self.state = next;
+        if next == QpState::Reset {
+            // Queues are empty again: counters and the book start over.
+            self.sq_cur = 0;
+            self.rq_head = 0;
+            if let Some(b) = dev.books.read().get(&self.qpn.raw()) {
+                b.sq_tail.store(0, core::sync::atomic::Ordering::Release);
+                b.rq_tail.store(0, core::sync::atomic::Ordering::Release);
+            }
+            if let Some(d) = &self.dbr {
+                d.write32(0, 0);
+                d.write32(4, 0);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the QP's state and attributes from the device (`ibv_query_qp`).
+    ///
+    /// # Errors
+    /// A command error.
+    pub fn query(&self) -> Result<QpAttr, Error> {
+        let mut i = [0u8; QueryQpIn::BYTES];
+        input::<QueryQp>(&mut i)?.set(query_qp_in::qpn, self.qpn.raw());
+        let mut o = [0u8; QueryQpOut::BYTES];
+        self.pd.dev.exec::<QueryQp>(&mut i, &mut o)?;
+        let v = View::<QueryQpOut>::new_checked(&o)?;
+        let c = v.sub(query_qp_out::qpc);
+        let p = c.sub(qpc::primary_address_path);
+        let mut a = self.attr;
+        a.qp_state = match QpcState::from(c.get(qpc::state) as u8) {
+            QpcState::Rst => QpState::Reset,
+            QpcState::Init => QpState::Init,
+            QpcState::Rtr => QpState::Rtr,
+            QpcState::Rts => QpState::Rts,
+            QpcState::Sqer => QpState::Sqe,
+            QpcState::Sqd | QpcState::SqDraining => QpState::Sqd,
+            _ => QpState::Err,
+        };
+        a.cur_qp_state = a.qp_state;
+        a.qkey = c.get32(qpc::q_key);
+        a.rq_psn = c.get32(qpc::next_rcv_psn);
+        a.sq_psn = c.get32(qpc::next_send_psn);
+        a.dest_qp_num = c.get32(qpc::remote_qpn);
+        a.min_rnr_timer = c.get(qpc::min_rnr_nak) as u8;
+        a.retry_cnt = c.get(qpc::retry_count) as u8;
+        a.rnr_retry = c.get(qpc::rnr_retry) as u8;
+        a.port_num = p.get(ads::vhca_port_num) as u8;
+        a.pkey_index = p.get(ads::pkey_index) as u16;
+        a.ah_attr.dlid = p.get(ads::rlid) as u16;
+        a.ah_attr.sl = p.get(ads::sl) as u8;
+        a.timeout = p.get(ads::ack_timeout) as u8;
+        let mut acc = AccessFlags::empty();
+        acc.set(AccessFlags::REMOTE_READ, c.get(qpc::rre) != 0);
+        acc.set(AccessFlags::REMOTE_WRITE, c.get(qpc::rwe) != 0);
+        acc.set(AccessFlags::REMOTE_ATOMIC, c.get(qpc::rae) != 0);
+        a.qp_access_flags = acc;
+        a.cap = self.cap;
+        Ok(a)
+    }
+
+    /// RESET → INIT with the attributes the QP type requires.
+    ///
+    /// # Errors
+    /// As [`Qp::modify`].
+    pub fn to_init(
+        &mut self,
+        port: u8,
+        pkey_index: u16,
+        access: AccessFlags,
+        qkey: u32,
+    ) -> Result<(), Error> {
+        let a = QpAttr {
+            qp_state: QpState::Init,
+            port_num: port,
+            pkey_index,
+            qp_access_flags: access,
+            qkey,
+            ..QpAttr::default()
+        };
+        let mut mask = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
+        mask |= if self.qp_type == QpType::Ud {
+            QpAttrMask::QKEY
+        } else {
+            QpAttrMask::ACCESS_FLAGS
+        };
+        self.modify(&a, mask)
+    }
+
+    /// INIT → RTR towards `dest_qpn` at `ah` (connected QPs), or to receive (UD).
+    ///
+    /// # Errors
+    /// As [`Qp::modify`].
+    pub fn to_rtr(
+        &mut self,
+        dest_qpn: u32,
+        rq_psn: u32,
+        ah: AhAttr,
+        mtu: Mtu,
+    ) -> Result<(), Error> {
+        let a = QpAttr {
+            qp_state: QpState::Rtr,
+            dest_qp_num: dest_qpn,
+            rq_psn,
+            ah_attr: ah,
+            path_mtu: mtu,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 12,
+            ..QpAttr::default()
+        };
+        let mask = match self.qp_type {
+            QpType::Ud => QpAttrMask::STATE,
+            QpType::Uc => {
+                QpAttrMask::STATE
+                    | QpAttrMask::AV
+                    | QpAttrMask::PATH_MTU
+                    | QpAttrMask::DEST_QPN
+                    | QpAttrMask::RQ_PSN
+            }
+            _ => {
+                QpAttrMask::STATE
+                    | QpAttrMask::AV
+                    | QpAttrMask::PATH_MTU
+                    | QpAttrMask::DEST_QPN
+                    | QpAttrMask::RQ_PSN
+                    | QpAttrMask::MAX_DEST_RD_ATOMIC
+                    | QpAttrMask::MIN_RNR_TIMER
+            }
+        };
+        self.modify(&a, mask)
+    }
+
+    /// RTR → RTS with `sq_psn` (and IB defaults for timeouts and retries on RC).
+    ///
+    /// # Errors
+    /// As [`Qp::modify`].
+    pub fn to_rts(&mut self, sq_psn: u32) -> Result<(), Error> {
+        let a = QpAttr {
+            qp_state: QpState::Rts,
+            sq_psn,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            max_rd_atomic: 1,
+            ..QpAttr::default()
+        };
+        let mask = match self.qp_type {
+            QpType::Rc => {
+                QpAttrMask::STATE
+                    | QpAttrMask::SQ_PSN
+                    | QpAttrMask::TIMEOUT
+                    | QpAttrMask::RETRY_CNT
+                    | QpAttrMask::RNR_RETRY
+                    | QpAttrMask::MAX_QP_RD_ATOMIC
+            }
+            _ => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
+        };
+        self.modify(&a, mask)
+    }
+
+    fn destroy_inner(&mut self) -> Result<(), Error> {
+        let dev = self.pd.dev;
+        let mut i = [0u8; DestroyQpIn::BYTES];
+        input::<DestroyQp>(&mut i)?.set(destroy_qp_in::qpn, self.qpn.raw());
+        let mut o = [0u8; DestroyQpOut::BYTES];
+        dev.exec::<DestroyQp>(&mut i, &mut o)?;
+        dev.books.write().remove(&self.qpn.raw());
+        let mut ctl = dev.ctl.lock();
+        for cqn in [self.cqns.0, self.cqns.1] {
+            if let Some(n) = ctl.cq_users.get_mut(&cqn) {
+                *n = n.saturating_sub(1);
+            }
+        }
+        Ok(())
+    }
+
+    /// Destroys the QP (`ibv_destroy_qp`).
+    ///
+    /// # Errors
+    /// A command error; the QP is returned.
+    // The QP is handed back so the caller can retry; without allocation it cannot be boxed.
+    #[allow(clippy::result_large_err)]
+    pub fn destroy(mut self) -> Result<(), (Error, Self)> {
+        match self.destroy_inner() {
+            Ok(()) => {
+                self.buf.take();
+                self.dbr.take();
+                Ok(())
+            }
+            Err(e) => Err((e, self)),
+        }
+    }
+}
+
+/// Copies the fields `mask` selects from `from` into `to`.
+fn apply(to: &mut QpAttr, from: &QpAttr, mask: QpAttrMask) {
+    let m = |f| mask.contains(f);
+    if m(QpAttrMask::STATE) {
+        to.qp_state = from.qp_state;
+    }
+    if m(QpAttrMask::PATH_MTU) {
+        to.path_mtu = from.path_mtu;
+    }
+    if m(QpAttrMask::QKEY) {
+        to.qkey = from.qkey;
+    }
+    if m(QpAttrMask::RQ_PSN) {
+        to.rq_psn = from.rq_psn;
+    }
+    if m(QpAttrMask::SQ_PSN) {
+        to.sq_psn = from.sq_psn;
+    }
+    if m(QpAttrMask::DEST_QPN) {
+        to.dest_qp_num = from.dest_qp_num;
+    }
+    if m(QpAttrMask::ACCESS_FLAGS) {
+        to.qp_access_flags = from.qp_access_flags;
+    }
+    if m(QpAttrMask::AV) {
+        to.ah_attr = from.ah_attr;
+    }
+    if m(QpAttrMask::PKEY_INDEX) {
+        to.pkey_index = from.pkey_index;
+    }
+    if m(QpAttrMask::MAX_QP_RD_ATOMIC) {
+        to.max_rd_atomic = from.max_rd_atomic;
+    }
+    if m(QpAttrMask::MAX_DEST_RD_ATOMIC) {
+        to.max_dest_rd_atomic = from.max_dest_rd_atomic;
+    }
+    if m(QpAttrMask::MIN_RNR_TIMER) {
+        to.min_rnr_timer = from.min_rnr_timer;
+    }
+    if m(QpAttrMask::PORT) {
+        to.port_num = from.port_num;
+    }
+    if m(QpAttrMask::TIMEOUT) {
+        to.timeout = from.timeout;
+    }
+    if m(QpAttrMask::RETRY_CNT) {
+        to.retry_cnt = from.retry_cnt;
+    }
+    if m(QpAttrMask::RNR_RETRY) {
+        to.rnr_retry = from.rnr_retry;
+    }
+}
+
+impl<H: Hal> Drop for Qp<'_, '_, H> {
+    fn drop(&mut self) {
+        if self.buf.is_none() {
+            return;
+        }
+        if let Err(e) = self.destroy_inner() {
+            warn!("DESTROY_QP {}: {}; leaking its memory", self.qpn, e);
+            if let Some(b) = self.buf.take() {
+                b.leak();
+            }
+            if let Some(b) = self.dbr.take() {
+                b.leak();
+            }
+        }
+    }
+}

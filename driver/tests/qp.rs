@@ -1,0 +1,224 @@
+//! Queue pair control path against the model: creation and sizes, the CQ-in-use rule,
+//! transitions through RTS for RC and UD, query, and refused transitions that send nothing.
+
+use bareverbs::verbs::qp_state::ModifyError;
+use bareverbs::verbs::{
+    AccessFlags, AhAttr, Mtu, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType,
+};
+use bareverbs::{Config, Device, Error};
+use bareverbs_model::SimHal;
+
+fn cap() -> QpCap {
+    QpCap {
+        max_send_wr: 64,
+        max_recv_wr: 100,
+        max_send_sge: 2,
+        max_recv_sge: 3,
+        max_inline_data: 64,
+    }
+}
+
+#[test]
+fn rc_qp_lifecycle_and_cq_in_use() {
+    let hal = SimHal::synchronous();
+    let m = hal.model();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let scq = dev.create_cq(64).unwrap();
+    let rcq = dev.create_cq(128).unwrap();
+    let mut qp = pd
+        .create_qp(&QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: &scq,
+            recv_cq: &rcq,
+            cap: cap(),
+            sq_sig_all: false,
+        })
+        .unwrap();
+    let got = qp.cap();
+    assert!(
+        got.max_send_wr >= 64
+            && got.max_recv_wr >= 100
+            && got.max_recv_sge >= 3
+            && got.max_inline_data >= 64
+    );
+    let qpn = qp.qpn().raw();
+    assert_eq!(
+        m.with(|h| h.qp(qpn).unwrap().state),
+        bareverbs_model::qp::QpState::Rst
+    );
+
+    // RESET -> RTR directly is not in the table: nothing is sent.
+    let before = m.trace().len();
+    let bad = QpAttr {
+        qp_state: QpState::Rtr,
+        ..QpAttr::default()
+    };
+    assert!(matches!(
+        qp.modify(&bad, QpAttrMask::STATE),
+        Err(Error::ModifyQp(ModifyError::InvalidTransition { .. }))
+    ));
+    // INIT needs PKEY_INDEX | PORT | ACCESS_FLAGS for RC: the missing ones are named.
+    let init = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        ..QpAttr::default()
+    };
+    match qp.modify(&init, QpAttrMask::STATE | QpAttrMask::PORT) {
+        Err(Error::ModifyQp(ModifyError::Missing { attrs })) => {
+            assert_eq!(attrs, QpAttrMask::PKEY_INDEX | QpAttrMask::ACCESS_FLAGS)
+        }
+        other => panic!("{other:?}"),
+    }
+    // QKEY is not an RC attribute at RESET -> INIT.
+    let with_qkey = QpAttrMask::STATE
+        | QpAttrMask::PORT
+        | QpAttrMask::PKEY_INDEX
+        | QpAttrMask::ACCESS_FLAGS
+        | QpAttrMask::QKEY;
+    assert!(
+        matches!(qp.modify(&init, with_qkey), Err(Error::ModifyQp(ModifyError::NotAllowed { attrs })) if attrs == QpAttrMask::QKEY)
+    );
+    assert_eq!(
+        m.trace().len(),
+        before,
+        "refused transitions send no command"
+    );
+
+    qp.to_init(
+        1,
+        0,
+        AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+        0,
+    )
+    .unwrap();
+    let ah = AhAttr {
+        dlid: 2,
+        sl: 3,
+        port_num: 1,
+        ..AhAttr::default()
+    };
+    qp.to_rtr(0x1234, 100, ah, Mtu::Mtu2048).unwrap();
+    qp.to_rts(200).unwrap();
+    assert_eq!(qp.state(), QpState::Rts);
+    // Each transition went out as its own command.
+    let ops: Vec<u16> = m.trace().iter().rev().take(3).map(|t| t.opcode.0).collect();
+    assert_eq!(ops, [0x504, 0x503, 0x502]);
+    let q = m.with(|h| h.qp(qpn).cloned()).unwrap();
+    assert_eq!(
+        (
+            q.remote_qpn,
+            q.next_rcv_psn,
+            q.next_send_psn,
+            q.rlid,
+            q.sl,
+            q.mtu
+        ),
+        (0x1234, 100, 200, 2, 3, 4)
+    );
+    assert!(q.rre && q.rwe && !q.rae);
+    let a = qp.query().unwrap();
+    assert_eq!(a.qp_state, QpState::Rts);
+    assert_eq!(
+        (a.dest_qp_num, a.rq_psn, a.sq_psn, a.retry_cnt, a.rnr_retry),
+        (0x1234, 100, 200, 7, 7)
+    );
+    assert_eq!(
+        a.qp_access_flags,
+        AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ
+    );
+
+    // A CQ a QP completes into cannot be destroyed.
+    let (e, scq) = scq.destroy().err().unwrap();
+    assert_eq!(e, Error::Busy);
+    // Any state -> ERR -> RESET.
+    qp.modify(
+        &QpAttr {
+            qp_state: QpState::Err,
+            ..QpAttr::default()
+        },
+        QpAttrMask::STATE,
+    )
+    .unwrap();
+    assert_eq!(qp.query().unwrap().qp_state, QpState::Err);
+    qp.modify(
+        &QpAttr {
+            qp_state: QpState::Reset,
+            ..QpAttr::default()
+        },
+        QpAttrMask::STATE,
+    )
+    .unwrap();
+    qp.destroy().map_err(|(e, _)| e).unwrap();
+    scq.destroy().map_err(|(e, _)| e).unwrap();
+    drop(rcq);
+    drop(pd);
+    assert_eq!(m.with(|h| h.object_counts()), (0, 0, 0));
+    dev.teardown().unwrap();
+}
+
+#[test]
+fn ud_qp_takes_a_qkey_and_no_path() {
+    let hal = SimHal::synchronous();
+    let m = hal.model();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(16).unwrap();
+    let mut qp = pd
+        .create_qp(&QpInitAttr {
+            qp_type: QpType::Ud,
+            send_cq: &cq,
+            recv_cq: &cq,
+            cap: cap(),
+            sq_sig_all: true,
+        })
+        .unwrap();
+    // ACCESS_FLAGS is refused for UD at RESET -> INIT; QKEY is required.
+    let a = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 2,
+        qkey: 0x1111_2222,
+        ..QpAttr::default()
+    };
+    let rc_mask =
+        QpAttrMask::STATE | QpAttrMask::PORT | QpAttrMask::PKEY_INDEX | QpAttrMask::ACCESS_FLAGS;
+    assert!(matches!(qp.modify(&a, rc_mask), Err(Error::ModifyQp(_))));
+    qp.to_init(2, 0, AccessFlags::empty(), 0x1111_2222).unwrap();
+    qp.to_rtr(0, 0, AhAttr::default(), Mtu::Mtu4096).unwrap();
+    qp.to_rts(7).unwrap();
+    let q = m.with(|h| h.qp(qp.qpn().raw()).cloned()).unwrap();
+    assert_eq!((q.qkey, q.port, q.next_send_psn), (0x1111_2222, 2, 7));
+    assert_eq!(qp.query().unwrap().qkey, 0x1111_2222);
+}
+
+#[test]
+fn sizes_past_the_device_limits_are_refused() {
+    let hal = SimHal::synchronous();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(16).unwrap();
+    let big = QpCap {
+        max_send_wr: 1 << 20,
+        ..cap()
+    };
+    let r = pd.create_qp(&QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: &cq,
+        recv_cq: &cq,
+        cap: big,
+        sq_sig_all: false,
+    });
+    assert!(matches!(r, Err(Error::ExceedsLimit { .. })));
+    let inline = QpCap {
+        max_inline_data: 4096,
+        ..cap()
+    };
+    let r = pd.create_qp(&QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: &cq,
+        recv_cq: &cq,
+        cap: inline,
+        sq_sig_all: false,
+    });
+    assert!(matches!(r, Err(Error::ExceedsLimit { .. })));
+}

@@ -1,0 +1,247 @@
+//! CREATE/DESTROY/QUERY_QP and the state-transition commands (mlx5-reference 05 §1–2).
+
+use bareverbs_firmware_cmd::ifc::*;
+use bareverbs_firmware_cmd::layout::View;
+use bareverbs_firmware_cmd::{CmdStatus, Opcode};
+
+use super::{bad_param, fail, input, output, syndrome, CmdResult};
+use crate::hca::Hca;
+use crate::qp::{Qp, QpState, ServiceType};
+
+/// First QP number handed out (0 and 1 are the special QPs).
+pub const FIRST_QPN: u32 = 0x100;
+
+impl Hca {
+    pub(super) fn create_qp(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {
+        let v = input::<CreateQpIn>(i)?;
+        let mut out = output::<CreateQpOut>(o)?;
+        self.require_initialized()?;
+        let c = v.sub(create_qp_in::qpc);
+        let st = match c.get(qpc::st) as u8 {
+            qpc_st::RC => ServiceType::Rc,
+            qpc_st::UC => ServiceType::Uc,
+            qpc_st::UD => ServiceType::Ud,
+            _ => return Err(bad_param(syndrome::OUT_OF_RANGE)),
+        };
+        let pd = c.get32(qpc::pd);
+        let (cqn_snd, cqn_rcv) = (c.get32(qpc::cqn_snd), c.get32(qpc::cqn_rcv));
+        let uar = c.get32(qpc::uar_page);
+        if !self.pds.contains(&pd)
+            || !self.cqs.contains_key(&cqn_snd)
+            || !self.cqs.contains_key(&cqn_rcv)
+            || !self.uars.contains(&uar)
+        {
+            return Err(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT));
+        }
+        let log_sq_size = c.get(qpc::log_sq_size) as u8;
+        let log_rq_size = c.get(qpc::log_rq_size) as u8;
+        let max_wq = self.cap(cmd_hca_cap::log_max_qp_sz);
+        if u64::from(log_sq_size) > max_wq
+            || u64::from(log_rq_size) > max_wq
+            || c.get(qpc::log_page_size) != 0
+        {
+            return Err(bad_param(syndrome::OUT_OF_RANGE));
+        }
+        let mut qp = Qp {
+            qpn: 0,
+            st,
+            state: QpState::Rst,
+            pd,
+            cqn_snd,
+            cqn_rcv,
+            uar,
+            log_sq_size,
+            log_rq_size,
+            rq_wqe_shift: c.get(qpc::log_rq_stride) as u8 + 4,
+            no_sq: c.get(qpc::no_sq) != 0,
+            pas: Vec::new(),
+            dbr: c.get(qpc::dbr_addr),
+            port: 1,
+            pkey_index: 0,
+            qkey: 0,
+            rre: false,
+            rwe: false,
+            rae: false,
+            mtu: 0,
+            remote_qpn: 0,
+            rlid: 0,
+            sl: 0,
+            next_send_psn: 0,
+            next_rcv_psn: 0,
+            retry_count: 0,
+            rnr_retry: 0,
+            min_rnr_nak: 0,
+            ack_timeout: 0,
+            sq_consumed: 0,
+            rq_consumed: 0,
+        };
+        let pages = qp.buffer_bytes().div_ceil(4096) as usize;
+        if v.array_len(create_qp_in::pas) < pages {
+            return Err(fail(CmdStatus::BadInputLength, syndrome::SHORT_INPUT));
+        }
+        qp.pas = (0..pages)
+            .filter_map(|k| v.array(create_qp_in::pas, k))
+            .collect();
+        if qp.pas.iter().any(|p| p % 4096 != 0) || qp.dbr % 8 != 0 {
+            return Err(bad_param(syndrome::BAD_PAGE));
+        }
+        let max = 1u32 << self.cap(cmd_hca_cap::log_max_qp);
+        let qpn = (FIRST_QPN..FIRST_QPN + max)
+            .find(|n| !self.qps.contains_key(n))
+            .ok_or(fail(CmdStatus::NoResources, syndrome::EXHAUSTED))?;
+        qp.qpn = qpn;
+        for cqn in [cqn_snd, cqn_rcv] {
+            if let Some(cq) = self.cqs.get_mut(&cqn) {
+                cq.users += 1;
+            }
+        }
+        self.qps.insert(qpn, qp);
+        out.set(create_qp_out::qpn, qpn);
+        Ok(())
+    }
+
+    pub(super) fn destroy_qp(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {
+        let v = input::<DestroyQpIn>(i)?;
+        output::<DestroyQpOut>(o)?;
+        self.require_initialized()?;
+        let qpn = v.get32(destroy_qp_in::qpn);
+        let qp = self
+            .qps
+            .remove(&qpn)
+            .ok_or(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT))?;
+        for cqn in [qp.cqn_snd, qp.cqn_rcv] {
+            if let Some(cq) = self.cqs.get_mut(&cqn) {
+                cq.users = cq.users.saturating_sub(1);
+            }
+        }
+        Ok(())
+    }
+
+    /// The modify commands: `opcode` names the transition; the current state must match.
+    pub(super) fn modify_qp(&mut self, opcode: u16, i: &[u8], o: &mut [u8]) -> CmdResult {
+        // 2ERR and 2RST are 16-byte commands; the others carry a QP context.
+        if i.len() < 16 {
+            return Err(fail(CmdStatus::BadInputLength, syndrome::SHORT_INPUT));
+        }
+        output::<Qp2RstOut>(o)?;
+        self.require_initialized()?;
+        let qpn = View::<Qp2RstIn>::new_checked(i)
+            .map(|v| v.get32(qp_2rst_in::qpn))
+            .unwrap_or(0);
+        let qp = self
+            .qps
+            .get(&qpn)
+            .ok_or(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT))?
+            .clone();
+        let (from, to): (&[QpState], QpState) = match Opcode(opcode) {
+            Opcode::RST2INIT_QP => (&[QpState::Rst], QpState::Init),
+            Opcode::INIT2INIT_QP => (&[QpState::Init], QpState::Init),
+            Opcode::INIT2RTR_QP => (&[QpState::Init], QpState::Rtr),
+            Opcode::RTR2RTS_QP => (&[QpState::Rtr], QpState::Rts),
+            Opcode::RTS2RTS_QP => (&[QpState::Rts], QpState::Rts),
+            Opcode::SQERR2RTS_QP => (&[QpState::Sqe], QpState::Rts),
+            Opcode::SQD_RTS_QP => (&[QpState::Sqd], QpState::Rts),
+            Opcode::QP_2ERR => {
+                self.qp_to_error(qpn);
+                return Ok(());
+            }
+            _ => {
+                // 2RST: back to reset, queues forgotten.
+                if let Some(q) = self.qps.get_mut(&qpn) {
+                    q.state = QpState::Rst;
+                    q.sq_consumed = 0;
+                    q.rq_consumed = 0;
+                }
+                return Ok(());
+            }
+        };
+        if !from.contains(&qp.state) {
+            return Err(fail(CmdStatus::BadQpState, syndrome::WRONG_STATE));
+        }
+        let v = input::<Rst2InitQpIn>(i)?;
+        let c = v.sub(rst2init_qp_in::qpc);
+        let path = c.sub(qpc::primary_address_path);
+        let mut q = qp;
+        match Opcode(opcode) {
+            Opcode::RST2INIT_QP | Opcode::INIT2INIT_QP => {
+                let port = path.get(ads::vhca_port_num) as u8;
+                if port == 0 || usize::from(port) > self.ports.len() {
+                    return Err(bad_param(syndrome::OUT_OF_RANGE));
+                }
+                q.port = port;
+                q.pkey_index = path.get(ads::pkey_index) as u16;
+                q.qkey = c.get32(qpc::q_key);
+                q.rre = c.get(qpc::rre) != 0;
+                q.rwe = c.get(qpc::rwe) != 0;
+                q.rae = c.get(qpc::rae) != 0;
+            }
+            Opcode::INIT2RTR_QP => {
+                q.mtu = c.get(qpc::mtu) as u8;
+                q.remote_qpn = c.get32(qpc::remote_qpn);
+                q.next_rcv_psn = c.get32(qpc::next_rcv_psn);
+                q.min_rnr_nak = c.get(qpc::min_rnr_nak) as u8;
+                q.rlid = path.get(ads::rlid) as u16;
+                q.sl = path.get(ads::sl) as u8;
+                if q.st != ServiceType::Ud && q.mtu == 0 {
+                    return Err(bad_param(syndrome::OUT_OF_RANGE));
+                }
+            }
+            Opcode::RTR2RTS_QP => {
+                q.next_send_psn = c.get32(qpc::next_send_psn);
+                q.retry_count = c.get(qpc::retry_count) as u8;
+                q.rnr_retry = c.get(qpc::rnr_retry) as u8;
+                q.ack_timeout = path.get(ads::ack_timeout) as u8;
+            }
+            _ => {}
+        }
+        q.state = to;
+        self.qps.insert(qpn, q);
+        Ok(())
+    }
+
+    pub(super) fn query_qp(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {
+        let v = input::<QueryQpIn>(i)?;
+        let mut out = output::<QueryQpOut>(o)?;
+        self.require_initialized()?;
+        let qpn = v.get32(query_qp_in::qpn);
+        let q = self
+            .qps
+            .get(&qpn)
+            .ok_or(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT))?
+            .clone();
+        let st = match q.st {
+            ServiceType::Rc => qpc_st::RC,
+            ServiceType::Uc => qpc_st::UC,
+            ServiceType::Ud => qpc_st::UD,
+        };
+        let mut c = out.sub(query_qp_out::qpc);
+        c.set(qpc::state, q.state.raw())
+            .set(qpc::st, st)
+            .set(qpc::pd, q.pd)
+            .set(qpc::mtu, q.mtu)
+            .set(qpc::log_rq_size, q.log_rq_size)
+            .set(qpc::log_rq_stride, q.rq_wqe_shift - 4)
+            .set(qpc::log_sq_size, q.log_sq_size)
+            .set(qpc::no_sq, q.no_sq)
+            .set(qpc::remote_qpn, q.remote_qpn)
+            .set(qpc::retry_count, q.retry_count)
+            .set(qpc::rnr_retry, q.rnr_retry)
+            .set(qpc::next_send_psn, q.next_send_psn)
+            .set(qpc::cqn_snd, q.cqn_snd)
+            .set(qpc::rre, q.rre)
+            .set(qpc::rwe, q.rwe)
+            .set(qpc::rae, q.rae)
+            .set(qpc::min_rnr_nak, q.min_rnr_nak)
+            .set(qpc::next_rcv_psn, q.next_rcv_psn)
+            .set(qpc::cqn_rcv, q.cqn_rcv)
+            .set(qpc::q_key, q.qkey)
+            .set(qpc::dbr_addr, q.dbr);
+        let mut p = c.sub(qpc::primary_address_path);
+        p.set(ads::vhca_port_num, q.port)
+            .set(ads::pkey_index, q.pkey_index)
+            .set(ads::rlid, q.rlid)
+            .set(ads::sl, q.sl)
+            .set(ads::ack_timeout, q.ack_timeout);
+        Ok(())
+    }
+}

@@ -1,0 +1,196 @@
+//! Queue pairs in the model: their state machine, the attributes each transition sets, and the
+//! send and receive queues as firmware tracks them (mlx5-reference 05 §1–2, §6).
+
+use bareverbs_firmware_cmd::ifc::{make_op_own, CqeOpcode};
+
+use crate::dma::AddressSpaceExt;
+use crate::hca::Hca;
+
+/// QP service types the model executes (`qpc.st`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServiceType {
+    /// Reliable connected.
+    Rc,
+    /// Unreliable connected.
+    Uc,
+    /// Unreliable datagram.
+    Ud,
+}
+
+/// QP states (`qpc.state` encoding, qp.h).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QpState {
+    /// Reset.
+    Rst,
+    /// Initialized.
+    Init,
+    /// Ready to receive.
+    Rtr,
+    /// Ready to send.
+    Rts,
+    /// Send queue error.
+    Sqe,
+    /// Send queue drained.
+    Sqd,
+    /// Error.
+    Err,
+}
+
+impl QpState {
+    /// The `qpc.state` value.
+    pub fn raw(self) -> u8 {
+        match self {
+            QpState::Rst => 0,
+            QpState::Init => 1,
+            QpState::Rtr => 2,
+            QpState::Rts => 3,
+            QpState::Sqe => 4,
+            QpState::Sqd => 5,
+            QpState::Err => 6,
+        }
+    }
+}
+
+/// One QP.
+#[derive(Clone, Debug)]
+pub struct Qp {
+    /// QP number.
+    pub qpn: u32,
+    /// Service type.
+    pub st: ServiceType,
+    /// State.
+    pub state: QpState,
+    /// Protection domain.
+    pub pd: u32,
+    /// Send CQ.
+    pub cqn_snd: u32,
+    /// Receive CQ.
+    pub cqn_rcv: u32,
+    /// UAR whose BlueFlame registers ring the SQ.
+    pub uar: u32,
+    /// log2 of the SQ size in 64-byte WQEBBs.
+    pub log_sq_size: u8,
+    /// log2 of the number of RQ WQEs.
+    pub log_rq_size: u8,
+    /// log2 of the RQ WQE size in bytes.
+    pub rq_wqe_shift: u8,
+    /// No send queue.
+    pub no_sq: bool,
+    /// Buffer pages (RQ first, then SQ).
+    pub pas: Vec<u64>,
+    /// Doorbell record address.
+    pub dbr: u64,
+    /// Port (1-based).
+    pub port: u8,
+    /// P_Key index.
+    pub pkey_index: u16,
+    /// Q_Key (UD).
+    pub qkey: u32,
+    /// Remote read, write and atomic enabled (responder).
+    pub rre: bool,
+    /// Remote write enabled.
+    pub rwe: bool,
+    /// Remote atomics enabled.
+    pub rae: bool,
+    /// Path MTU (IB enum: 1 = 256 … 5 = 4096).
+    pub mtu: u8,
+    /// Remote QP number (connected QPs).
+    pub remote_qpn: u32,
+    /// Destination LID.
+    pub rlid: u16,
+    /// Service level.
+    pub sl: u8,
+    /// Next PSN to send.
+    pub next_send_psn: u32,
+    /// Next PSN expected.
+    pub next_rcv_psn: u32,
+    /// Transport retries.
+    pub retry_count: u8,
+    /// RNR retries.
+    pub rnr_retry: u8,
+    /// Minimum RNR NAK timer.
+    pub min_rnr_nak: u8,
+    /// ACK timeout exponent.
+    pub ack_timeout: u8,
+    /// WQEBBs of the SQ firmware has consumed.
+    pub sq_consumed: u16,
+    /// RQ WQEs firmware has consumed.
+    pub rq_consumed: u16,
+}
+
+impl Qp {
+    /// Offset of the SQ in the work buffer.
+    pub fn sq_offset(&self) -> u64 {
+        (1u64 << self.log_rq_size) << self.rq_wqe_shift
+    }
+
+    /// Bytes of the work buffer.
+    pub fn buffer_bytes(&self) -> u64 {
+        self.sq_offset()
+            + if self.no_sq {
+                0
+            } else {
+                64u64 << self.log_sq_size
+            }
+    }
+
+    /// Device address of byte `off` of the work buffer.
+    pub fn buf_iova(&self, off: u64) -> u64 {
+        self.pas[(off / 4096) as usize] + off % 4096
+    }
+}
+
+impl Hca {
+    /// Moves QP `qpn` to ERR and completes every outstanding WQE, send and receive, with a
+    /// WR_FLUSH_ERR completion (what mlx5 hardware does when a QP enters the error state).
+    pub fn qp_to_error(&mut self, qpn: u32) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        qp.state = QpState::Err;
+        let qp = qp.clone();
+        let (rq_head, sq_head) = match (self.dma.read_be32(qp.dbr), self.dma.read_be32(qp.dbr + 4))
+        {
+            (Ok(r), Ok(s)) => (r as u16, s as u16),
+            (Err(f), _) | (_, Err(f)) => {
+                self.record_fault(f);
+                return;
+            }
+        };
+        let mut rq = qp.rq_consumed;
+        while rq != rq_head {
+            self.flush_cqe(qp.cqn_rcv, qpn, rq, CqeOpcode::RespErr);
+            rq = rq.wrapping_add(1);
+        }
+        let mut sq = qp.sq_consumed;
+        let mask = (1u16 << qp.log_sq_size).wrapping_sub(1);
+        while !qp.no_sq && sq != sq_head {
+            // Each WQE's control segment says how many 16-byte units it spans.
+            let at = qp.buf_iova(qp.sq_offset() + u64::from(sq & mask) * 64);
+            let (op, ds) = match (self.dma.read_be32(at), self.dma.read_be32(at + 4)) {
+                (Ok(a), Ok(b)) => ((a & 0xff) as u8, (b & 0x3f) as u16),
+                _ => break,
+            };
+            let mut cqe = [0u8; 64];
+            cqe[0x37] = 0x05;
+            cqe[0x38..0x3c].copy_from_slice(&((u32::from(op) << 24) | qpn).to_be_bytes());
+            cqe[0x3c..0x3e].copy_from_slice(&sq.to_be_bytes());
+            cqe[0x3f] = make_op_own(CqeOpcode::ReqErr.into(), 0);
+            self.post_cqe(qp.cqn_snd, cqe, false);
+            sq = sq.wrapping_add(ds.div_ceil(4).max(1));
+        }
+        if let Some(q) = self.qps.get_mut(&qpn) {
+            q.rq_consumed = rq;
+            q.sq_consumed = sq;
+        }
+    }
+
+    fn flush_cqe(&mut self, cqn: u32, qpn: u32, counter: u16, opcode: CqeOpcode) {
+        let mut cqe = [0u8; 64];
+        cqe[0x37] = 0x05; // WR_FLUSH_ERR
+        cqe[0x38..0x3c].copy_from_slice(&qpn.to_be_bytes());
+        cqe[0x3c..0x3e].copy_from_slice(&counter.to_be_bytes());
+        cqe[0x3f] = make_op_own(opcode.into(), 0);
+        self.post_cqe(cqn, cqe, false);
+    }
+}

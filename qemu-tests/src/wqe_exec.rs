@@ -1,0 +1,515 @@
+//! Where the model executes WQEs: the send doorbell, segment parsing, key checks, data movement
+//! between QPs of this HCA, and the requester and responder completions (mlx5-reference 05
+//! §3–6, 04 §6).
+//!
+//! What is modelled: RC, UC and UD SEND (with immediate), RC/UC RDMA WRITE (with immediate),
+//! RC RDMA READ and 8-byte atomics; lkey/rkey validity, PD and rights; receive-buffer length;
+//! UD Q_Key and the 40-byte GRH area; a missing receive (RC: RNR retries exhausted when
+//! `rnr_retry` is 0, otherwise the request waits for the next doorbell; UC and UD: dropped).
+//! An error completion moves the QP to ERR and flushes what is outstanding.
+
+use bareverbs_firmware_cmd::ifc::{fm_ce_se, make_op_own, wqe_opcode, CqeOpcode, INLINE_SEG};
+
+use crate::dma::AddressSpaceExt;
+use crate::hca::Hca;
+use crate::mkey::KeyFault;
+use crate::qp::{Qp, QpState, ServiceType};
+
+/// CQE error syndromes (`MLX5_CQE_SYNDROME_*`).
+mod synd {
+    pub const LOCAL_LENGTH: u8 = 0x01;
+    pub const LOCAL_QP_OP: u8 = 0x02;
+    pub const LOCAL_PROT: u8 = 0x04;
+    pub const REMOTE_INVAL_REQ: u8 = 0x12;
+    pub const REMOTE_ACCESS: u8 = 0x13;
+    pub const TRANSPORT_RETRY_EXC: u8 = 0x15;
+    pub const RNR_RETRY_EXC: u8 = 0x16;
+}
+
+/// One gather/scatter entry of a WQE.
+#[derive(Clone, Copy, Debug)]
+struct Sge {
+    lkey: u32,
+    addr: u64,
+    len: u32,
+}
+
+/// A parsed send WQE.
+struct SendWqe {
+    opcode: u8,
+    wqe_index: u16,
+    bbs: u16,
+    signaled: bool,
+    solicited: bool,
+    imm: u32,
+    raddr: u64,
+    rkey: u32,
+    swap_add: u64,
+    compare: u64,
+    ud_dqpn: u32,
+    ud_qkey: u32,
+    /// Service level from the UD address vector.
+    ud_sl: u8,
+    inline: Option<Vec<u8>>,
+    sges: Vec<Sge>,
+}
+
+/// What happened to a send WQE.
+enum Outcome {
+    /// Completed; `byte_cnt` for READ and atomics.
+    Done(u32),
+    /// Completed with an error syndrome.
+    Failed(u8),
+    /// Leave it queued (receiver not ready, retries left).
+    Wait,
+}
+
+impl Hca {
+    /// Send doorbell (BlueFlame register): the low dword carries `qpn << 8 | ds`.
+    pub(crate) fn sq_doorbell(&mut self, uar: u32, val: u64) {
+        let qpn = (val as u32) >> 8;
+        let Some(qp) = self.qps.get(&qpn) else { return };
+        if qp.uar != uar {
+            log::warn!(
+                "model: QP {qpn:#x} rung through UAR {uar}, expected {}",
+                qp.uar
+            );
+            return;
+        }
+        self.run_sq(qpn);
+    }
+
+    /// Executes the QP's posted send WQEs in order, up to the doorbell record's counter.
+    pub fn run_sq(&mut self, qpn: u32) {
+        loop {
+            let Some(qp) = self.qps.get(&qpn).cloned() else {
+                return;
+            };
+            if !matches!(qp.state, QpState::Rts | QpState::Sqd) || qp.no_sq {
+                return;
+            }
+            let head = match self.dma.read_be32(qp.dbr + 4) {
+                Ok(v) => v as u16,
+                Err(f) => {
+                    self.record_fault(f);
+                    return;
+                }
+            };
+            if qp.sq_consumed == head {
+                return;
+            }
+            let Some(w) = self.read_send_wqe(&qp) else {
+                self.complete_send_error(&qp, qp.sq_consumed, 0, synd::LOCAL_QP_OP);
+                return;
+            };
+            match self.execute(&qp, &w) {
+                Outcome::Wait => return,
+                Outcome::Done(bytes) => {
+                    if let Some(q) = self.qps.get_mut(&qpn) {
+                        q.sq_consumed = q.sq_consumed.wrapping_add(w.bbs);
+                    }
+                    if w.signaled {
+                        let mut c = [0u8; 64];
+                        c[0x2c..0x30].copy_from_slice(&bytes.to_be_bytes());
+                        c[0x38..0x3c]
+                            .copy_from_slice(&((u32::from(w.opcode) << 24) | qpn).to_be_bytes());
+                        c[0x3c..0x3e].copy_from_slice(&w.wqe_index.to_be_bytes());
+                        c[0x3f] = make_op_own(CqeOpcode::Req.into(), 0);
+                        self.post_cqe(qp.cqn_snd, c, false);
+                    }
+                }
+                Outcome::Failed(s) => {
+                    if let Some(q) = self.qps.get_mut(&qpn) {
+                        q.sq_consumed = q.sq_consumed.wrapping_add(w.bbs);
+                    }
+                    self.complete_send_error(&qp, w.wqe_index, w.opcode, s);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn complete_send_error(&mut self, qp: &Qp, wqe_index: u16, opcode: u8, syndrome: u8) {
+        let mut c = [0u8; 64];
+        c[0x37] = syndrome;
+        c[0x38..0x3c].copy_from_slice(&((u32::from(opcode) << 24) | qp.qpn).to_be_bytes());
+        c[0x3c..0x3e].copy_from_slice(&wqe_index.to_be_bytes());
+        c[0x3f] = make_op_own(CqeOpcode::ReqErr.into(), 0);
+        self.post_cqe(qp.cqn_snd, c, false);
+        self.qp_to_error(qp.qpn);
+    }
+
+    fn read_send_wqe(&mut self, qp: &Qp) -> Option<SendWqe> {
+        let mask = (1u16 << qp.log_sq_size) - 1;
+        let bb = |i: u16| qp.buf_iova(qp.sq_offset() + u64::from(i & mask) * 64);
+        let first = self.dma.read_vec(bb(qp.sq_consumed), 64).ok()?;
+        let ds = u16::from(first[7] & 0x3f);
+        if ds == 0 {
+            return None;
+        }
+        let bbs = ds.div_ceil(4);
+        let mut raw = first;
+        for k in 1..bbs {
+            raw.extend(
+                self.dma
+                    .read_vec(bb(qp.sq_consumed.wrapping_add(k)), 64)
+                    .ok()?,
+            );
+        }
+        raw.truncate(usize::from(ds) * 16);
+        let be32 = |o: usize| u32::from_be_bytes([raw[o], raw[o + 1], raw[o + 2], raw[o + 3]]);
+        let be64 = |o: usize| (u64::from(be32(o)) << 32) | u64::from(be32(o + 4));
+        let opcode = raw[3];
+        let mut w = SendWqe {
+            opcode,
+            wqe_index: u16::from_be_bytes([raw[1], raw[2]]),
+            bbs,
+            signaled: raw[11] & fm_ce_se::CQ_UPDATE != 0,
+            solicited: raw[11] & 0x02 != 0,
+            imm: be32(12),
+            raddr: 0,
+            rkey: 0,
+            swap_add: 0,
+            compare: 0,
+            ud_dqpn: 0,
+            ud_qkey: 0,
+            ud_sl: 0,
+            inline: None,
+            sges: Vec::new(),
+        };
+        let mut off = 16;
+        if qp.st == ServiceType::Ud {
+            w.ud_qkey = be32(off);
+            w.ud_dqpn = be32(off + 8) & 0x00ff_ffff;
+            w.ud_sl = raw[off + 12] & 0xf;
+            off += 48;
+        } else if matches!(
+            opcode,
+            wqe_opcode::RDMA_WRITE
+                | wqe_opcode::RDMA_WRITE_IMM
+                | wqe_opcode::RDMA_READ
+                | wqe_opcode::ATOMIC_CS
+                | wqe_opcode::ATOMIC_FA
+        ) {
+            w.raddr = be64(off);
+            w.rkey = be32(off + 8);
+            off += 16;
+            if matches!(opcode, wqe_opcode::ATOMIC_CS | wqe_opcode::ATOMIC_FA) {
+                w.swap_add = be64(off);
+                w.compare = be64(off + 8);
+                off += 16;
+            }
+        }
+        if off + 4 <= raw.len() && be32(off) & INLINE_SEG != 0 {
+            let n = (be32(off) & !INLINE_SEG) as usize;
+            let data = raw.get(off + 4..off + 4 + n)?.to_vec();
+            w.inline = Some(data);
+            return Some(w);
+        }
+        while off + 16 <= raw.len() {
+            let len = be32(off);
+            let lkey = be32(off + 4);
+            if lkey == bareverbs_firmware_cmd::ifc::INVALID_LKEY && len == 0 {
+                break;
+            }
+            w.sges.push(Sge {
+                lkey,
+                addr: be64(off + 8),
+                len,
+            });
+            off += 16;
+        }
+        Some(w)
+    }
+
+    /// Translates `len` bytes at `addr` through key `key` for PD `pd`.
+    fn key_range(
+        &self,
+        key: u32,
+        pd: u32,
+        addr: u64,
+        len: u64,
+        need: impl Fn(&crate::mkey::Rights) -> bool,
+    ) -> Result<Vec<(u64, u64)>, KeyFault> {
+        let k = self
+            .mkeys
+            .get(&(key >> 8))
+            .filter(|k| k.key == key)
+            .ok_or(KeyFault::Rights)?;
+        if k.pd != pd {
+            return Err(KeyFault::Pd);
+        }
+        if !need(&k.rights) {
+            return Err(KeyFault::Rights);
+        }
+        k.translate(addr, len)
+    }
+
+    fn gather_sges(&mut self, pd: u32, sges: &[Sge]) -> Result<Vec<u8>, u8> {
+        let mut out = Vec::new();
+        for s in sges {
+            let pieces = self
+                .key_range(s.lkey, pd, s.addr, s.len.into(), |_| true)
+                .map_err(|_| synd::LOCAL_PROT)?;
+            for (a, n) in pieces {
+                let v = self.dma.read_vec(a, n as usize).map_err(|f| {
+                    self.record_fault(f);
+                    synd::LOCAL_PROT
+                })?;
+                out.extend(v);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Scatters `data` over `sges` (local write required). Err(LOCAL_LENGTH) when it does not
+    /// fit, Err(LOCAL_PROT) on a key problem.
+    fn scatter(&mut self, pd: u32, sges: &[Sge], skip: u64, data: &[u8]) -> Result<(), u8> {
+        let room: u64 = sges.iter().map(|s| u64::from(s.len)).sum();
+        if skip + data.len() as u64 > room {
+            return Err(synd::LOCAL_LENGTH);
+        }
+        let mut at = 0usize;
+        let mut skip = skip;
+        for s in sges {
+            let len = u64::from(s.len);
+            if skip >= len {
+                skip -= len;
+                continue;
+            }
+            let n = ((len - skip) as usize).min(data.len() - at);
+            if n == 0 {
+                break;
+            }
+            let pieces = self
+                .key_range(s.lkey, pd, s.addr + skip, n as u64, |r| r.local_write)
+                .map_err(|_| synd::LOCAL_PROT)?;
+            for (a, l) in pieces {
+                self.dma
+                    .write(a, &data[at..at + l as usize])
+                    .map_err(|_| synd::LOCAL_PROT)?;
+                at += l as usize;
+            }
+            skip = 0;
+        }
+        Ok(())
+    }
+
+    fn payload(&mut self, qp: &Qp, w: &SendWqe) -> Result<Vec<u8>, u8> {
+        match &w.inline {
+            Some(d) => Ok(d.clone()),
+            None => self.gather_sges(qp.pd, &w.sges),
+        }
+    }
+
+    /// The receive WQE at the head of `rqp`'s RQ, if one is posted.
+    fn next_recv(&mut self, rqp: &Qp) -> Option<(u16, Vec<Sge>)> {
+        let head = self.dma.read_be32(rqp.dbr).ok()? as u16;
+        if rqp.rq_consumed == head {
+            return None;
+        }
+        let idx = rqp.rq_consumed & ((1u16 << rqp.log_rq_size) - 1);
+        let stride = 1u64 << rqp.rq_wqe_shift;
+        let raw = self
+            .dma
+            .read_vec(rqp.buf_iova(u64::from(idx) * stride), stride as usize)
+            .ok()?;
+        let mut sges = Vec::new();
+        for seg in raw.chunks(16) {
+            let len = u32::from_be_bytes([seg[0], seg[1], seg[2], seg[3]]);
+            let lkey = u32::from_be_bytes([seg[4], seg[5], seg[6], seg[7]]);
+            if lkey == bareverbs_firmware_cmd::ifc::INVALID_LKEY {
+                break;
+            }
+            let addr = u64::from_be_bytes([
+                seg[8], seg[9], seg[10], seg[11], seg[12], seg[13], seg[14], seg[15],
+            ]);
+            sges.push(Sge { lkey, addr, len });
+        }
+        Some((rqp.rq_consumed, sges))
+    }
+
+    /// Delivers a message into `rqp`'s next receive; responder CQE on its receive CQ.
+    #[allow(clippy::too_many_arguments)]
+    fn deliver(
+        &mut self,
+        src: &Qp,
+        rqp: &Qp,
+        data: &[u8],
+        imm: Option<u32>,
+        rdma_imm: bool,
+        solicited: bool,
+        ud: Option<u8>,
+    ) -> Result<bool, u8> {
+        let Some((counter, sges)) = self.next_recv(rqp) else {
+            return Ok(false);
+        };
+        if let Some(q) = self.qps.get_mut(&rqp.qpn) {
+            q.rq_consumed = q.rq_consumed.wrapping_add(1);
+        }
+        let skip = if ud.is_some() { 40 } else { 0 };
+        let sl = ud.unwrap_or(src.sl);
+        let r = if rdma_imm {
+            Ok(())
+        } else {
+            self.scatter(rqp.pd, &sges, skip, data)
+        };
+        let mut c = [0u8; 64];
+        c[0x38..0x3c].copy_from_slice(&rqp.qpn.to_be_bytes());
+        c[0x3c..0x3e].copy_from_slice(&counter.to_be_bytes());
+        if let Err(s) = r {
+            c[0x37] = s;
+            c[0x3f] = make_op_own(CqeOpcode::RespErr.into(), 0);
+            self.post_cqe(rqp.cqn_rcv, c, false);
+            self.qp_to_error(rqp.qpn);
+            return Err(s);
+        }
+        let port = self
+            .ports
+            .get(usize::from(src.port).wrapping_sub(1))
+            .map_or(0, |p| p.lid);
+        let bytes = if rdma_imm {
+            data.len()
+        } else {
+            data.len() + skip as usize
+        } as u32;
+        c[0x16..0x18].copy_from_slice(&port.to_be_bytes());
+        c[0x18..0x1c].copy_from_slice(&((u32::from(sl & 0xf) << 24) | src.qpn).to_be_bytes());
+        c[0x24..0x28].copy_from_slice(&imm.unwrap_or(u32::from(rqp.pkey_index)).to_be_bytes());
+        c[0x2c..0x30].copy_from_slice(&bytes.to_be_bytes());
+        let op = match (rdma_imm, imm.is_some()) {
+            (true, _) => CqeOpcode::RespWrImm,
+            (false, true) => CqeOpcode::RespSendImm,
+            (false, false) => CqeOpcode::RespSend,
+        };
+        c[0x3f] = make_op_own(op.into(), 0) | if solicited { 0x02 } else { 0 };
+        self.post_cqe(rqp.cqn_rcv, c, solicited);
+        Ok(true)
+    }
+
+    fn execute(&mut self, qp: &Qp, w: &SendWqe) -> Outcome {
+        let imm =
+            matches!(w.opcode, wqe_opcode::SEND_IMM | wqe_opcode::RDMA_WRITE_IMM).then_some(w.imm);
+        if qp.st == ServiceType::Ud {
+            if !matches!(w.opcode, wqe_opcode::SEND | wqe_opcode::SEND_IMM) {
+                return Outcome::Failed(synd::LOCAL_QP_OP);
+            }
+            let data = match self.payload(qp, w) {
+                Ok(d) => d,
+                Err(s) => return Outcome::Failed(s),
+            };
+            // The QP's own Q_Key is used when the request's has its top bit set (IB spec).
+            let qkey = if w.ud_qkey & 0x8000_0000 != 0 {
+                qp.qkey
+            } else {
+                w.ud_qkey
+            };
+            if let Some(r) = self.qps.get(&w.ud_dqpn).cloned() {
+                if r.st == ServiceType::Ud
+                    && matches!(r.state, QpState::Rtr | QpState::Rts)
+                    && r.qkey == qkey
+                {
+                    let _ = self.deliver(qp, &r, &data, imm, false, w.solicited, Some(w.ud_sl));
+                }
+            }
+            return Outcome::Done(0);
+        }
+        let remote = self
+            .qps
+            .get(&qp.remote_qpn)
+            .cloned()
+            .filter(|r| matches!(r.state, QpState::Rtr | QpState::Rts) && r.st == qp.st);
+        let Some(r) = remote else {
+            return if qp.st == ServiceType::Rc {
+                Outcome::Failed(synd::TRANSPORT_RETRY_EXC)
+            } else {
+                Outcome::Done(0)
+            };
+        };
+        let rc = qp.st == ServiceType::Rc;
+        let needs_recv = matches!(
+            w.opcode,
+            wqe_opcode::SEND | wqe_opcode::SEND_IMM | wqe_opcode::RDMA_WRITE_IMM
+        );
+        if needs_recv && self.next_recv(&r).is_none() {
+            return match (rc, qp.rnr_retry) {
+                (true, 0) => Outcome::Failed(synd::RNR_RETRY_EXC),
+                (true, _) => Outcome::Wait,
+                (false, _) => Outcome::Done(0),
+            };
+        }
+        match w.opcode {
+            wqe_opcode::SEND | wqe_opcode::SEND_IMM => {
+                let data = match self.payload(qp, w) {
+                    Ok(d) => d,
+                    Err(s) => return Outcome::Failed(s),
+                };
+                match self.deliver(qp, &r, &data, imm, false, w.solicited, None) {
+                    Ok(_) => Outcome::Done(0),
+                    Err(_) if rc => Outcome::Failed(synd::REMOTE_INVAL_REQ),
+                    Err(_) => Outcome::Done(0),
+                }
+            }
+            wqe_opcode::RDMA_WRITE | wqe_opcode::RDMA_WRITE_IMM => {
+                let data = match self.payload(qp, w) {
+                    Ok(d) => d,
+                    Err(s) => return Outcome::Failed(s),
+                };
+                let dest =
+                    self.key_range(w.rkey, r.pd, w.raddr, data.len() as u64, |k| k.remote_write);
+                let dest = match dest {
+                    Ok(d) if r.rwe => d,
+                    _ if rc => return Outcome::Failed(synd::REMOTE_ACCESS),
+                    _ => return Outcome::Done(0),
+                };
+                let mut at = 0;
+                for (a, n) in dest {
+                    let _ = self.dma.write(a, &data[at..at + n as usize]);
+                    at += n as usize;
+                }
+                if w.opcode == wqe_opcode::RDMA_WRITE_IMM {
+                    let _ = self.deliver(qp, &r, &data, imm, true, w.solicited, None);
+                }
+                Outcome::Done(0)
+            }
+            wqe_opcode::RDMA_READ if rc => {
+                let len: u64 = w.sges.iter().map(|s| u64::from(s.len)).sum();
+                let src = match self.key_range(w.rkey, r.pd, w.raddr, len, |k| k.remote_read) {
+                    Ok(s) if r.rre => s,
+                    _ => return Outcome::Failed(synd::REMOTE_ACCESS),
+                };
+                let mut data = Vec::new();
+                for (a, n) in src {
+                    data.extend(self.dma.read_vec(a, n as usize).unwrap_or_default());
+                }
+                match self.scatter(qp.pd, &w.sges, 0, &data) {
+                    Ok(()) => Outcome::Done(data.len() as u32),
+                    Err(s) => Outcome::Failed(s),
+                }
+            }
+            wqe_opcode::ATOMIC_CS | wqe_opcode::ATOMIC_FA if rc => {
+                if w.raddr % 8 != 0 {
+                    return Outcome::Failed(synd::REMOTE_INVAL_REQ);
+                }
+                let target = match self.key_range(w.rkey, r.pd, w.raddr, 8, |k| k.atomic) {
+                    Ok(t) if r.rae => t[0].0,
+                    _ => return Outcome::Failed(synd::REMOTE_ACCESS),
+                };
+                let old = self.dma.read_be64(target).unwrap_or(0);
+                let new = if w.opcode == wqe_opcode::ATOMIC_FA {
+                    old.wrapping_add(w.swap_add)
+                } else if old == w.compare {
+                    w.swap_add
+                } else {
+                    old
+                };
+                let _ = self.dma.write(target, &new.to_be_bytes());
+                match self.scatter(qp.pd, &w.sges, 0, &old.to_be_bytes()) {
+                    Ok(()) => Outcome::Done(8),
+                    Err(s) => Outcome::Failed(s),
+                }
+            }
+            _ => Outcome::Failed(synd::LOCAL_QP_OP),
+        }
+    }
+}
