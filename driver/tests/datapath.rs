@@ -594,3 +594,139 @@ fn ud_checks_the_qkey_and_leaves_room_for_the_grh() {
         .unwrap_err();
     assert!(matches!(e.error, Error::InvalidArgument { .. }));
 }
+
+#[test]
+fn rc_and_ud_between_two_hcas_on_a_fabric() {
+    use bareverbs_model::{Drive, Fabric, ModelConfig};
+    for drive in [Drive::Synchronous, Drive::Background] {
+        let fabric = Fabric::new();
+        let cfg = |lid, guid| ModelConfig {
+            base_lid: lid,
+            node_guid: guid,
+            ..ModelConfig::default()
+        };
+        let (h1, h2) = (
+            SimHal::on_fabric(cfg(1, 0x10), drive, &fabric),
+            SimHal::on_fabric(cfg(17, 0x20), drive, &fabric),
+        );
+        let (d1, d2) = (
+            Device::bring_up(&h1, Config::default()).unwrap(),
+            Device::bring_up(&h2, Config::default()).unwrap(),
+        );
+        assert_eq!(d2.ports()[0].lid, 17);
+        let (p1, p2) = (d1.alloc_pd().unwrap(), d2.alloc_pd().unwrap());
+        let (mut c1, mut c2) = (d1.create_cq(64).unwrap(), d2.create_cq(64).unwrap());
+        let mut a = p1
+            .create_qp(&QpInitAttr {
+                qp_type: QpType::Rc,
+                send_cq: &c1,
+                recv_cq: &c1,
+                cap: cap(),
+                sq_sig_all: true,
+            })
+            .unwrap();
+        let mut b = p2
+            .create_qp(&QpInitAttr {
+                qp_type: QpType::Rc,
+                send_cq: &c2,
+                recv_cq: &c2,
+                cap: cap(),
+                sq_sig_all: true,
+            })
+            .unwrap();
+        let all = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+        let m1 = p1
+            .reg_mr(h1.dma_alloc(4096, 4096).unwrap().share(), all)
+            .map_err(|(e, _)| e)
+            .unwrap();
+        let m2 = p2
+            .reg_mr(h2.dma_alloc(4096, 4096).unwrap().share(), all)
+            .map_err(|(e, _)| e)
+            .unwrap();
+        let (an, bn) = (a.qpn().raw(), b.qpn().raw());
+        for (q, peer, dlid) in [(&mut a, bn, 17), (&mut b, an, 1)] {
+            q.to_init(1, 0, all, 0).unwrap();
+            q.to_rtr(
+                peer,
+                PSN,
+                AhAttr {
+                    dlid,
+                    port_num: 1,
+                    ..AhAttr::default()
+                },
+                Mtu::Mtu1024,
+            )
+            .unwrap();
+            q.to_rts(PSN).unwrap();
+        }
+        m1.buf().write_bytes(0, b"across the fabric").unwrap();
+        b.post_recv(&[RecvWr {
+            wr_id: 2,
+            sg_list: &[sge(&m2, 0, 64)],
+        }])
+        .unwrap();
+        a.post_send(&[send_wr(1, &[sge(&m1, 0, 17)], SendOp::Send)])
+            .unwrap();
+        let wait = |cq: &mut Cq<'_, &SimHal>| {
+            let mut wc = [Wc::EMPTY; 1];
+            for _ in 0..2_000_000 {
+                if cq.poll(&mut wc) == 1 {
+                    return wc[0];
+                }
+                std::thread::yield_now();
+            }
+            panic!("no completion ({drive:?})");
+        };
+        let s = wait(&mut c1);
+        assert_eq!((s.wr_id, s.status), (1, WcStatus::Success));
+        let r = wait(&mut c2);
+        assert_eq!(
+            (r.wr_id, r.byte_len, r.src_qp, r.slid),
+            (2, 17, a.qpn().raw(), 1)
+        );
+        let mut got = [0u8; 17];
+        m2.buf().read_bytes(0, &mut got).unwrap();
+        assert_eq!(&got, b"across the fabric");
+        // RDMA READ of the other HCA's memory.
+        m2.buf().write_bytes(100, b"remote").unwrap();
+        a.post_send(&[send_wr(
+            3,
+            &[sge(&m1, 200, 6)],
+            SendOp::RdmaRead {
+                remote_addr: m2.addr() + 100,
+                rkey: m2.rkey().raw(),
+            },
+        )])
+        .unwrap();
+        assert_eq!(wait(&mut c1).byte_len, 6);
+        let mut got = [0u8; 6];
+        m1.buf().read_bytes(200, &mut got).unwrap();
+        assert_eq!(&got, b"remote");
+        // A LID nobody owns: transport retries exceeded.
+        let mut x = p1
+            .create_qp(&QpInitAttr {
+                qp_type: QpType::Rc,
+                send_cq: &c1,
+                recv_cq: &c1,
+                cap: cap(),
+                sq_sig_all: true,
+            })
+            .unwrap();
+        x.to_init(1, 0, all, 0).unwrap();
+        x.to_rtr(
+            b.qpn().raw(),
+            PSN,
+            AhAttr {
+                dlid: 99,
+                port_num: 1,
+                ..AhAttr::default()
+            },
+            Mtu::Mtu1024,
+        )
+        .unwrap();
+        x.to_rts(PSN).unwrap();
+        x.post_send(&[send_wr(4, &[sge(&m1, 0, 1)], SendOp::Send)])
+            .unwrap();
+        assert_eq!(wait(&mut c1).status, WcStatus::RetryExcErr);
+    }
+}

@@ -54,6 +54,10 @@ impl Hca {
     /// Executes every pending command whose time has come.
     pub fn run_due(&mut self) {
         self.sync_faults();
+        // Send queues that waited on a receiver or a busy HCA get another go.
+        for qpn in std::mem::take(&mut self.stalled_sqs) {
+            self.run_sq(qpn);
+        }
         let now = self.now_ns();
         let mut i = 0;
         while i < self.pending.len() {

@@ -34,6 +34,15 @@ impl Device {
         self.hca.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Locks the device unless someone holds it.
+    pub fn try_lock(&self) -> Option<MutexGuard<'_, Hca>> {
+        match self.hca.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
     /// Wakes the engine (after a doorbell).
     pub fn notify(&self) {
         self.wake.notify_one();

@@ -98,6 +98,10 @@ pub struct Hca {
     pub(crate) mkeys: BTreeMap<u32, Mkey>,
     pub(crate) cqs: BTreeMap<u32, Cq>,
     pub(crate) qps: BTreeMap<u32, Qp>,
+    /// Send queues waiting to be run again (receiver not ready, or its HCA busy).
+    pub(crate) stalled_sqs: BTreeSet<u32>,
+    /// The fabric joining this HCA to others, if any.
+    pub(crate) fabric: Option<std::sync::Arc<crate::fabric::Fabric>>,
     pub(crate) next_object: u32,
     pub(crate) driver_version: Option<String>,
     pub(crate) ports: Vec<Port>,
@@ -148,6 +152,8 @@ impl Hca {
             mkeys: BTreeMap::new(),
             cqs: BTreeMap::new(),
             qps: BTreeMap::new(),
+            stalled_sqs: BTreeSet::new(),
+            fabric: None,
             next_object: 0,
             driver_version: None,
             ports,
@@ -157,6 +163,16 @@ impl Hca {
         };
         h.fault_hits = vec![0; h.cfg.faults.commands.len()];
         h
+    }
+
+    /// Joins this HCA to `fabric` (its ports keep their LIDs).
+    pub fn set_fabric(&mut self, fabric: std::sync::Arc<crate::fabric::Fabric>) {
+        self.fabric = Some(fabric);
+    }
+
+    /// Whether `lid` is one of this HCA's ports.
+    pub(crate) fn owns_lid(&self, lid: u16) -> bool {
+        self.ports.iter().any(|p| p.lid == lid)
     }
 
     /// Sets the callback that raises MSI-X vectors.
@@ -169,9 +185,11 @@ impl Hca {
         let cfg = self.cfg.clone();
         let irq = self.irq.take();
         let trace = std::mem::take(&mut self.trace);
+        let fabric = self.fabric.take();
         *self = Hca::new(cfg, self.clock.clone(), self.dma.clone());
         self.irq = irq;
         self.trace = trace;
+        self.fabric = fabric;
     }
 
     /// Life-cycle state.

@@ -15,6 +15,7 @@ pub mod dma;
 pub mod engine;
 pub mod eq;
 pub mod exec;
+pub mod fabric;
 pub mod guest_memory;
 pub mod hca;
 pub mod memory;
@@ -28,6 +29,7 @@ pub mod wqe_exec;
 
 pub use config::{CommandFault, FaultAction, Faults, ModelConfig};
 pub use dma::{AddressSpace, DmaFault};
+pub use fabric::Fabric;
 pub use hca::{Hca, HcaState};
 pub use memory::{HostMemory, SimDma};
 pub use pci::PciConfig;

@@ -121,6 +121,19 @@ impl SimHal {
         }
     }
 
+    /// A new HCA with `cfg` joined to `fabric` (give each HCA its own `base_lid`).
+    pub fn on_fabric(
+        cfg: ModelConfig,
+        drive: Drive,
+        fabric: &std::sync::Arc<crate::fabric::Fabric>,
+    ) -> Self {
+        let (base, ports) = (cfg.base_lid, u16::from(cfg.num_ports));
+        let hal = Self::new(cfg, drive);
+        hal.shared.lock().set_fabric(fabric.clone());
+        fabric.join(base, ports, &hal.shared.dev);
+        hal
+    }
+
     /// A default ConnectX-5 model, driven synchronously.
     pub fn synchronous() -> Self {
         Self::new(ModelConfig::default(), Drive::Synchronous)

@@ -109,19 +109,29 @@ pub fn irqs(cfg: &ModelConfig) -> Vec<IrqInfo> {
 }
 
 impl Backend {
-    /// A device `cfg` describes; when `trace` is given, every completed command (and every DMA
-    /// fault) is appended to it as it happens.
+    /// A device `cfg` describes, joined to `fabric` if given; when `trace` is given, every
+    /// completed command (and every DMA fault) is appended to it as it happens.
     ///
     /// # Errors
     /// When the trace file cannot be created.
-    pub fn new(cfg: ModelConfig, trace: Option<&Path>) -> Result<Self, ServeError> {
+    pub fn new(
+        cfg: ModelConfig,
+        trace: Option<&Path>,
+        fabric: Option<&Arc<crate::fabric::Fabric>>,
+    ) -> Result<Self, ServeError> {
         let mem = GuestMemory::new();
-        let hca = Hca::new(
+        let mut hca = Hca::new(
             cfg.clone(),
             Arc::new(SimClock::real()),
             Arc::new(mem.clone()),
         );
+        if let Some(f) = fabric {
+            hca.set_fabric(f.clone());
+        }
         let dev = Device::new(hca);
+        if let Some(f) = fabric {
+            f.join(cfg.base_lid, u16::from(cfg.num_ports), &dev);
+        }
         let irqs: IrqFds = Arc::new(Mutex::new(Vec::new()));
         let fds = irqs.clone();
         dev.lock().set_irq_sink(Box::new(move |v| {
@@ -290,17 +300,23 @@ impl ServerBackend for Backend {
     }
 }
 
-/// Serves one HCA on the Unix socket `path` until the client disconnects.
+/// Serves one HCA on the Unix socket `path` until the client disconnects; with `fabric`, it
+/// can reach the other HCAs joined to it.
 ///
 /// # Errors
 /// When the socket cannot be bound or the connection fails.
-pub fn serve(path: &Path, cfg: ModelConfig, trace: Option<&Path>) -> Result<(), ServeError> {
+pub fn serve(
+    path: &Path,
+    cfg: ModelConfig,
+    trace: Option<&Path>,
+    fabric: Option<&Arc<crate::fabric::Fabric>>,
+) -> Result<(), ServeError> {
     let err = |source| ServeError::Server {
         path: path.into(),
         source,
     };
     let server = Server::new(path, true, irqs(&cfg), regions(&cfg)).map_err(err)?;
-    let mut backend = Backend::new(cfg, trace)?;
+    let mut backend = Backend::new(cfg, trace, fabric)?;
     log::info!("serving mlx5 model on {}", path.display());
     let r = server.run(&mut backend).map_err(err);
     let summary = backend.summary();

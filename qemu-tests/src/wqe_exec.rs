@@ -50,8 +50,52 @@ struct SendWqe {
     ud_qkey: u32,
     /// Service level from the UD address vector.
     ud_sl: u8,
+    /// Destination LID from the UD address vector.
+    ud_rlid: u16,
     inline: Option<Vec<u8>>,
     sges: Vec<Sge>,
+}
+
+/// What a request asks of the responder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Send,
+    Write,
+    Read,
+    Atomic { fetch_add: bool },
+}
+
+/// A request on the wire, reduced to what the responder needs.
+pub(crate) struct Request {
+    kind: Kind,
+    st: ServiceType,
+    src_qpn: u32,
+    slid: u16,
+    sl: u8,
+    dst_qpn: u32,
+    payload: Vec<u8>,
+    imm: Option<u32>,
+    solicited: bool,
+    raddr: u64,
+    rkey: u32,
+    len: u64,
+    swap_add: u64,
+    compare: u64,
+    qkey: u32,
+}
+
+/// The responder's answer.
+pub(crate) enum Response {
+    /// Done; data for READ and atomics.
+    Ack(Vec<u8>),
+    /// Refused with a requester syndrome.
+    Nak(u8),
+    /// No receive posted (RC).
+    Rnr,
+    /// Silently dropped (UC, UD) or unanswered.
+    Dropped,
+    /// No such QP behind that LID (RC: the transport retries run out).
+    NoQp,
 }
 
 /// What happened to a send WQE.
@@ -103,7 +147,10 @@ impl Hca {
                 return;
             };
             match self.execute(&qp, &w) {
-                Outcome::Wait => return,
+                Outcome::Wait => {
+                    self.stalled_sqs.insert(qpn);
+                    return;
+                }
                 Outcome::Done(bytes) => {
                     if let Some(q) = self.qps.get_mut(&qpn) {
                         q.sq_consumed = q.sq_consumed.wrapping_add(w.bbs);
@@ -174,6 +221,7 @@ impl Hca {
             ud_dqpn: 0,
             ud_qkey: 0,
             ud_sl: 0,
+            ud_rlid: 0,
             inline: None,
             sges: Vec::new(),
         };
@@ -182,6 +230,7 @@ impl Hca {
             w.ud_qkey = be32(off);
             w.ud_dqpn = be32(off + 8) & 0x00ff_ffff;
             w.ud_sl = raw[off + 12] & 0xf;
+            w.ud_rlid = u16::from_be_bytes([raw[off + 14], raw[off + 15]]);
             off += 48;
         } else if matches!(
             opcode,
@@ -329,30 +378,20 @@ impl Hca {
         Some((rqp.rq_consumed, sges))
     }
 
-    /// Delivers a message into `rqp`'s next receive; responder CQE on its receive CQ.
-    #[allow(clippy::too_many_arguments)]
-    fn deliver(
-        &mut self,
-        src: &Qp,
-        rqp: &Qp,
-        data: &[u8],
-        imm: Option<u32>,
-        rdma_imm: bool,
-        solicited: bool,
-        ud: Option<u8>,
-    ) -> Result<bool, u8> {
+    /// Delivers `req`'s message into `rqp`'s next receive; responder CQE on its receive CQ.
+    fn deliver(&mut self, rqp: &Qp, req: &Request, rdma_imm: bool) -> Result<(), u8> {
         let Some((counter, sges)) = self.next_recv(rqp) else {
-            return Ok(false);
+            return Err(0);
         };
         if let Some(q) = self.qps.get_mut(&rqp.qpn) {
             q.rq_consumed = q.rq_consumed.wrapping_add(1);
         }
-        let skip = if ud.is_some() { 40 } else { 0 };
-        let sl = ud.unwrap_or(src.sl);
+        let ud = req.st == ServiceType::Ud;
+        let skip = if ud { 40 } else { 0 };
         let r = if rdma_imm {
             Ok(())
         } else {
-            self.scatter(rqp.pd, &sges, skip, data)
+            self.scatter(rqp.pd, &sges, skip, &req.payload)
         };
         let mut c = [0u8; 64];
         c[0x38..0x3c].copy_from_slice(&rqp.qpn.to_be_bytes());
@@ -364,152 +403,194 @@ impl Hca {
             self.qp_to_error(rqp.qpn);
             return Err(s);
         }
-        let port = self
-            .ports
-            .get(usize::from(src.port).wrapping_sub(1))
-            .map_or(0, |p| p.lid);
-        let bytes = if rdma_imm {
-            data.len()
-        } else {
-            data.len() + skip as usize
-        } as u32;
-        c[0x16..0x18].copy_from_slice(&port.to_be_bytes());
-        c[0x18..0x1c].copy_from_slice(&((u32::from(sl & 0xf) << 24) | src.qpn).to_be_bytes());
-        c[0x24..0x28].copy_from_slice(&imm.unwrap_or(u32::from(rqp.pkey_index)).to_be_bytes());
+        let bytes = (req.payload.len() + skip as usize) as u32;
+        c[0x16..0x18].copy_from_slice(&req.slid.to_be_bytes());
+        c[0x18..0x1c]
+            .copy_from_slice(&((u32::from(req.sl & 0xf) << 24) | req.src_qpn).to_be_bytes());
+        c[0x24..0x28].copy_from_slice(&req.imm.unwrap_or(u32::from(rqp.pkey_index)).to_be_bytes());
         c[0x2c..0x30].copy_from_slice(&bytes.to_be_bytes());
-        let op = match (rdma_imm, imm.is_some()) {
+        let op = match (rdma_imm, req.imm.is_some()) {
             (true, _) => CqeOpcode::RespWrImm,
             (false, true) => CqeOpcode::RespSendImm,
             (false, false) => CqeOpcode::RespSend,
         };
-        c[0x3f] = make_op_own(op.into(), 0) | if solicited { 0x02 } else { 0 };
-        self.post_cqe(rqp.cqn_rcv, c, solicited);
-        Ok(true)
+        c[0x3f] = make_op_own(op.into(), 0) | if req.solicited { 0x02 } else { 0 };
+        self.post_cqe(rqp.cqn_rcv, c, req.solicited);
+        Ok(())
     }
 
-    fn execute(&mut self, qp: &Qp, w: &SendWqe) -> Outcome {
-        let imm =
-            matches!(w.opcode, wqe_opcode::SEND_IMM | wqe_opcode::RDMA_WRITE_IMM).then_some(w.imm);
-        if qp.st == ServiceType::Ud {
-            if !matches!(w.opcode, wqe_opcode::SEND | wqe_opcode::SEND_IMM) {
-                return Outcome::Failed(synd::LOCAL_QP_OP);
-            }
-            let data = match self.payload(qp, w) {
-                Ok(d) => d,
-                Err(s) => return Outcome::Failed(s),
-            };
-            // The QP's own Q_Key is used when the request's has its top bit set (IB spec).
-            let qkey = if w.ud_qkey & 0x8000_0000 != 0 {
-                qp.qkey
-            } else {
-                w.ud_qkey
-            };
-            if let Some(r) = self.qps.get(&w.ud_dqpn).cloned() {
-                if r.st == ServiceType::Ud
-                    && matches!(r.state, QpState::Rtr | QpState::Rts)
-                    && r.qkey == qkey
-                {
-                    let _ = self.deliver(qp, &r, &data, imm, false, w.solicited, Some(w.ud_sl));
-                }
-            }
-            return Outcome::Done(0);
-        }
-        let remote = self
+    /// The responder: answers a request addressed to one of this HCA's QPs.
+    pub(crate) fn respond(&mut self, req: &Request) -> Response {
+        let rc = req.st == ServiceType::Rc;
+        let dropped = |rc: bool, nak: Response| if rc { nak } else { Response::Dropped };
+        let Some(r) = self
             .qps
-            .get(&qp.remote_qpn)
+            .get(&req.dst_qpn)
             .cloned()
-            .filter(|r| matches!(r.state, QpState::Rtr | QpState::Rts) && r.st == qp.st);
-        let Some(r) = remote else {
-            return if qp.st == ServiceType::Rc {
-                Outcome::Failed(synd::TRANSPORT_RETRY_EXC)
-            } else {
-                Outcome::Done(0)
-            };
+            .filter(|r| matches!(r.state, QpState::Rtr | QpState::Rts) && r.st == req.st)
+        else {
+            return dropped(rc, Response::NoQp);
         };
-        let rc = qp.st == ServiceType::Rc;
-        let needs_recv = matches!(
-            w.opcode,
-            wqe_opcode::SEND | wqe_opcode::SEND_IMM | wqe_opcode::RDMA_WRITE_IMM
-        );
-        if needs_recv && self.next_recv(&r).is_none() {
-            return match (rc, qp.rnr_retry) {
-                (true, 0) => Outcome::Failed(synd::RNR_RETRY_EXC),
-                (true, _) => Outcome::Wait,
-                (false, _) => Outcome::Done(0),
-            };
-        }
-        match w.opcode {
-            wqe_opcode::SEND | wqe_opcode::SEND_IMM => {
-                let data = match self.payload(qp, w) {
-                    Ok(d) => d,
-                    Err(s) => return Outcome::Failed(s),
-                };
-                match self.deliver(qp, &r, &data, imm, false, w.solicited, None) {
-                    Ok(_) => Outcome::Done(0),
-                    Err(_) if rc => Outcome::Failed(synd::REMOTE_INVAL_REQ),
-                    Err(_) => Outcome::Done(0),
-                }
+        if req.st == ServiceType::Ud {
+            if r.qkey == req.qkey {
+                let _ = self.deliver(&r, req, false);
             }
-            wqe_opcode::RDMA_WRITE | wqe_opcode::RDMA_WRITE_IMM => {
-                let data = match self.payload(qp, w) {
-                    Ok(d) => d,
-                    Err(s) => return Outcome::Failed(s),
-                };
+            return Response::Dropped;
+        }
+        let needs_recv = matches!(req.kind, Kind::Send)
+            || (matches!(req.kind, Kind::Write) && req.imm.is_some());
+        if needs_recv && self.next_recv(&r).is_none() {
+            return dropped(rc, Response::Rnr);
+        }
+        match req.kind {
+            Kind::Send => match self.deliver(&r, req, false) {
+                Ok(()) => Response::Ack(Vec::new()),
+                Err(_) => dropped(rc, Response::Nak(synd::REMOTE_INVAL_REQ)),
+            },
+            Kind::Write => {
                 let dest =
-                    self.key_range(w.rkey, r.pd, w.raddr, data.len() as u64, |k| k.remote_write);
+                    self.key_range(req.rkey, r.pd, req.raddr, req.payload.len() as u64, |k| {
+                        k.remote_write
+                    });
                 let dest = match dest {
                     Ok(d) if r.rwe => d,
-                    _ if rc => return Outcome::Failed(synd::REMOTE_ACCESS),
-                    _ => return Outcome::Done(0),
+                    _ => return dropped(rc, Response::Nak(synd::REMOTE_ACCESS)),
                 };
                 let mut at = 0;
                 for (a, n) in dest {
-                    let _ = self.dma.write(a, &data[at..at + n as usize]);
+                    let _ = self.dma.write(a, &req.payload[at..at + n as usize]);
                     at += n as usize;
                 }
-                if w.opcode == wqe_opcode::RDMA_WRITE_IMM {
-                    let _ = self.deliver(qp, &r, &data, imm, true, w.solicited, None);
+                if req.imm.is_some() {
+                    let _ = self.deliver(&r, req, true);
                 }
-                Outcome::Done(0)
+                Response::Ack(Vec::new())
             }
-            wqe_opcode::RDMA_READ if rc => {
-                let len: u64 = w.sges.iter().map(|s| u64::from(s.len)).sum();
-                let src = match self.key_range(w.rkey, r.pd, w.raddr, len, |k| k.remote_read) {
-                    Ok(s) if r.rre => s,
-                    _ => return Outcome::Failed(synd::REMOTE_ACCESS),
-                };
+            Kind::Read => {
+                let src =
+                    match self.key_range(req.rkey, r.pd, req.raddr, req.len, |k| k.remote_read) {
+                        Ok(s) if r.rre => s,
+                        _ => return Response::Nak(synd::REMOTE_ACCESS),
+                    };
                 let mut data = Vec::new();
                 for (a, n) in src {
                     data.extend(self.dma.read_vec(a, n as usize).unwrap_or_default());
                 }
-                match self.scatter(qp.pd, &w.sges, 0, &data) {
-                    Ok(()) => Outcome::Done(data.len() as u32),
-                    Err(s) => Outcome::Failed(s),
-                }
+                Response::Ack(data)
             }
-            wqe_opcode::ATOMIC_CS | wqe_opcode::ATOMIC_FA if rc => {
-                if w.raddr % 8 != 0 {
-                    return Outcome::Failed(synd::REMOTE_INVAL_REQ);
+            Kind::Atomic { fetch_add } => {
+                if req.raddr % 8 != 0 {
+                    return Response::Nak(synd::REMOTE_INVAL_REQ);
                 }
-                let target = match self.key_range(w.rkey, r.pd, w.raddr, 8, |k| k.atomic) {
+                let target = match self.key_range(req.rkey, r.pd, req.raddr, 8, |k| k.atomic) {
                     Ok(t) if r.rae => t[0].0,
-                    _ => return Outcome::Failed(synd::REMOTE_ACCESS),
+                    _ => return Response::Nak(synd::REMOTE_ACCESS),
                 };
                 let old = self.dma.read_be64(target).unwrap_or(0);
-                let new = if w.opcode == wqe_opcode::ATOMIC_FA {
-                    old.wrapping_add(w.swap_add)
-                } else if old == w.compare {
-                    w.swap_add
+                let new = if fetch_add {
+                    old.wrapping_add(req.swap_add)
+                } else if old == req.compare {
+                    req.swap_add
                 } else {
                     old
                 };
                 let _ = self.dma.write(target, &new.to_be_bytes());
-                match self.scatter(qp.pd, &w.sges, 0, &old.to_be_bytes()) {
-                    Ok(()) => Outcome::Done(8),
-                    Err(s) => Outcome::Failed(s),
-                }
+                Response::Ack(old.to_be_bytes().to_vec())
             }
-            _ => Outcome::Failed(synd::LOCAL_QP_OP),
+        }
+    }
+
+    /// Sends `req` towards `dlid`: this HCA answers for its own LIDs, the fabric finds the
+    /// others. `None`: the responder's HCA is busy, try again.
+    fn route(&mut self, dlid: u16, req: &Request) -> Option<Response> {
+        if self.owns_lid(dlid) {
+            return Some(self.respond(req));
+        }
+        let unreachable = if req.st == ServiceType::Rc {
+            Response::NoQp
+        } else {
+            Response::Dropped
+        };
+        let Some(dev) = self.fabric.as_ref().and_then(|f| f.find(dlid)) else {
+            return Some(unreachable);
+        };
+        let mut remote = dev.try_lock()?;
+        let resp = remote.respond(req);
+        drop(remote);
+        dev.notify();
+        Some(resp)
+    }
+
+    /// The requester: builds the request for `w`, routes it and turns the answer into the
+    /// send completion.
+    fn execute(&mut self, qp: &Qp, w: &SendWqe) -> Outcome {
+        let imm =
+            matches!(w.opcode, wqe_opcode::SEND_IMM | wqe_opcode::RDMA_WRITE_IMM).then_some(w.imm);
+        let kind = match (qp.st, w.opcode) {
+            (_, wqe_opcode::SEND | wqe_opcode::SEND_IMM) => Kind::Send,
+            (
+                ServiceType::Rc | ServiceType::Uc,
+                wqe_opcode::RDMA_WRITE | wqe_opcode::RDMA_WRITE_IMM,
+            ) => Kind::Write,
+            (ServiceType::Rc, wqe_opcode::RDMA_READ) => Kind::Read,
+            (ServiceType::Rc, wqe_opcode::ATOMIC_CS) => Kind::Atomic { fetch_add: false },
+            (ServiceType::Rc, wqe_opcode::ATOMIC_FA) => Kind::Atomic { fetch_add: true },
+            _ => return Outcome::Failed(synd::LOCAL_QP_OP),
+        };
+        let payload = match kind {
+            Kind::Send | Kind::Write => match self.payload(qp, w) {
+                Ok(d) => d,
+                Err(s) => return Outcome::Failed(s),
+            },
+            _ => Vec::new(),
+        };
+        let (dlid, dst_qpn, sl) = if qp.st == ServiceType::Ud {
+            (w.ud_rlid, w.ud_dqpn, w.ud_sl)
+        } else {
+            (qp.rlid, qp.remote_qpn, qp.sl)
+        };
+        let slid = self
+            .ports
+            .get(usize::from(qp.port).wrapping_sub(1))
+            .map_or(0, |p| p.lid);
+        let req = Request {
+            kind,
+            st: qp.st,
+            src_qpn: qp.qpn,
+            slid,
+            sl,
+            dst_qpn,
+            payload,
+            imm,
+            solicited: w.solicited,
+            raddr: w.raddr,
+            rkey: w.rkey,
+            len: w.sges.iter().map(|s| u64::from(s.len)).sum(),
+            swap_add: w.swap_add,
+            compare: w.compare,
+            // The QP's own Q_Key is used when the request's has its top bit set (IB spec).
+            qkey: if w.ud_qkey & 0x8000_0000 != 0 {
+                qp.qkey
+            } else {
+                w.ud_qkey
+            },
+        };
+        let Some(resp) = self.route(dlid, &req) else {
+            return Outcome::Wait;
+        };
+        match resp {
+            Response::Ack(data) => match kind {
+                Kind::Read | Kind::Atomic { .. } => match self.scatter(qp.pd, &w.sges, 0, &data) {
+                    Ok(()) => Outcome::Done(data.len() as u32),
+                    Err(s) => Outcome::Failed(s),
+                },
+                _ => Outcome::Done(0),
+            },
+            Response::Dropped => Outcome::Done(0),
+            Response::Nak(s) => Outcome::Failed(s),
+            Response::NoQp => Outcome::Failed(synd::TRANSPORT_RETRY_EXC),
+            Response::Rnr if qp.rnr_retry == 0 => Outcome::Failed(synd::RNR_RETRY_EXC),
+            Response::Rnr => Outcome::Wait,
         }
     }
 }

@@ -31,7 +31,8 @@ fn connect(tag: &str) -> (Client, std::thread::JoinHandle<()>, PathBuf, PathBuf)
     let trace = dir.join(format!("bareverbs-{tag}-{}.trace", std::process::id()));
     let _ = std::fs::remove_file(&sock);
     let (s, t) = (sock.clone(), trace.clone());
-    let server = std::thread::spawn(move || serve(&s, ModelConfig::default(), Some(&t)).unwrap());
+    let server =
+        std::thread::spawn(move || serve(&s, ModelConfig::default(), Some(&t), None).unwrap());
     let start = Instant::now();
     loop {
         if let Ok(c) = Client::new(&sock) {

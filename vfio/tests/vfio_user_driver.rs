@@ -15,7 +15,7 @@ fn server(tag: &str) -> (std::thread::JoinHandle<()>, PathBuf, PathBuf) {
     let trace = dir.join(format!("bareverbs-vu-{tag}-{}.trace", std::process::id()));
     let _ = std::fs::remove_file(&sock);
     let (s, t) = (sock.clone(), trace.clone());
-    let h = std::thread::spawn(move || serve(&s, ModelConfig::default(), Some(&t)).unwrap());
+    let h = std::thread::spawn(move || serve(&s, ModelConfig::default(), Some(&t), None).unwrap());
     let start = Instant::now();
     while !sock.exists() {
         assert!(

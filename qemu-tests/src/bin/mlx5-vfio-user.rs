@@ -53,6 +53,8 @@ fn main() -> ExitCode {
     if sockets.is_empty() {
         return usage("give at least one --socket");
     }
+    // Every HCA of this server is on one fabric: they reach each other by LID.
+    let fabric = bareverbs_model::Fabric::new();
     let threads: Vec<_> = sockets
         .into_iter()
         .enumerate()
@@ -62,7 +64,8 @@ fn main() -> ExitCode {
             cfg.base_lid += 16 * n as u16;
             cfg.port_type_eth = eth;
             let trace = trace_dir.as_ref().map(|d| d.join(format!("hca{n}.trace")));
-            std::thread::spawn(move || serve(&path, cfg, trace.as_deref()))
+            let fabric = fabric.clone();
+            std::thread::spawn(move || serve(&path, cfg, trace.as_deref(), Some(&fabric)))
         })
         .collect();
     let mut ok = true;

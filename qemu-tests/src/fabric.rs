@@ -1,0 +1,48 @@
+//! The simulated fabric: HCAs joined by LID. A request to a LID another HCA owns is answered
+//! by that HCA's responder (mlx5 hardware's transport, reduced to request → response).
+//!
+//! Each HCA sits behind its own lock. A requester that finds the responder's lock taken (its
+//! engine thread is busy, possibly sending the other way) leaves the request queued and retries
+//! on its next round, so two HCAs sending to each other cannot deadlock.
+
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::engine::Device;
+
+struct Member {
+    base_lid: u16,
+    ports: u16,
+    dev: Weak<Device>,
+}
+
+/// HCAs that can reach each other.
+#[derive(Default)]
+pub struct Fabric {
+    members: Mutex<Vec<Member>>,
+}
+
+impl Fabric {
+    /// An empty fabric.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Fabric::default())
+    }
+
+    /// Attaches `dev`, whose ports have LIDs `base_lid..base_lid + ports`.
+    pub fn join(&self, base_lid: u16, ports: u16, dev: &Arc<Device>) {
+        let mut m = self.members.lock().unwrap_or_else(|e| e.into_inner());
+        m.retain(|x| x.dev.strong_count() > 0);
+        m.push(Member {
+            base_lid,
+            ports,
+            dev: Arc::downgrade(dev),
+        });
+    }
+
+    /// The HCA that owns `lid`.
+    pub fn find(&self, lid: u16) -> Option<Arc<Device>> {
+        let m = self.members.lock().unwrap_or_else(|e| e.into_inner());
+        m.iter()
+            .find(|x| lid >= x.base_lid && lid < x.base_lid + x.ports)
+            .and_then(|x| x.dev.upgrade())
+    }
+}
