@@ -28,6 +28,9 @@ cargo build --locked --target x86_64-unknown-none -p bareverbs --features defmt
 step "examples"
 cargo run --locked -q -p bareverbs-examples --bin devinfo -- -v --trace >/dev/null
 cargo run --locked -q -p bareverbs-examples --bin devinfo -- --background >/dev/null
+for t in rc uc ud; do
+  cargo run --locked -q -p bareverbs-examples --bin ${t}_pingpong -- -n 200 -s 1024 -c -p $((20000 + RANDOM % 20000)) >/dev/null
+done
 
 if [ "${1:-}" = "--no-guest" ]; then
   step "guest tests skipped (--no-guest)"
@@ -40,6 +43,9 @@ else
 
   step "guest: bareverbs over Linux VFIO behind the emulated IOMMU"
   qemu-tests/rig/test-vfio.sh
+
+  step "guest: rc_pingpong between two model HCAs over VFIO"
+  qemu-tests/rig/test-pingpong.sh
 fi
 
 step "all tests passed"

@@ -1,0 +1,447 @@
+//! The ping-pong shared by `rc_pingpong`, `uc_pingpong` and `ud_pingpong`: the command line,
+//! the QP information exchange over TCP (`LID:QPN:PSN:GID` as rdma-core's `ibv_*_pingpong`
+//! send it) and the ping-pong loop itself.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use bareverbs::verbs::*;
+use bareverbs::{Config, Device};
+use bareverbs_hal::Hal;
+use bareverbs_model::{Drive, Fabric, ModelConfig, SimHal};
+use bareverbs_vfio::VfioHal;
+
+/// Q_Key the UD ping-pong uses (rdma-core's 0x11111111).
+const QKEY: u32 = 0x1111_1111;
+/// How long to wait for a completion before giving up.
+const STALL: Duration = Duration::from_secs(20);
+
+/// Options, named as rdma-core's.
+#[derive(Clone, Debug)]
+pub struct Opts {
+    /// TCP port for the QP exchange (`-p`).
+    pub port: u16,
+    /// HCA port (`-i`).
+    pub ib_port: u8,
+    /// Message size (`-s`).
+    pub size: usize,
+    /// Path MTU (`-m`).
+    pub mtu: u32,
+    /// Receive queue depth (`-r`).
+    pub rx_depth: u32,
+    /// Iterations (`-n`).
+    pub iters: u32,
+    /// Service level (`-l`).
+    pub sl: u8,
+    /// Check message contents (`-c`).
+    pub check: bool,
+    /// Server to connect to (client mode).
+    pub server: Option<String>,
+    /// PCI device to drive through VFIO.
+    pub pci: Option<String>,
+}
+
+fn usage(prog: &str) -> String {
+    format!(
+        "usage: {prog} [options] [servername]\n\
+         \x20 -p, --port=<port>      TCP port for the exchange (default 18515)\n\
+         \x20 -i, --ib-port=<port>   HCA port (default 1)\n\
+         \x20 -s, --size=<size>      message size (default 4096)\n\
+         \x20 -m, --mtu=<size>       path MTU (default 1024)\n\
+         \x20 -r, --rx-depth=<dep>   receives to post (default 500)\n\
+         \x20 -n, --iters=<iters>    iterations (default 1000)\n\
+         \x20 -l, --sl=<sl>          service level (default 0)\n\
+         \x20 -c, --chk              validate received buffers\n\
+         \x20     --pci=<BDF>        drive this device through VFIO (else: both sides in this\n\
+         \x20                        process on two model HCAs)"
+    )
+}
+
+/// Parses rdma-core style options (`-s 64`, `-s64`, `--size=64`, `--size 64`).
+pub fn parse(prog: &str, args: &[String]) -> Result<Opts, String> {
+    let mut o = Opts {
+        port: 18515,
+        ib_port: 1,
+        size: 4096,
+        mtu: 1024,
+        rx_depth: 500,
+        iters: 1000,
+        sl: 0,
+        check: false,
+        server: None,
+        pci: None,
+    };
+    let mut it = args.iter().peekable();
+    while let Some(a) = it.next() {
+        let (key, inline) = match a.split_once('=') {
+            Some((k, v)) if a.starts_with("--") => (k.to_string(), Some(v.to_string())),
+            _ if a.starts_with('-') && !a.starts_with("--") && a.len() > 2 => {
+                (a[..2].to_string(), Some(a[2..].to_string()))
+            }
+            _ => (a.clone(), None),
+        };
+        let mut val = |name: &str| -> Result<String, String> {
+            inline
+                .clone()
+                .or_else(|| it.next().cloned())
+                .ok_or_else(|| format!("{name} needs a value\n{}", usage(prog)))
+        };
+        let num = |v: String, name: &str| v.parse::<u64>().map_err(|_| format!("bad {name}: {v}"));
+        match key.as_str() {
+            "-p" | "--port" => o.port = num(val("port")?, "port")? as u16,
+            "-i" | "--ib-port" => o.ib_port = num(val("ib-port")?, "ib-port")? as u8,
+            "-s" | "--size" => o.size = num(val("size")?, "size")? as usize,
+            "-m" | "--mtu" => o.mtu = num(val("mtu")?, "mtu")? as u32,
+            "-r" | "--rx-depth" => o.rx_depth = num(val("rx-depth")?, "rx-depth")? as u32,
+            "-n" | "--iters" => o.iters = num(val("iters")?, "iters")? as u32,
+            "-l" | "--sl" => o.sl = num(val("sl")?, "sl")? as u8,
+            "-c" | "--chk" => o.check = true,
+            "--pci" => o.pci = Some(val("pci")?),
+            "-h" | "--help" => return Err(usage(prog)),
+            s if s.starts_with('-') => return Err(format!("unknown option {s}\n{}", usage(prog))),
+            s => o.server = Some(s.to_string()),
+        }
+    }
+    if o.size == 0 || o.iters == 0 || o.rx_depth == 0 {
+        return Err(format!(
+            "size, iters and rx-depth must be positive\n{}",
+            usage(prog)
+        ));
+    }
+    Ok(o)
+}
+
+fn mtu(bytes: u32) -> Result<Mtu, String> {
+    Ok(match bytes {
+        256 => Mtu::Mtu256,
+        512 => Mtu::Mtu512,
+        1024 => Mtu::Mtu1024,
+        2048 => Mtu::Mtu2048,
+        4096 => Mtu::Mtu4096,
+        _ => return Err(format!("invalid MTU {bytes}")),
+    })
+}
+
+/// One side's address, as exchanged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Dest {
+    lid: u16,
+    qpn: u32,
+    psn: u32,
+}
+
+fn send_dest(s: &mut TcpStream, d: Dest) -> std::io::Result<()> {
+    writeln!(
+        s,
+        "{:04x}:{:06x}:{:06x}:{}",
+        d.lid,
+        d.qpn,
+        d.psn,
+        "0".repeat(32)
+    )
+}
+
+fn recv_dest(s: &TcpStream) -> Result<Dest, String> {
+    let mut line = String::new();
+    BufReader::new(s)
+        .read_line(&mut line)
+        .map_err(|e| format!("exchange: {e}"))?;
+    let f: Vec<&str> = line.trim().split(':').collect();
+    let hex = |i: usize| {
+        f.get(i)
+            .and_then(|x| u32::from_str_radix(x, 16).ok())
+            .ok_or_else(|| format!("bad peer address {line:?}"))
+    };
+    Ok(Dest {
+        lid: hex(0)? as u16,
+        qpn: hex(1)?,
+        psn: hex(2)?,
+    })
+}
+
+fn exchange(o: &Opts, local: Dest) -> Result<Dest, String> {
+    match &o.server {
+        Some(host) => {
+            let start = Instant::now();
+            let mut s = loop {
+                match TcpStream::connect((host.as_str(), o.port)) {
+                    Ok(s) => break s,
+                    Err(e) if start.elapsed() > Duration::from_secs(10) => {
+                        return Err(format!("couldn't connect to {host}:{}: {e}", o.port))
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            };
+            send_dest(&mut s, local).map_err(|e| e.to_string())?;
+            recv_dest(&s)
+        }
+        None => {
+            let l = TcpListener::bind(("0.0.0.0", o.port))
+                .map_err(|e| format!("couldn't listen on port {}: {e}", o.port))?;
+            let (mut s, _) = l.accept().map_err(|e| e.to_string())?;
+            let remote = recv_dest(&s)?;
+            send_dest(&mut s, local).map_err(|e| e.to_string())?;
+            Ok(remote)
+        }
+    }
+}
+
+fn wait<H: Hal>(cq: &mut Cq<'_, H>) -> Result<Wc, String> {
+    let start = Instant::now();
+    let mut wc = [Wc::EMPTY; 1];
+    loop {
+        if cq.poll(&mut wc) == 1 {
+            if wc[0].status != WcStatus::Success {
+                return Err(format!(
+                    "failed status {} for wr_id {}",
+                    wc[0].status, wc[0].wr_id
+                ));
+            }
+            return Ok(wc[0]);
+        }
+        if start.elapsed() > STALL {
+            return Err("no completion: is the other side running?".into());
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// Runs one side of the ping-pong over `hal`; returns the report line.
+pub fn run_side<H: Hal>(hal: H, qp_type: QpType, o: &Opts) -> Result<String, String> {
+    let mtu = mtu(o.mtu)?;
+    if qp_type == QpType::Ud && o.size > o.mtu as usize {
+        return Err(format!(
+            "message size {} is larger than the MTU {}",
+            o.size, o.mtu
+        ));
+    }
+    let dev =
+        Device::bring_up(hal, Config::default()).map_err(|e| format!("bring-up failed at {e}"))?;
+    let pd = dev.alloc_pd().map_err(|e| e.to_string())?;
+    let grh = if qp_type == QpType::Ud { 40 } else { 0 };
+    let mut scq = dev.create_cq(o.rx_depth + 1).map_err(|e| e.to_string())?;
+    let mut rcq = dev.create_cq(o.rx_depth + 1).map_err(|e| e.to_string())?;
+    let cap = QpCap {
+        max_send_wr: 1,
+        max_recv_wr: o.rx_depth,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let mut qp = pd
+        .create_qp(&QpInitAttr {
+            qp_type,
+            send_cq: &scq,
+            recv_cq: &rcq,
+            cap,
+            sq_sig_all: true,
+        })
+        .map_err(|e| format!("couldn't create QP: {e}"))?;
+    let len = o.size + grh;
+    let mr = pd
+        .reg_mr(
+            dev.hal()
+                .dma_alloc(len * 2, 4096)
+                .map_err(|e| e.to_string())?
+                .share(),
+            AccessFlags::LOCAL_WRITE,
+        )
+        .map_err(|(e, _)| format!("couldn't register MR: {e}"))?;
+    let port = dev.query_port(o.ib_port).map_err(|e| e.to_string())?;
+    let psn = (qp.qpn().raw().wrapping_mul(2_654_435_761)) & 0xff_ffff;
+    let local = Dest {
+        lid: port.lid,
+        qpn: qp.qpn().raw(),
+        psn,
+    };
+    qp.to_init(o.ib_port, 0, AccessFlags::empty(), QKEY)
+        .map_err(|e| e.to_string())?;
+    // Receives into the second half of the buffer (the GRH area first for UD).
+    let rx = Sge {
+        addr: mr.addr() + len as u64,
+        length: len as u32,
+        lkey: mr.lkey(),
+    };
+    let recvs = vec![
+        RecvWr {
+            wr_id: 2,
+            sg_list: std::slice::from_ref(&rx)
+        };
+        o.rx_depth as usize
+    ];
+    qp.post_recv(&recvs)
+        .map_err(|e| format!("couldn't post receives: {e}"))?;
+    println!(
+        "  local address:  LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}",
+        local.lid, local.qpn, local.psn
+    );
+    let remote = exchange(o, local)?;
+    println!(
+        "  remote address: LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}",
+        remote.lid, remote.qpn, remote.psn
+    );
+    let ah = AhAttr {
+        dlid: remote.lid,
+        sl: o.sl,
+        port_num: o.ib_port,
+        ..AhAttr::default()
+    };
+    qp.to_rtr(remote.qpn, remote.psn, ah, mtu)
+        .map_err(|e| e.to_string())?;
+    qp.to_rts(psn).map_err(|e| e.to_string())?;
+    // Both sides must be ready to receive before the first message.
+    let _ = exchange(o, local)?;
+    let tx = Sge {
+        addr: mr.addr(),
+        length: o.size as u32,
+        lkey: mr.lkey(),
+    };
+    let ud = (qp_type == QpType::Ud).then_some(UdDest {
+        ah,
+        remote_qpn: remote.qpn,
+        remote_qkey: QKEY,
+    });
+    let send = SendWr {
+        wr_id: 1,
+        sg_list: std::slice::from_ref(&tx),
+        inline_data: &[],
+        op: SendOp::Send,
+        flags: SendFlags::SIGNALED,
+        ud,
+    };
+    let client = o.server.is_some();
+    let start = Instant::now();
+    for i in 0..o.iters {
+        if o.check && client {
+            mr.buf()
+                .fill(0, o.size, (i % 251) as u8)
+                .map_err(|e| e.to_string())?;
+        }
+        if client {
+            qp.post_send(&[send]).map_err(|e| e.to_string())?;
+            wait(&mut scq)?;
+        }
+        let r = wait(&mut rcq)?;
+        if r.byte_len as usize != o.size + grh {
+            return Err(format!(
+                "received {} bytes, expected {}",
+                r.byte_len,
+                o.size + grh
+            ));
+        }
+        if o.check {
+            let mut got = vec![0u8; o.size];
+            mr.buf()
+                .read_bytes(len + grh, &mut got)
+                .map_err(|e| e.to_string())?;
+            if got.iter().any(|&b| b != (i % 251) as u8) {
+                return Err(format!("iteration {i}: received data does not match"));
+            }
+            if !client {
+                mr.buf().write_bytes(0, &got).map_err(|e| e.to_string())?;
+            }
+        }
+        qp.post_recv(std::slice::from_ref(&recvs[0]))
+            .map_err(|e| e.to_string())?;
+        if !client {
+            qp.post_send(&[send]).map_err(|e| e.to_string())?;
+            wait(&mut scq)?;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let bytes = o.size as f64 * f64::from(o.iters) * 2.0;
+    Ok(format!(
+        "{} bytes in {:.2} seconds = {:.2} Mbit/sec\n{} iters in {:.2} seconds = {:.2} usec/iter",
+        bytes as u64,
+        secs,
+        bytes * 8.0 / secs / 1e6,
+        o.iters,
+        secs,
+        secs * 1e6 / f64::from(o.iters)
+    ))
+}
+
+/// The whole program for one transport.
+pub fn main_for(qp_type: QpType, prog: &str) -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let o = match parse(prog, &args) {
+        Ok(o) => o,
+        Err(msg) => {
+            eprintln!("{msg}");
+            return if args.iter().any(|a| a == "-h" || a == "--help") {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(2)
+            };
+        }
+    };
+    if let Some(bdf) = &o.pci {
+        let hal = match VfioHal::open(bdf) {
+            Ok(h) => h,
+            Err(e) => {
+                eprintln!("{prog}: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        return match run_side(hal, qp_type, &o) {
+            Ok(report) => {
+                println!("{report}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{prog}: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    // No device given: both sides in this process, on two model HCAs joined by a fabric.
+    let fabric = Fabric::new();
+    let server_opts = Opts {
+        server: None,
+        ..o.clone()
+    };
+    let client_opts = Opts {
+        server: Some("127.0.0.1".into()),
+        ..o.clone()
+    };
+    let f1 = fabric.clone();
+    let server = std::thread::spawn(move || {
+        let hal = SimHal::on_fabric(
+            ModelConfig {
+                base_lid: 1,
+                node_guid: 0x10,
+                ..ModelConfig::default()
+            },
+            Drive::Background,
+            &f1,
+        );
+        run_side(&hal, qp_type, &server_opts)
+    });
+    let hal = SimHal::on_fabric(
+        ModelConfig {
+            base_lid: 17,
+            node_guid: 0x20,
+            ..ModelConfig::default()
+        },
+        Drive::Background,
+        &fabric,
+    );
+    let client = run_side(&hal, qp_type, &client_opts);
+    let server = server
+        .join()
+        .unwrap_or_else(|_| Err("server thread panicked".into()));
+    match (server, client) {
+        (Ok(_), Ok(report)) => {
+            println!("{report}");
+            ExitCode::SUCCESS
+        }
+        (s, c) => {
+            for e in [s.err(), c.err()].into_iter().flatten() {
+                eprintln!("{prog}: {e}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,8 @@
+//! `rc_pingpong`: RC ping-pong with the command line of rdma-core's `ibv_rc_pingpong`.
+//! Without `--pci`, both sides run in this process on two model HCAs.
+
+mod pingpong;
+
+fn main() -> std::process::ExitCode {
+    pingpong::main_for(bareverbs::verbs::QpType::Rc, "rc_pingpong")
+}

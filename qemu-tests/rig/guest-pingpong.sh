@@ -1,0 +1,31 @@
+#!/bin/sh
+# Runs inside the rig guest (rig=run RUN=/bin/guest-pingpong.sh): binds every Mellanox
+# function to vfio-pci and runs PINGPONG (default rc_pingpong) between the first two, server on
+# one and client on the other, over loopback TCP, through real VFIO.
+prog=/bin/${PINGPONG:-rc_pingpong}
+args=${PP_ARGS:--n 200 -s 1024 -c}
+ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up
+[ -d /sys/module/vfio ] || insmod /m/vfio.ko
+while read -r m; do [ -d "/sys/module/${m%.ko}" ] || insmod "/m/$m" 2>/dev/null; done </m/vfio.order
+bdfs=""
+for d in /sys/bus/pci/devices/*; do
+  [ "$(cat "$d/vendor")" = 0x15b3 ] || continue
+  echo vfio-pci >"$d/driver_override"
+  echo "$(basename "$d")" >/sys/bus/pci/drivers_probe
+  echo "RIG-PINGPONG $(basename "$d") driver=$(basename "$(readlink "$d/driver")")"
+  bdfs="$bdfs $(basename "$d")"
+done
+# shellcheck disable=SC2086 # split on purpose
+set -- $bdfs
+[ $# -ge 2 ] || { echo "RIG-ERROR need two Mellanox functions, found $#"; exit 1; }
+# shellcheck disable=SC2086
+"$prog" --pci "$1" $args &
+server=$!
+sleep 1
+# shellcheck disable=SC2086
+"$prog" --pci "$2" $args 127.0.0.1
+client=$?
+wait "$server"
+srv=$?
+echo "RIG-PINGPONG client=$client server=$srv"
+[ "$client" = 0 ] && [ "$srv" = 0 ]
