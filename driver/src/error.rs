@@ -174,6 +174,8 @@ pub enum Invalid {
     OpcodeForQpType,
     /// A UD send without a destination, or a connected-QP send with one.
     Destination,
+    /// An address vector the device cannot use (SL over 15, LID 0 without GRH, GID index).
+    AddressVector,
 }
 
 /// A device limit.

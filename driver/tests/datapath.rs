@@ -730,3 +730,106 @@ fn rc_and_ud_between_two_hcas_on_a_fabric() {
         assert_eq!(wait(&mut c1).status, WcStatus::RetryExcErr);
     }
 }
+
+#[test]
+fn rnr_waits_then_delivers_and_bad_keys_and_destroy_with_work_outstanding() {
+    let hal = SimHal::synchronous();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
+    let init = QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: &scq,
+        recv_cq: &rcq,
+        cap: cap(),
+        sq_sig_all: true,
+    };
+    let [mut a, mut b, mut c, mut d] = [(); 4].map(|()| pd.create_qp(&init).unwrap());
+    connect(&mut a, &mut b, 7);
+    connect(&mut c, &mut d, 3);
+    let mr = pd
+        .reg_mr(
+            hal.dma_alloc(4096, 4096).unwrap().share(),
+            AccessFlags::LOCAL_WRITE,
+        )
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let one = [sge(&mr, 0, 8)];
+
+    // rnr_retry 7: the SEND waits for a receive, then completes.
+    a.post_send(&[send_wr(1, &one, SendOp::Send)]).unwrap();
+    assert_eq!(scq.poll(&mut [Wc::EMPTY; 2]), 0);
+    b.post_recv(&[RecvWr {
+        wr_id: 2,
+        sg_list: &one,
+    }])
+    .unwrap();
+    hal.relax(); // the engine's next round retries the stalled send queue
+    assert_eq!(poll_one(&mut scq).wr_id, 1);
+    assert_eq!(poll_one(&mut rcq).wr_id, 2);
+
+    // rnr_retry 3: three retries, then RNR retries exceeded.
+    c.post_send(&[send_wr(3, &one, SendOp::Send)]).unwrap();
+    for _ in 0..5 {
+        hal.relax();
+    }
+    assert_eq!(poll_one(&mut scq).status, WcStatus::RnrRetryExcErr);
+
+    // A local key that does not exist: local protection error.
+    b.post_recv(&[RecvWr {
+        wr_id: 4,
+        sg_list: &one,
+    }])
+    .unwrap();
+    let bad = [Sge {
+        lkey: bareverbs_firmware_cmd::Lkey(0xdead_0001),
+        ..one[0]
+    }];
+    a.post_send(&[send_wr(5, &bad, SendOp::Send)]).unwrap();
+    assert_eq!(poll_one(&mut scq).status, WcStatus::LocProtErr);
+
+    // Destroying a QP with receives outstanding produces no completions.
+    d.post_recv(&[
+        RecvWr {
+            wr_id: 9,
+            sg_list: &one,
+        },
+        RecvWr {
+            wr_id: 10,
+            sg_list: &one,
+        },
+    ])
+    .unwrap();
+    let before = rcq.poll(&mut [Wc::EMPTY; 8]);
+    d.destroy().map_err(|(e, _)| e).unwrap();
+    assert_eq!(
+        rcq.poll(&mut [Wc::EMPTY; 8]),
+        0,
+        "({before} were pending before)"
+    );
+
+    // Address handles check their attributes.
+    assert!(pd
+        .create_ah(AhAttr {
+            dlid: 1,
+            port_num: 3,
+            ..AhAttr::default()
+        })
+        .is_err());
+    assert!(pd
+        .create_ah(AhAttr {
+            dlid: 0,
+            port_num: 1,
+            ..AhAttr::default()
+        })
+        .is_err());
+    let ah = pd
+        .create_ah(AhAttr {
+            dlid: 1,
+            sl: 4,
+            port_num: 1,
+            ..AhAttr::default()
+        })
+        .unwrap();
+    assert_eq!(ah.dest(7, 8).ah.sl, 4);
+}

@@ -116,6 +116,8 @@ pub struct Qp {
     pub sq_consumed: u16,
     /// RQ WQEs firmware has consumed.
     pub rq_consumed: u16,
+    /// RNR NAKs received for the request at the head of the SQ.
+    pub rnr_tries: u8,
 }
 
 impl Qp {

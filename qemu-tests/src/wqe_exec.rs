@@ -154,6 +154,7 @@ impl Hca {
                 Outcome::Done(bytes) => {
                     if let Some(q) = self.qps.get_mut(&qpn) {
                         q.sq_consumed = q.sq_consumed.wrapping_add(w.bbs);
+                        q.rnr_tries = 0;
                     }
                     if w.signaled {
                         let mut c = [0u8; 64];
@@ -589,8 +590,16 @@ impl Hca {
             Response::Dropped => Outcome::Done(0),
             Response::Nak(s) => Outcome::Failed(s),
             Response::NoQp => Outcome::Failed(synd::TRANSPORT_RETRY_EXC),
-            Response::Rnr if qp.rnr_retry == 0 => Outcome::Failed(synd::RNR_RETRY_EXC),
-            Response::Rnr => Outcome::Wait,
+            // rnr_retry 7 retries forever; 0–6 that many times (one retry per engine round).
+            Response::Rnr if qp.rnr_retry != 7 && qp.rnr_tries >= qp.rnr_retry => {
+                Outcome::Failed(synd::RNR_RETRY_EXC)
+            }
+            Response::Rnr => {
+                if let Some(q) = self.qps.get_mut(&qp.qpn) {
+                    q.rnr_tries = q.rnr_tries.saturating_add(1);
+                }
+                Outcome::Wait
+            }
         }
     }
 }

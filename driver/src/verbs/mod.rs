@@ -1,5 +1,6 @@
 //! The verbs layer: ibverbs objects and their rules on top of the brought-up device.
 
+pub mod ah;
 pub(crate) mod book;
 pub mod cq;
 pub mod mr;
@@ -9,6 +10,7 @@ pub mod qp;
 pub mod qp_state;
 pub mod wc;
 
+pub use ah::Ah;
 pub use cq::Cq;
 pub use mr::{AccessFlags, Mr};
 pub use pd::{Pd, TransportDomain};

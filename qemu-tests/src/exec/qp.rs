@@ -74,6 +74,7 @@ impl Hca {
             ack_timeout: 0,
             sq_consumed: 0,
             rq_consumed: 0,
+            rnr_tries: 0,
         };
         let pages = qp.buffer_bytes().div_ceil(4096) as usize;
         if v.array_len(create_qp_in::pas) < pages {
