@@ -168,6 +168,7 @@ impl<L> Array<L> {
     }
 }
 
+#[inline]
 fn be32(buf: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]])
 }
@@ -176,6 +177,7 @@ fn be32(buf: &[u8], at: usize) -> u32 {
 ///
 /// # Panics
 /// When the field lies outside `buf`; layouts are checked so that views never do this.
+#[inline]
 pub fn get_bits(buf: &[u8], bit: usize, width: usize) -> u64 {
     if width == 64 {
         let at = bit / 8;
@@ -192,6 +194,7 @@ pub fn get_bits(buf: &[u8], bit: usize, width: usize) -> u64 {
 ///
 /// # Panics
 /// When the field lies outside `buf`; layouts are checked so that views never do this.
+#[inline]
 pub fn set_bits(buf: &mut [u8], bit: usize, width: usize, val: u64) {
     if width == 64 {
         let at = bit / 8;

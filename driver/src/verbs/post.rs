@@ -162,18 +162,21 @@ struct WqeWriter<'r, H: Hal> {
 }
 
 impl<H: Hal> WqeWriter<'_, H> {
+    #[inline(always)]
     fn off(&self, unit: usize) -> usize {
         let bb = self.bb.wrapping_add((unit / 4) as u16) & self.mask;
         self.base + usize::from(bb) * 64 + (unit % 4) * 16
     }
 
     /// Appends one 16-byte unit.
+    #[inline(always)]
     fn unit(&mut self, b: &[u8; 16]) {
         let _ = self.ring.write_bytes(self.off(self.units), b);
         self.units += 1;
     }
 }
 
+#[inline(always)]
 fn data_seg(len: u32, lkey: u32, addr: u64) -> [u8; 16] {
     let mut b = [0u8; 16];
     b[..4].copy_from_slice(&len.to_be_bytes());
@@ -366,20 +369,18 @@ impl<H: Hal> Qp<'_, '_, H> {
                 _ => {}
             }
             if wr.flags.contains(SendFlags::INLINE) {
+                // The 4-byte inline header shares its unit with the first 12 bytes of data.
+                let data = wr.inline_data;
                 let mut bytes = [0u8; 16];
-                bytes[..4]
-                    .copy_from_slice(&(INLINE_SEG | wr.inline_data.len() as u32).to_be_bytes());
-                let mut fill = 4;
-                for &x in wr.inline_data {
-                    if fill == 16 {
-                        w.unit(&bytes);
-                        bytes = [0u8; 16];
-                        fill = 0;
-                    }
-                    bytes[fill] = x;
-                    fill += 1;
-                }
+                bytes[..4].copy_from_slice(&(INLINE_SEG | data.len() as u32).to_be_bytes());
+                let first = data.len().min(12);
+                bytes[4..4 + first].copy_from_slice(&data[..first]);
                 w.unit(&bytes);
+                for chunk in data[first..].chunks(16) {
+                    let mut b = [0u8; 16];
+                    b[..chunk.len()].copy_from_slice(chunk);
+                    w.unit(&b);
+                }
             } else {
                 for s in wr.sg_list {
                     w.unit(&data_seg(s.length, s.lkey.raw(), s.addr));

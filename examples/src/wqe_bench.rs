@@ -1,0 +1,271 @@
+//! `wqe_bench`: the code whose instructions `qemu-tests/bench/wqe-cost.sh` counts under
+//! callgrind — our driver's `post_send`/`poll` and a hand-written minimum of the stores a WQE
+//! needs (and the loads a CQE needs), over rings of the same size. Not a timing benchmark.
+//!
+//! Usage: `wqe_bench driver-post|driver-poll|min-post|min-poll inline64|write4k BATCH ITERS`
+//!
+//! The measured work sits in the `#[inline(never)]` functions `bench_*`; the script collects
+//! instructions only inside them (and, for the driver, not inside the model's doorbell handler,
+//! which stands in for the hardware).
+
+use std::hint::black_box;
+
+use bareverbs::verbs::*;
+use bareverbs::{Config, Device};
+use bareverbs_hal::Hal;
+use bareverbs_model::SimHal;
+
+const RING_BBS: usize = 64;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Inline64,
+    Write4k,
+}
+
+#[inline(never)]
+fn bench_driver_post<H: Hal>(qp: &mut Qp<'_, '_, H>, wrs: &[SendWr<'_>]) {
+    if qp.post_send(black_box(wrs)).is_err() {
+        std::process::exit(3);
+    }
+}
+
+#[inline(never)]
+fn bench_driver_poll<H: Hal>(cq: &mut Cq<'_, H>, wc: &mut [Wc]) -> usize {
+    cq.poll(black_box(wc))
+}
+
+/// The stores a WQE needs and nothing else: control segment, the operation's segments, data
+/// or inline payload; then one doorbell-record store and one 64-bit doorbell per batch.
+#[inline(never)]
+fn bench_min_post(
+    ring: &mut [u8],
+    dbr: &mut [u8; 8],
+    bf: &mut u64,
+    cur: &mut u16,
+    kind: Kind,
+    batch: usize,
+    payload: &[u8; 64],
+) {
+    let qpn: u32 = 0x100;
+    let mut last = 0u64;
+    for _ in 0..batch {
+        let at = (usize::from(*cur) % RING_BBS) * 64;
+        let (opcode, ds, bbs) = match kind {
+            Kind::Inline64 => (0x0au32, 6u32, 2u16),
+            Kind::Write4k => (0x08, 3, 1),
+        };
+        let w0 = (u64::from((u32::from(*cur) << 8) | opcode) << 32) | u64::from((qpn << 8) | ds);
+        let w = &mut ring[at..at + 64 * usize::from(bbs)];
+        w[0..8].copy_from_slice(&w0.to_be_bytes());
+        w[8..16].copy_from_slice(&(8u64 << 32).to_be_bytes());
+        match kind {
+            Kind::Inline64 => {
+                w[16..20].copy_from_slice(&(0x8000_0000u32 | 64).to_be_bytes());
+                w[20..84].copy_from_slice(payload);
+            }
+            Kind::Write4k => {
+                w[16..24].copy_from_slice(&0x1_0000_0000u64.to_be_bytes());
+                w[24..28].copy_from_slice(&0x1234u32.to_be_bytes());
+                w[32..36].copy_from_slice(&4096u32.to_be_bytes());
+                w[36..40].copy_from_slice(&0x5678u32.to_be_bytes());
+                w[40..48].copy_from_slice(&0x2_0000_0000u64.to_be_bytes());
+            }
+        }
+        *cur = cur.wrapping_add(bbs);
+        last = w0;
+    }
+    dbr[4..8].copy_from_slice(&u32::from(*cur).to_be_bytes());
+    *bf = black_box(last);
+}
+
+/// The loads a CQE needs: owner and opcode, then QPN, WQE counter and byte count; one
+/// doorbell-record store per batch.
+#[inline(never)]
+fn bench_min_poll(
+    ring: &[u8],
+    dbr: &mut [u8; 8],
+    ci: &mut u32,
+    batch: usize,
+    out: &mut [(u32, u16, u32)],
+) -> usize {
+    let log = 12;
+    let mut n = 0;
+    while n < batch {
+        let at = ((*ci as usize) & ((1 << log) - 1)) * 64;
+        let op_own = ring[at + 63];
+        if op_own >> 4 == 0xf || u32::from(op_own & 1) != (*ci >> log) & 1 {
+            break;
+        }
+        let qpn = u32::from_be_bytes([
+            ring[at + 0x38],
+            ring[at + 0x39],
+            ring[at + 0x3a],
+            ring[at + 0x3b],
+        ]) & 0xff_ffff;
+        let wqe = u16::from_be_bytes([ring[at + 0x3c], ring[at + 0x3d]]);
+        let bytes = u32::from_be_bytes([
+            ring[at + 0x2c],
+            ring[at + 0x2d],
+            ring[at + 0x2e],
+            ring[at + 0x2f],
+        ]);
+        out[n] = (qpn, wqe, bytes);
+        *ci += 1;
+        n += 1;
+    }
+    dbr[0..4].copy_from_slice(&(*ci & 0xff_ffff).to_be_bytes());
+    n
+}
+
+fn main() {
+    let a: Vec<String> = std::env::args().collect();
+    if a.len() != 5 {
+        eprintln!("usage: wqe_bench driver-post|driver-poll|min-post|min-poll inline64|write4k BATCH ITERS");
+        std::process::exit(2);
+    }
+    let kind = if a[2] == "inline64" {
+        Kind::Inline64
+    } else {
+        Kind::Write4k
+    };
+    let batch: usize = a[3].parse().unwrap_or(1);
+    let iters: usize = a[4].parse().unwrap_or(100);
+    match a[1].as_str() {
+        "min-post" => {
+            let mut ring = vec![0u8; RING_BBS * 64 + 128];
+            let (mut dbr, mut bf, mut cur) = ([0u8; 8], 0u64, 0u16);
+            let payload = [0x5a; 64];
+            for _ in 0..iters {
+                bench_min_post(
+                    &mut ring, &mut dbr, &mut bf, &mut cur, kind, batch, &payload,
+                );
+            }
+            black_box((&ring, dbr, bf));
+        }
+        "min-poll" => {
+            let mut ring = vec![0xf0u8; 4096 * 64];
+            let (mut dbr, mut ci) = ([0u8; 8], 0u32);
+            let mut out = vec![(0, 0, 0); batch];
+            for _ in 0..iters {
+                for k in 0..batch as u32 {
+                    let at = (((ci + k) as usize) & 4095) * 64;
+                    ring[at + 63] = (((ci + k) >> 12) & 1) as u8;
+                }
+                if bench_min_poll(&ring, &mut dbr, &mut ci, batch, &mut out) != batch {
+                    std::process::exit(3);
+                }
+            }
+        }
+        mode => driver(mode, kind, batch, iters),
+    }
+}
+
+fn driver(mode: &str, kind: Kind, batch: usize, iters: usize) {
+    let hal = SimHal::synchronous();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap_or_else(|e| panic!("{e}"));
+    let pd = dev.alloc_pd().unwrap_or_else(|e| panic!("{e}"));
+    let (mut scq, mut rcq) = (dev.create_cq(4095).unwrap(), dev.create_cq(4095).unwrap());
+    let cap = QpCap {
+        max_send_wr: 32,
+        max_recv_wr: 4096,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 64,
+    };
+    let init = QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: &scq,
+        recv_cq: &rcq,
+        cap,
+        sq_sig_all: false,
+    };
+    let (mut qa, mut qb) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let mr = pd
+        .reg_mr(hal.dma_alloc(8192, 4096).unwrap().share(), access)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let (na, nb) = (qa.qpn().raw(), qb.qpn().raw());
+    for (q, peer) in [(&mut qa, nb), (&mut qb, na)] {
+        q.to_init(1, 0, access, 0).unwrap();
+        q.to_rtr(
+            peer,
+            0,
+            AhAttr {
+                dlid: 1,
+                port_num: 1,
+                ..AhAttr::default()
+            },
+            Mtu::Mtu4096,
+        )
+        .unwrap();
+        q.to_rts(0).unwrap();
+    }
+    let rx = [Sge {
+        addr: mr.addr() + 4096,
+        length: 4096,
+        lkey: mr.lkey(),
+    }];
+    let tx = [Sge {
+        addr: mr.addr(),
+        length: 4096,
+        lkey: mr.lkey(),
+    }];
+    let payload = [0x5au8; 64];
+    let one = match kind {
+        Kind::Inline64 => SendWr {
+            wr_id: 1,
+            sg_list: &[],
+            inline_data: &payload,
+            op: SendOp::Send,
+            flags: SendFlags::INLINE,
+            ud: None,
+        },
+        Kind::Write4k => SendWr {
+            wr_id: 1,
+            sg_list: &tx,
+            inline_data: &[],
+            op: SendOp::RdmaWrite {
+                remote_addr: mr.addr() + 4096,
+                rkey: mr.rkey().raw(),
+            },
+            flags: SendFlags::empty(),
+            ud: None,
+        },
+    };
+    let poll = mode == "driver-poll";
+    let mut wrs = vec![one; batch];
+    for w in wrs.iter_mut() {
+        if poll {
+            w.flags |= SendFlags::SIGNALED;
+        }
+    }
+    if let Some(last) = wrs.last_mut() {
+        last.flags |= SendFlags::SIGNALED;
+    }
+    let mut wc = vec![Wc::EMPTY; batch];
+    let recvs = vec![
+        RecvWr {
+            wr_id: 2,
+            sg_list: &rx
+        };
+        batch
+    ];
+    for _ in 0..iters {
+        if kind == Kind::Inline64 {
+            qb.post_recv(&recvs).unwrap_or_else(|e| panic!("{e}"));
+        }
+        if poll {
+            qa.post_send(&wrs).unwrap_or_else(|e| panic!("{e}"));
+            let mut got = 0;
+            while got < batch {
+                got += bench_driver_poll(&mut scq, &mut wc[..batch - got]);
+            }
+        } else {
+            bench_driver_post(&mut qa, &wrs);
+            while scq.poll(&mut wc) > 0 {}
+        }
+        while rcq.poll(&mut wc) > 0 {}
+    }
+}

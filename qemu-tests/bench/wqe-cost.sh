@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Counts instructions per WQE posted and per CQE polled with callgrind (instruction counts are
+# the same on every run, whatever the machine is doing) for three implementations over rings of
+# the same size: our driver, a hand-written minimum of the stores/loads, and a C baseline built
+# on rdma-core's mlx5dv.h inline helpers (Debian libibverbs-dev). Prints a markdown table.
+# Usage: qemu-tests/bench/wqe-cost.sh [ITERS]   (needs valgrind, gcc, libibverbs-dev)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/../.." && pwd)
+target=${CARGO_TARGET_DIR:-$top/target}
+iters=${1:-200}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install valgrind)" >&2; exit 1; }
+[ -f /usr/include/infiniband/mlx5dv.h ] || { echo "mlx5dv.h is needed (apt-get install libibverbs-dev)" >&2; exit 1; }
+cargo build --release --locked -q --manifest-path "$top/Cargo.toml" -p bareverbs-examples --bin wqe_bench
+gcc -O2 -march=x86-64 -o "$work/c" "$here/mlx5dv_baseline.c"
+bench="$target/release/wqe_bench"
+
+# count PROGRAM ARGS... : instructions inside the bench_* functions. Collection toggles on
+# entering a matching function; for posts the model's doorbell handler (which plays the
+# hardware) is toggled back off. Polls never ring the doorbell inside bench_*, and a second
+# toggle there would switch collection on during the untimed posts.
+count() {
+  local out="$work/cg.out" extra=()
+  case "$2" in driver-post) extra=(--toggle-collect='*SimMmio*try_write64*') ;; esac
+  valgrind --tool=callgrind --callgrind-out-file="$out" --collect-atstart=no \
+    --toggle-collect='*bench_*' "${extra[@]}" "$@" >/dev/null 2>&1
+  awk '/^summary:/ {print $2}' "$out"
+}
+
+per() { awk -v t="$1" -v n="$2" 'BEGIN { printf "%.1f", t / n }'; }
+
+echo "| operation | batch | bareverbs | minimum | mlx5dv.h (C) | bareverbs / minimum |"
+echo "|---|---|---|---|---|---|"
+for kind in inline64 write4k; do
+  for b in 1 8 32; do
+    n=$((iters * b))
+    d=$(per "$(count "$bench" driver-post "$kind" "$b" "$iters")" "$n")
+    m=$(per "$(count "$bench" min-post "$kind" "$b" "$iters")" "$n")
+    c=$(per "$(count "$work/c" post "$kind" "$b" "$iters")" "$n")
+    label=$([ "$kind" = inline64 ] && echo "post 64-byte inline SEND" || echo "post 4 KiB RDMA WRITE")
+    echo "| $label | $b | $d | $m | $c | $(awk -v a="$d" -v b="$m" 'BEGIN { printf "%.2fx", a / b }') |"
+  done
+done
+for b in 1 8 32; do
+  n=$((iters * b))
+  d=$(per "$(count "$bench" driver-poll write4k "$b" "$iters")" "$n")
+  m=$(per "$(count "$bench" min-poll write4k "$b" "$iters")" "$n")
+  c=$(per "$(count "$work/c" poll write4k "$b" "$iters")" "$n")
+  echo "| poll CQE | $b | $d | $m | $c | $(awk -v a="$d" -v b="$m" 'BEGIN { printf "%.2fx", a / b }') |"
+done
