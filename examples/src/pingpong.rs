@@ -48,7 +48,7 @@ fn usage(prog: &str) -> String {
         "usage: {prog} [options] [servername]\n\
          \x20 -p, --port=<port>      TCP port for the exchange (default 18515)\n\
          \x20 -i, --ib-port=<port>   HCA port (default 1)\n\
-         \x20 -s, --size=<size>      message size (default 4096)\n\
+         \x20 -s, --size=<size>      message size (default 4096; ud_pingpong: the MTU)\n\
          \x20 -m, --mtu=<size>       path MTU (default 1024)\n\
          \x20 -r, --rx-depth=<dep>   receives to post (default 500)\n\
          \x20 -n, --iters=<iters>    iterations (default 1000)\n\
@@ -73,6 +73,7 @@ pub fn parse(prog: &str, args: &[String]) -> Result<Opts, String> {
         server: None,
         pci: None,
     };
+    let mut size_given = false;
     let mut it = args.iter().peekable();
     while let Some(a) = it.next() {
         let (key, inline) = match a.split_once('=') {
@@ -92,7 +93,10 @@ pub fn parse(prog: &str, args: &[String]) -> Result<Opts, String> {
         match key.as_str() {
             "-p" | "--port" => o.port = num(val("port")?, "port")? as u16,
             "-i" | "--ib-port" => o.ib_port = num(val("ib-port")?, "ib-port")? as u8,
-            "-s" | "--size" => o.size = num(val("size")?, "size")? as usize,
+            "-s" | "--size" => {
+                o.size = num(val("size")?, "size")? as usize;
+                size_given = true;
+            }
             "-m" | "--mtu" => o.mtu = num(val("mtu")?, "mtu")? as u32,
             "-r" | "--rx-depth" => o.rx_depth = num(val("rx-depth")?, "rx-depth")? as u32,
             "-n" | "--iters" => o.iters = num(val("iters")?, "iters")? as u32,
@@ -103,6 +107,10 @@ pub fn parse(prog: &str, args: &[String]) -> Result<Opts, String> {
             s if s.starts_with('-') => return Err(format!("unknown option {s}\n{}", usage(prog))),
             s => o.server = Some(s.to_string()),
         }
+    }
+    if !size_given && prog == "ud_pingpong" {
+        // A UD message must fit in one packet.
+        o.size = o.mtu as usize;
     }
     if o.size == 0 || o.iters == 0 || o.rx_depth == 0 {
         return Err(format!(
@@ -442,6 +450,41 @@ pub fn main_for(qp_type: QpType, prog: &str) -> ExitCode {
                 eprintln!("{prog}: {e}");
             }
             ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn rdma_core_option_forms_parse() {
+        let o = parse(
+            "rc_pingpong",
+            &args("-s64 --iters=5 -m 2048 -c --pci 0000:01:00.0 host"),
+        )
+        .unwrap();
+        assert_eq!((o.size, o.iters, o.mtu, o.check), (64, 5, 2048, true));
+        assert_eq!(o.pci.as_deref(), Some("0000:01:00.0"));
+        assert_eq!(o.server.as_deref(), Some("host"));
+        assert_eq!(parse("rc_pingpong", &[]).unwrap().size, 4096);
+    }
+
+    #[test]
+    fn ud_defaults_to_one_mtu_per_message_unless_told() {
+        assert_eq!(parse("ud_pingpong", &args("-m 2048")).unwrap().size, 2048);
+        assert_eq!(parse("ud_pingpong", &args("-s 100")).unwrap().size, 100);
+    }
+
+    #[test]
+    fn bad_options_are_errors_not_panics() {
+        for bad in ["-s", "-s x", "-n 0", "--bogus", "--size="] {
+            assert!(parse("rc_pingpong", &args(bad)).is_err(), "{bad}");
         }
     }
 }

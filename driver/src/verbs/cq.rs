@@ -149,21 +149,29 @@ impl<H: Hal> Cq<'_, H> {
     }
 
     /// Decodes the CQE at `off` (already known to be software-owned); also returns whether it
-    /// completes a send and its WQE counter.
-    fn decode(&self, off: usize, op_own: u8) -> (Wc, bool, u16) {
+    /// completes a send and its WQE counter. Successful completions read only the dwords their
+    /// opcode uses, straight from the ring; error CQEs are copied out whole.
+    fn decode(&self, off: usize, op_own: u8, wc: &mut Wc) -> (bool, u16) {
+        // Byte offsets of the fields read here, from the layouts.
+        const SOP_DROP_QPN: usize = cqe64::sop_drop_qpn.bit / 8;
+        const WQE_COUNTER: usize = cqe64::wqe_counter.bit / 8;
+        const BYTE_CNT: usize = cqe64::byte_cnt.bit / 8;
+        const IMM: usize = cqe64::imm_inval_pkey.bit / 8;
+        const FLAGS_RQPN: usize = cqe64::flags_rqpn.bit / 8;
+        const SLID: usize = cqe64::slid.bit / 8;
         let ring = self.ring();
-        let mut raw = [0u8; CQE_BYTES];
-        // In bounds: off is masked to the ring size.
-        let _ = ring.read_bytes(off, &mut raw);
-        let mut wc = Wc::EMPTY;
+        *wc = Wc::EMPTY;
         let opcode = CqeOpcode::from(get_cqe_opcode(op_own));
         let is_send = matches!(opcode, CqeOpcode::Req | CqeOpcode::ReqErr);
-        let counter = u16::from_be_bytes([raw[0x3c], raw[0x3d]]);
+        // In bounds: off is masked to the ring size and every field lies inside the CQE.
+        let counter = ring.read16(off + WQE_COUNTER);
         match opcode {
             CqeOpcode::ReqErr | CqeOpcode::RespErr => {
+                let mut raw = [0u8; CQE_BYTES];
+                let _ = ring.read_bytes(off, &mut raw);
                 let e = match View::<ErrCqe>::new_checked(&raw) {
                     Ok(e) => e,
-                    Err(_) => return (wc, is_send, counter),
+                    Err(_) => return (is_send, counter),
                 };
                 let syndrome = e.get(err_cqe::syndrome) as u8;
                 let sqn = e.get32(err_cqe::s_wqe_opcode_qpn);
@@ -176,56 +184,49 @@ impl<H: Hal> Cq<'_, H> {
                     WcOpcode::Recv
                 };
             }
-            _ => {
-                let c = match View::<Cqe64>::new_checked(&raw) {
-                    Ok(c) => c,
-                    Err(_) => return (wc, is_send, counter),
-                };
-                let sop = c.get32(cqe64::sop_drop_qpn);
+            CqeOpcode::Req => {
+                let sop = ring.read32(off + SOP_DROP_QPN);
                 wc.qp_num = cqe_qpn(sop);
-                wc.byte_len = c.get32(cqe64::byte_cnt);
-                let imm = c.get32(cqe64::imm_inval_pkey);
+                wc.opcode = req_opcode(cqe_wqe_opcode(sop));
+                if matches!(
+                    wc.opcode,
+                    WcOpcode::RdmaRead | WcOpcode::CompSwap | WcOpcode::FetchAdd
+                ) {
+                    wc.byte_len = ring.read32(off + BYTE_CNT);
+                }
+            }
+            _ => {
+                wc.qp_num = cqe_qpn(ring.read32(off + SOP_DROP_QPN));
+                wc.byte_len = ring.read32(off + BYTE_CNT);
+                let imm = ring.read32(off + IMM);
+                let flags = ring.read32(off + FLAGS_RQPN);
+                wc.src_qp = cqe_rqpn(flags);
+                wc.sl = cqe_sl(flags);
+                wc.slid = ring.read16(off + SLID);
+                if cqe_grh(flags) != 0 {
+                    wc.wc_flags |= WcFlags::GRH;
+                }
+                wc.pkey_index = imm as u16;
+                wc.opcode = WcOpcode::Recv;
                 match opcode {
-                    CqeOpcode::Req => {
-                        wc.opcode = req_opcode(cqe_wqe_opcode(sop));
-                        if !matches!(
-                            wc.opcode,
-                            WcOpcode::RdmaRead | WcOpcode::CompSwap | WcOpcode::FetchAdd
-                        ) {
-                            wc.byte_len = 0;
-                        }
+                    CqeOpcode::RespWrImm => {
+                        wc.opcode = WcOpcode::RecvRdmaWithImm;
+                        wc.wc_flags |= WcFlags::WITH_IMM;
+                        wc.imm_data = imm;
                     }
-                    _ => {
-                        let flags = c.get32(cqe64::flags_rqpn);
-                        wc.src_qp = cqe_rqpn(flags);
-                        wc.sl = cqe_sl(flags);
-                        wc.slid = c.get(cqe64::slid) as u16;
-                        if cqe_grh(flags) != 0 {
-                            wc.wc_flags |= WcFlags::GRH;
-                        }
-                        wc.pkey_index = imm as u16;
-                        wc.opcode = WcOpcode::Recv;
-                        match opcode {
-                            CqeOpcode::RespWrImm => {
-                                wc.opcode = WcOpcode::RecvRdmaWithImm;
-                                wc.wc_flags |= WcFlags::WITH_IMM;
-                                wc.imm_data = imm;
-                            }
-                            CqeOpcode::RespSendImm => {
-                                wc.wc_flags |= WcFlags::WITH_IMM;
-                                wc.imm_data = imm;
-                            }
-                            CqeOpcode::RespSendInv => {
-                                wc.wc_flags |= WcFlags::WITH_INV;
-                                wc.imm_data = imm;
-                            }
-                            _ => {}
-                        }
+                    CqeOpcode::RespSendImm => {
+                        wc.wc_flags |= WcFlags::WITH_IMM;
+                        wc.imm_data = imm;
                     }
+                    CqeOpcode::RespSendInv => {
+                        wc.wc_flags |= WcFlags::WITH_INV;
+                        wc.imm_data = imm;
+                    }
+                    _ => {}
                 }
             }
         }
-        (wc, is_send, counter)
+        (is_send, counter)
     }
 
     /// Polls up to `wc.len()` completions into `wc` (`ibv_poll_cq`); returns how many. Error
@@ -237,6 +238,7 @@ impl<H: Hal> Cq<'_, H> {
         let mask = (1u32 << self.log_size) - 1;
         let mut n = 0;
         let books = self.dev.books.read();
+        let mut last = None;
         while n < wc.len() {
             let off = ((self.ci & mask) as usize) * CQE_BYTES;
             let op_own = self.ring().read8(off + CQE_BYTES - 1);
@@ -251,15 +253,19 @@ impl<H: Hal> Cq<'_, H> {
             if CqeOpcode::from(get_cqe_opcode(op_own)) == CqeOpcode::ResizeCq {
                 continue;
             }
-            let (mut w, is_send, counter) = self.decode(off, op_own);
-            if let Some(book) = books.get(&w.qp_num) {
+            let w = &mut wc[n];
+            let (is_send, counter) = self.decode(off, op_own, w);
+            // Consecutive CQEs mostly come from one QP: look its book up once.
+            if last.is_none_or(|(q, _)| q != w.qp_num) {
+                last = books.get(&w.qp_num).map(|b| (w.qp_num, b));
+            }
+            if let Some((_, book)) = last {
                 w.wr_id = if is_send {
                     book.complete_send(counter)
                 } else {
                     book.complete_recv(counter)
                 };
             }
-            wc[n] = w;
             n += 1;
         }
         if n > 0 {

@@ -152,37 +152,67 @@ fn invalid(what: Invalid) -> Error {
     Error::InvalidArgument { what }
 }
 
-/// Writes 16-byte units into the SQ ring starting at WQEBB `bb`, wrapping at the end.
+/// Builds a WQE in the SQ ring starting at WQEBB `bb`, wrapping at the end: 16-byte units are
+/// gathered a WQEBB at a time and stored with one bounds check per WQEBB.
 struct WqeWriter<'r, H: Hal> {
     ring: &'r bareverbs_hal::SharedDma<H::Dma>,
     base: usize,
     mask: u16,
     bb: u16,
-    units: usize,
+    block: [u64; 8],
+    n: usize,
 }
 
-impl<H: Hal> WqeWriter<'_, H> {
+impl<'r, H: Hal> WqeWriter<'r, H> {
+    fn new(ring: &'r bareverbs_hal::SharedDma<H::Dma>, base: usize, mask: u16, bb: u16) -> Self {
+        WqeWriter {
+            ring,
+            base,
+            mask,
+            bb,
+            block: [0; 8],
+            n: 0,
+        }
+    }
+
+    /// Appends one 16-byte unit given as two big-endian 64-bit words.
     #[inline(always)]
-    fn off(&self, unit: usize) -> usize {
-        let bb = self.bb.wrapping_add((unit / 4) as u16) & self.mask;
-        self.base + usize::from(bb) * 64 + (unit % 4) * 16
+    fn words(&mut self, hi: u64, lo: u64) {
+        self.block[self.n] = hi;
+        self.block[self.n + 1] = lo;
+        self.n += 2;
+        if self.n == self.block.len() {
+            self.flush();
+        }
     }
 
     /// Appends one 16-byte unit.
     #[inline(always)]
     fn unit(&mut self, b: &[u8; 16]) {
-        let _ = self.ring.write_bytes(self.off(self.units), b);
-        self.units += 1;
+        let mut hi = [0u8; 8];
+        let mut lo = [0u8; 8];
+        hi.copy_from_slice(&b[..8]);
+        lo.copy_from_slice(&b[8..]);
+        self.words(u64::from_be_bytes(hi), u64::from_be_bytes(lo));
+    }
+
+    /// Stores the units gathered for the current WQEBB (a partial one at the end of a WQE).
+    #[inline(always)]
+    fn flush(&mut self) {
+        if self.n > 0 {
+            let at = self.base + usize::from(self.bb & self.mask) * 64;
+            // In bounds: `at` is a masked WQEBB of the SQ, which lies inside the ring.
+            let _ = self.ring.write_be64s(at, &self.block[..self.n]);
+            self.bb = self.bb.wrapping_add(1);
+            self.n = 0;
+        }
     }
 }
 
+/// A data segment as the two words [`WqeWriter::words`] takes.
 #[inline(always)]
-fn data_seg(len: u32, lkey: u32, addr: u64) -> [u8; 16] {
-    let mut b = [0u8; 16];
-    b[..4].copy_from_slice(&len.to_be_bytes());
-    b[4..8].copy_from_slice(&lkey.to_be_bytes());
-    b[8..].copy_from_slice(&addr.to_be_bytes());
-    b
+fn data_seg_words(len: u32, lkey: u32, addr: u64) -> (u64, u64) {
+    ((u64::from(len) << 32) | u64::from(lkey), addr)
 }
 
 impl<H: Hal> Qp<'_, '_, H> {
@@ -298,21 +328,14 @@ impl<H: Hal> Qp<'_, '_, H> {
             if wr.flags.contains(SendFlags::FENCE) {
                 flags |= fm_ce_se::FENCE_MODE_SMALL_AND_FENCE;
             }
-            let mut w = WqeWriter::<H> {
-                ring,
-                base: sq_base,
-                mask: sq_size - 1,
-                bb: self.sq_cur,
-                units: 0,
-            };
+            let mut w = WqeWriter::<H>::new(ring, sq_base, sq_size - 1, self.sq_cur);
             let word0 = (u32::from(self.sq_cur) << 8) | u32::from(opcode);
             let word1 = (qpn << 8) | ds as u32;
-            let mut ctrl = [0u8; 16];
-            ctrl[..4].copy_from_slice(&word0.to_be_bytes());
-            ctrl[4..8].copy_from_slice(&word1.to_be_bytes());
-            ctrl[11] = flags;
-            ctrl[12..].copy_from_slice(&imm.to_be_bytes());
-            w.unit(&ctrl);
+            // Control segment: opmod/index/opcode, QPN/DS; signature, fm_ce_se, immediate.
+            w.words(
+                (u64::from(word0) << 32) | u64::from(word1),
+                (u64::from(flags) << 32) | u64::from(imm),
+            );
             if let Some(ud) = wr.ud {
                 let mut av = [0u8; 48];
                 av[..4].copy_from_slice(&ud.remote_qkey.to_be_bytes());
@@ -347,24 +370,16 @@ impl<H: Hal> Qp<'_, '_, H> {
                 | SendOp::AtomicFetchAndAdd {
                     remote_addr, rkey, ..
                 } => {
-                    let mut b = [0u8; 16];
-                    b[..8].copy_from_slice(&remote_addr.to_be_bytes());
-                    b[8..12].copy_from_slice(&rkey.to_be_bytes());
-                    w.unit(&b);
+                    w.words(remote_addr, u64::from(rkey) << 32);
                 }
                 _ => {}
             }
             match wr.op {
                 SendOp::AtomicCmpAndSwp { compare, swap, .. } => {
-                    let mut b = [0u8; 16];
-                    b[..8].copy_from_slice(&swap.to_be_bytes());
-                    b[8..].copy_from_slice(&compare.to_be_bytes());
-                    w.unit(&b);
+                    w.words(swap, compare);
                 }
                 SendOp::AtomicFetchAndAdd { add, .. } => {
-                    let mut b = [0u8; 16];
-                    b[..8].copy_from_slice(&add.to_be_bytes());
-                    w.unit(&b);
+                    w.words(add, 0);
                 }
                 _ => {}
             }
@@ -383,9 +398,11 @@ impl<H: Hal> Qp<'_, '_, H> {
                 }
             } else {
                 for s in wr.sg_list {
-                    w.unit(&data_seg(s.length, s.lkey.raw(), s.addr));
+                    let (hi, lo) = data_seg_words(s.length, s.lkey.raw(), s.addr);
+                    w.words(hi, lo);
                 }
             }
+            w.flush();
             book.put_send(self.sq_cur, wr.wr_id, self.sq_cur.wrapping_add(bbs));
             self.sq_cur = self.sq_cur.wrapping_add(bbs);
             last_ctrl = (u64::from(word0) << 32) | u64::from(word1);
@@ -456,11 +473,17 @@ impl<H: Hal> Qp<'_, '_, H> {
                 break;
             }
             let at = usize::from(self.rq_head & (size - 1)) * stride;
+            // In bounds: `at` is a masked slot of the RQ and the SGEs (plus the terminating
+            // entry when there is room) fit in its stride (checked against max_recv_sge).
+            let seg = |k: usize, (hi, lo): (u64, u64)| {
+                ring.write64(at + k * 16, hi);
+                ring.write64(at + k * 16 + 8, lo);
+            };
             for (k, s) in wr.sg_list.iter().enumerate() {
-                let _ = ring.write_bytes(at + k * 16, &data_seg(s.length, s.lkey.raw(), s.addr));
+                seg(k, data_seg_words(s.length, s.lkey.raw(), s.addr));
             }
             if wr.sg_list.len() * 16 < stride {
-                let _ = ring.write_bytes(at + wr.sg_list.len() * 16, &data_seg(0, INVALID_LKEY, 0));
+                seg(wr.sg_list.len(), data_seg_words(0, INVALID_LKEY, 0));
             }
             book.put_recv(self.rq_head, wr.wr_id);
             self.rq_head = self.rq_head.wrapping_add(1);
