@@ -176,6 +176,8 @@ pub enum Invalid {
     Destination,
     /// An address vector the device cannot use (SL over 15, LID 0 without GRH, GID index).
     AddressVector,
+    /// A CQ resize to fewer entries than completions waiting to be polled.
+    FewerEntriesThanUnpolled,
 }
 
 /// A device limit.

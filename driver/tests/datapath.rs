@@ -833,3 +833,99 @@ fn rnr_waits_then_delivers_and_bad_keys_and_destroy_with_work_outstanding() {
         .unwrap();
     assert_eq!(ah.dest(7, 8).ah.sl, 4);
 }
+
+#[test]
+fn resize_cq_keeps_unpolled_completions_in_order() {
+    let hal = SimHal::synchronous();
+    let m = hal.model();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let (mut scq, mut rcq) = (dev.create_cq(4).unwrap(), dev.create_cq(4).unwrap());
+    assert_eq!(scq.capacity(), 8);
+    let init = QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: &scq,
+        recv_cq: &rcq,
+        cap: cap(),
+        sq_sig_all: true,
+    };
+    let mut a = pd.create_qp(&init).unwrap();
+    let mut b = pd.create_qp(&init).unwrap();
+    connect(&mut a, &mut b, 7);
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let mr = pd
+        .reg_mr(hal.dma_alloc(8192, 4096).unwrap().share(), access)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let sg = [sge(&mr, 0, 64)];
+    let write = SendOp::RdmaWrite {
+        remote_addr: mr.addr() + 4096,
+        rkey: mr.rkey().raw(),
+    };
+    let next = std::cell::Cell::new(0u64);
+    let post = |a: &mut Qp<'_, '_, &SimHal>, n: u64| {
+        let first = next.get();
+        let wrs: Vec<_> = (first..first + n)
+            .map(|id| send_wr(id, &sg, write))
+            .collect();
+        a.post_send(&wrs).unwrap();
+        next.set(first + n);
+    };
+    let poll_ids = |cq: &mut Cq<'_, &SimHal>, n: usize| -> Vec<u64> {
+        let mut wc = vec![Wc::EMPTY; n];
+        let got = cq.poll(&mut wc);
+        assert!(wc[..got].iter().all(|w| w.status == WcStatus::Success));
+        wc[..got].iter().map(|w| w.wr_id).collect()
+    };
+
+    // Seven completions wait (the ring is nearly full); two are polled; grow to 100.
+    post(&mut a, 7);
+    assert_eq!(poll_ids(&mut scq, 2), [0, 1]);
+    // Asking for fewer entries than wait is refused and changes nothing.
+    let before = m.trace().len();
+    assert!(matches!(
+        scq.resize(3),
+        Err(Error::InvalidArgument {
+            what: bareverbs::error::Invalid::FewerEntriesThanUnpolled
+        })
+    ));
+    assert_eq!(m.trace().len(), before, "no command for a refused resize");
+    scq.resize(100).unwrap();
+    assert_eq!(scq.capacity(), 128);
+    assert_eq!(m.with(|h| h.cq_log_size(scq.cqn().raw())), Some(7));
+    // The five that waited come first, then new ones land in the new ring.
+    post(&mut a, 10);
+    assert_eq!(poll_ids(&mut scq, 20), (2..17).collect::<Vec<_>>());
+    // Many passes over the new ring keep the owner bit right.
+    for _ in 0..30 {
+        post(&mut a, 10);
+        assert_eq!(poll_ids(&mut scq, 10).len(), 10);
+    }
+    // Shrink with completions waiting that fit, and again when empty.
+    post(&mut a, 3);
+    scq.resize(6).unwrap();
+    assert_eq!(scq.capacity(), 8);
+    post(&mut a, 2);
+    assert_eq!(
+        poll_ids(&mut scq, 10),
+        (next.get() - 5..next.get()).collect::<Vec<_>>()
+    );
+    scq.resize(6).unwrap(); // the same size: nothing to do
+    assert!(matches!(
+        scq.resize(0),
+        Err(Error::InvalidArgument {
+            what: bareverbs::error::Invalid::ZeroEntries
+        })
+    ));
+    assert!(matches!(
+        scq.resize(u32::MAX),
+        Err(Error::ExceedsLimit { .. })
+    ));
+    post(&mut a, 7);
+    assert_eq!(
+        poll_ids(&mut scq, 7),
+        (next.get() - 7..next.get()).collect::<Vec<_>>()
+    );
+    assert!(m.dma_faults().is_empty());
+    let _ = &mut rcq;
+}

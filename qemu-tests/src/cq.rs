@@ -64,8 +64,8 @@ impl Hca {
     /// Writes `cqe` (64 bytes, `op_own` opcode in bits 7:4 of byte 63 already set) into CQ
     /// `cqn` with the owner bit of its pass, then raises a completion event if the CQ is armed
     /// for it. Returns false when the CQ is missing or full.
-    pub fn post_cqe(&mut self, cqn: u32, mut cqe: [u8; 64], solicited: bool) -> bool {
-        let Some(cq) = self.cqs.get(&cqn) else {
+    pub fn post_cqe(&mut self, cqn: u32, cqe: [u8; 64], solicited: bool) -> bool {
+        let Some(cq) = self.cqs.get(&cqn).cloned() else {
             return false;
         };
         let ci = match self.dma.read_be32(cq.dbr) {
@@ -77,7 +77,6 @@ impl Hca {
         };
         let used = (cq.producer.wrapping_sub(ci)) & 0x00ff_ffff;
         if used >= cq.nent() && !cq.oi {
-            let (eqn, cqn) = (cq.eqn, cq.cqn);
             if let Some(cq) = self.cqs.get_mut(&cqn) {
                 cq.overrun = true;
             }
@@ -85,29 +84,53 @@ impl Hca {
             let mut data = [0u8; 28];
             data[..4].copy_from_slice(&cqn.to_be_bytes());
             data[0x0b] = 1; // CQ overrun
-            let _ = eqn;
             self.post_event(event_type::CQ_ERROR, 0, data);
             return false;
         }
+        if self.write_cqe_at(cqn, cqe).is_err() {
+            return false;
+        }
+        if cq.arm == Arm::Any || (cq.arm == Arm::Solicited && solicited) {
+            self.cq_event(cqn, cq.eqn);
+        }
+        true
+    }
+
+    /// The consumer index in CQ `cq`'s doorbell record.
+    pub(crate) fn read_cq_ci(&mut self, cq: &Cq) -> Result<u32, crate::exec::Fail> {
+        match self.dma.read_be32(cq.dbr) {
+            Ok(v) => Ok(v & 0x00ff_ffff),
+            Err(f) => {
+                self.record_fault(f);
+                Err(crate::exec::Fail {
+                    status: bareverbs_firmware_cmd::CmdStatus::InternalError,
+                    syndrome: crate::exec::syndrome::DMA_FAULT,
+                })
+            }
+        }
+    }
+
+    /// Writes `cqe` at CQ `cqn`'s producer index with the owner bit of its pass (body first,
+    /// `op_own` last) and advances the index. No overrun check, no event.
+    pub(crate) fn write_cqe_at(&mut self, cqn: u32, mut cqe: [u8; 64]) -> Result<(), ()> {
+        let Some(cq) = self.cqs.get(&cqn) else {
+            return Err(());
+        };
         let owner = ((cq.producer >> cq.log_size) & 1) as u8;
         cqe[63] = (cqe[63] & 0xf0) | (cqe[63] & 0x02) | owner;
         let at = cq.cqe_iova(cq.producer);
-        let (arm, eqn) = (cq.arm, cq.eqn);
         let wrote = self
             .dma
             .write(at, &cqe[..63])
             .and_then(|()| self.dma.write(at + 63, &cqe[63..]));
         if let Err(f) = wrote {
             self.record_fault(f);
-            return false;
+            return Err(());
         }
         if let Some(cq) = self.cqs.get_mut(&cqn) {
             cq.producer = cq.producer.wrapping_add(1);
         }
-        if arm == Arm::Any || (arm == Arm::Solicited && solicited) {
-            self.cq_event(cqn, eqn);
-        }
-        true
+        Ok(())
     }
 
     fn cq_event(&mut self, cqn: u32, eqn: u8) {

@@ -227,6 +227,11 @@ impl Hca {
         (self.pds.len(), self.mkeys.len(), self.cqs.len())
     }
 
+    /// log2 of the size of CQ `cqn` as firmware holds it.
+    pub fn cq_log_size(&self, cqn: u32) -> Option<u8> {
+        self.cqs.get(&cqn).map(|c| c.log_size)
+    }
+
     pub(crate) fn now_ns(&self) -> u64 {
         self.clock.now_ns()
     }

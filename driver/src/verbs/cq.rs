@@ -2,7 +2,7 @@
 //! the CQE ring and its doorbell record in DMA memory, polled by owner bit (mlx5-reference
 //! 04 §5–8; rdma-core `mlx5_poll_cq`, `mlx5_arm_cq`).
 
-use bareverbs_firmware_cmd::commands::{CreateCq, DestroyCq};
+use bareverbs_firmware_cmd::commands::{CreateCq, DestroyCq, ModifyCq};
 use bareverbs_firmware_cmd::ifc::*;
 use bareverbs_firmware_cmd::{Cqn, Layout, View};
 use bareverbs_hal::{dma_rmb, dma_wmb, wmb, BarOffset, Hal, Mmio, SharedDma};
@@ -40,35 +40,12 @@ impl<H: Hal> Device<H> {
     /// [`Error::InvalidArgument`] for 0 entries, [`Error::ExceedsLimit`] past the device's
     /// `max_cqe`, a DMA or command error.
     pub fn create_cq(&self, cqe: u32) -> Result<Cq<'_, H>, Error> {
-        if cqe == 0 {
-            return Err(Error::InvalidArgument {
-                what: Invalid::ZeroEntries,
-            });
-        }
-        let max = self
-            .info
-            .caps
-            .max_cqe
-            .min((MAX_CQ_PAGES * 4096 / CQE_BYTES) as u32 - 1);
-        if cqe > max {
-            return Err(Error::ExceedsLimit {
-                limit: Limit::CqEntries,
-                requested: cqe.into(),
-                max: max.into(),
-            });
-        }
-        let n = (cqe + 1).next_power_of_two().max(2);
-        let log_size = n.trailing_zeros() as u8;
+        let log_size = self.cq_log_size(cqe)?;
         let uar = self.uar().ok_or(Error::NotUp)?;
         let eqn = self.async_eqn().ok_or(Error::NotUp)?;
-        let len = (CQE_BYTES << log_size).max(4096);
-        let mut ring = self.hal.dma_alloc(len, 4096)?;
-        for e in ring.as_mut_slice().chunks_mut(CQE_BYTES) {
-            e[CQE_BYTES - 1] = OP_OWN_INIT;
-        }
-        let buf = ring.share();
+        let buf = self.cq_ring(log_size)?;
         let dbr = self.hal.dma_alloc(64, 64)?.share();
-        let pages = len / 4096;
+        let pages = buf.len() / 4096;
         let mut i = [0u8; MAX_MESSAGE];
         let ilen = CreateCqIn::BYTES + 8 * pages;
         {
@@ -103,6 +80,39 @@ impl<H: Hal> Device<H> {
             ci: 0,
             arm_sn: 0,
         })
+    }
+
+    /// log2 of the ring size for a CQ of at least `cqe` entries (one more than asked, as
+    /// a full ring is indistinguishable from an empty one to firmware's overrun check).
+    fn cq_log_size(&self, cqe: u32) -> Result<u8, Error> {
+        if cqe == 0 {
+            return Err(Error::InvalidArgument {
+                what: Invalid::ZeroEntries,
+            });
+        }
+        let max = self
+            .info
+            .caps
+            .max_cqe
+            .min((MAX_CQ_PAGES * 4096 / CQE_BYTES) as u32 - 1);
+        if cqe > max {
+            return Err(Error::ExceedsLimit {
+                limit: Limit::CqEntries,
+                requested: cqe.into(),
+                max: max.into(),
+            });
+        }
+        Ok((cqe + 1).next_power_of_two().max(2).trailing_zeros() as u8)
+    }
+
+    /// A CQE ring of `1 << log_size` entries (at least a page), every entry empty.
+    fn cq_ring(&self, log_size: u8) -> Result<SharedDma<H::Dma>, Error> {
+        let len = (CQE_BYTES << log_size).max(4096);
+        let mut ring = self.hal.dma_alloc(len, 4096)?;
+        for e in ring.as_mut_slice().chunks_mut(CQE_BYTES) {
+            e[CQE_BYTES - 1] = OP_OWN_INIT;
+        }
+        Ok(ring.share())
     }
 }
 
@@ -274,6 +284,110 @@ impl<H: Hal> Cq<'_, H> {
             self.dbr().write32(cq_dbr::SET_CI, cq_set_ci_word(self.ci));
         }
         n
+    }
+
+    /// Completions written and not yet polled.
+    fn unpolled(&self) -> u32 {
+        let mask = (1u32 << self.log_size) - 1;
+        let mut n = 0;
+        while n <= mask {
+            let i = self.ci.wrapping_add(n);
+            let op_own = self
+                .ring()
+                .read8(((i & mask) as usize) * CQE_BYTES + CQE_BYTES - 1);
+            if !cqe_is_sw_owned(op_own, i, self.log_size) {
+                break;
+            }
+            n += 1;
+        }
+        n
+    }
+
+    /// Resizes the CQ to at least `cqe` entries (`ibv_resize_cq`), keeping every completion
+    /// not yet polled, in order. The size is rounded as for [`Device::create_cq`]; asking for
+    /// the current size does nothing.
+    ///
+    /// Firmware switches rings at a RESIZE_CQ entry it writes into the old ring; the entries
+    /// before it move to the new ring one index further on, and the consumer index steps over
+    /// the marker (Linux `mlx5_ib_resize_cq` / `copy_resize_cqes`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for 0 entries or fewer than those waiting to be polled,
+    /// [`Error::ExceedsLimit`] past `max_cqe`, a DMA or command error. On error the CQ is
+    /// unchanged.
+    pub fn resize(&mut self, cqe: u32) -> Result<(), Error> {
+        let dev = self.dev;
+        let log_size = dev.cq_log_size(cqe)?;
+        if log_size == self.log_size {
+            return Ok(());
+        }
+        if self.unpolled() > cqe {
+            return Err(Error::InvalidArgument {
+                what: Invalid::FewerEntriesThanUnpolled,
+            });
+        }
+        let new = dev.cq_ring(log_size)?;
+        let pages = new.len() / 4096;
+        let mut i = [0u8; MAX_MESSAGE];
+        let ilen = ModifyCqIn::BYTES + 8 * pages;
+        {
+            let mut v = input::<ModifyCq>(&mut i[..ilen])?;
+            v.set(modify_cq_in::op_mod, modify_cq_op_mod::RESIZE)
+                .set(modify_cq_in::cqn, self.cqn.raw())
+                .set(
+                    modify_cq_in::modify_field_select_resize_field_select,
+                    resize_field_select::LOG_CQ_SIZE
+                        | resize_field_select::PAGE_OFFSET
+                        | resize_field_select::LOG_PAGE_SIZE,
+                );
+            v.sub(modify_cq_in::cq_context)
+                .set(cqc::log_cq_size, log_size)
+                .set(cqc::log_page_size, 0u8)
+                .set(cqc::page_offset, 0u8);
+            for k in 0..pages {
+                v.set_array(modify_cq_in::pas, k, new.iova().0 + (k * 4096) as u64)?;
+            }
+        }
+        let mut o = [0u8; ModifyCqOut::BYTES];
+        if let Err(e) = dev.exec::<ModifyCq>(&mut i[..ilen], &mut o) {
+            if !matches!(e, Error::Command(_)) {
+                // Firmware may or may not have taken the new ring: never free it.
+                new.leak();
+            }
+            return Err(e);
+        }
+        // Move what waits in the old ring, up to firmware's marker, one index on.
+        let (old_mask, new_mask) = ((1u32 << self.log_size) - 1, (1u32 << log_size) - 1);
+        let old = self.ring();
+        let mut at = self.ci;
+        let mut cqe_bytes = [0u8; CQE_BYTES];
+        // At most one pass over the old ring, whatever firmware wrote.
+        for _ in 0..=old_mask {
+            let src = ((at & old_mask) as usize) * CQE_BYTES;
+            let op_own = old.read8(src + CQE_BYTES - 1);
+            if !cqe_is_sw_owned(op_own, at, self.log_size) {
+                // No marker: firmware did not switch as it said. Keep what was copied and
+                // carry on in the new ring, as Linux does.
+                break;
+            }
+            // ORDERING: the owner bit before the body.
+            dma_rmb();
+            if CqeOpcode::from(get_cqe_opcode(op_own)) == CqeOpcode::ResizeCq {
+                break;
+            }
+            let _ = old.read_bytes(src, &mut cqe_bytes);
+            let to = at.wrapping_add(1);
+            cqe_bytes[CQE_BYTES - 1] = (op_own & !CQE_OWNER_MASK) | cqe_owner_for(to, log_size);
+            let _ = new.write_bytes(((to & new_mask) as usize) * CQE_BYTES, &cqe_bytes);
+            at = to;
+        }
+        self.ci = self.ci.wrapping_add(1);
+        self.buf = Some(new);
+        self.log_size = log_size;
+        // ORDERING: the moved entries are in place before the consumer index says so.
+        dma_wmb();
+        self.dbr().write32(cq_dbr::SET_CI, cq_set_ci_word(self.ci));
+        Ok(())
     }
 
     /// Arms the CQ (`ibv_req_notify_cq`): the next completion (or the next solicited one when

@@ -1,7 +1,7 @@
-//! CREATE/DESTROY/QUERY_CQ and MODIFY_CQ moderation (mlx5-reference 04 §5).
+//! CREATE/DESTROY/QUERY_CQ and MODIFY_CQ: moderation and resize (mlx5-reference 04 §5).
 
 use bareverbs_firmware_cmd::ifc::*;
-use bareverbs_firmware_cmd::CmdStatus;
+use bareverbs_firmware_cmd::{CmdStatus, View};
 
 use super::{bad_param, fail, input, output, syndrome, CmdResult};
 use crate::cq::{Arm, Cq, CQE_BYTES};
@@ -150,7 +150,66 @@ impl Hca {
                 }
                 Ok(())
             }
+            modify_cq_op_mod::RESIZE => self.resize_cq(cqn, &v),
             _ => Err(bad_param(syndrome::BAD_OP_MOD)),
         }
+    }
+
+    /// MODIFY_CQ resize: a RESIZE_CQ entry goes into the old ring at the producer index, and
+    /// every later CQE into the new ring from the next index on (what Linux's
+    /// `copy_resize_cqes` expects). Refused when the waiting entries do not fit the new ring.
+    fn resize_cq(&mut self, cqn: u32, v: &View<'_, ModifyCqIn>) -> CmdResult {
+        let select = v.get32(modify_cq_in::modify_field_select_resize_field_select);
+        let c = v.sub(modify_cq_in::cq_context);
+        if select & resize_field_select::LOG_CQ_SIZE == 0 {
+            return Err(bad_param(syndrome::OUT_OF_RANGE));
+        }
+        let log_size = c.get(cqc::log_cq_size) as u8;
+        if u64::from(log_size) > self.cap(cmd_hca_cap::log_max_cq_sz) {
+            return Err(bad_param(syndrome::OUT_OF_RANGE));
+        }
+        let cq = self
+            .cqs
+            .get(&cqn)
+            .ok_or(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT))?
+            .clone();
+        let page_size = if select & resize_field_select::LOG_PAGE_SIZE != 0 {
+            let log_page = c.get32(cqc::log_page_size);
+            if log_page > 20 {
+                return Err(bad_param(syndrome::OUT_OF_RANGE));
+            }
+            4096u64 << log_page
+        } else {
+            cq.page_size
+        };
+        if select & resize_field_select::PAGE_OFFSET != 0 && c.get(cqc::page_offset) != 0 {
+            return Err(bad_param(syndrome::OUT_OF_RANGE));
+        }
+        let npages = (CQE_BYTES << log_size).div_ceil(page_size) as usize;
+        if v.array_len(modify_cq_in::pas) < npages {
+            return Err(fail(CmdStatus::BadInputLength, syndrome::SHORT_INPUT));
+        }
+        let pas: Vec<u64> = (0..npages)
+            .filter_map(|k| v.array(modify_cq_in::pas, k))
+            .collect();
+        if pas.iter().any(|a| a % page_size != 0) {
+            return Err(bad_param(syndrome::BAD_PAGE));
+        }
+        let ci = self.read_cq_ci(&cq)?;
+        let waiting = cq.producer.wrapping_sub(ci) & 0x00ff_ffff;
+        // The marker needs a free entry in the old ring; the waiting entries move to the new.
+        if waiting >= 1 << cq.log_size || waiting >= 1 << log_size {
+            return Err(bad_param(syndrome::OUT_OF_RANGE));
+        }
+        let mut marker = [0u8; 64];
+        marker[63] = make_op_own(u8::from(CqeOpcode::ResizeCq), 0);
+        self.write_cqe_at(cqn, marker)
+            .map_err(|()| fail(CmdStatus::InternalError, syndrome::DMA_FAULT))?;
+        if let Some(cq) = self.cqs.get_mut(&cqn) {
+            cq.log_size = log_size;
+            cq.pas = pas;
+            cq.page_size = page_size;
+        }
+        Ok(())
     }
 }
