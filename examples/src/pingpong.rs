@@ -2,7 +2,7 @@
 //! the QP information exchange over TCP (`LID:QPN:PSN:GID` as rdma-core's `ibv_*_pingpong`
 //! send it) and the ping-pong loop itself.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -151,11 +151,15 @@ fn send_dest(s: &mut TcpStream, d: Dest) -> std::io::Result<()> {
     )
 }
 
-fn recv_dest(s: &TcpStream) -> Result<Dest, String> {
-    let mut line = String::new();
-    BufReader::new(s)
-        .read_line(&mut line)
-        .map_err(|e| format!("exchange: {e}"))?;
+fn recv_dest(s: &mut TcpStream) -> Result<Dest, String> {
+    // Byte by byte up to the newline: nothing the peer sends later is read ahead and lost.
+    let mut raw = Vec::new();
+    let mut b = [0u8; 1];
+    while b[0] != b'\n' && raw.len() < 128 {
+        s.read_exact(&mut b).map_err(|e| format!("exchange: {e}"))?;
+        raw.push(b[0]);
+    }
+    let line = String::from_utf8_lossy(&raw).into_owned();
     let f: Vec<&str> = line.trim().split(':').collect();
     let hex = |i: usize| {
         f.get(i)
@@ -169,11 +173,14 @@ fn recv_dest(s: &TcpStream) -> Result<Dest, String> {
     })
 }
 
-fn exchange(o: &Opts, local: Dest) -> Result<Dest, String> {
-    match &o.server {
+/// The one TCP connection the two sides talk over: the client connects (retrying for 10 s
+/// while the server starts); the server waits for it as rdma-core's does. Reads time out
+/// after [`STALL`], so a peer that dies never leaves this side waiting.
+fn connect(o: &Opts) -> Result<TcpStream, String> {
+    let s = match &o.server {
         Some(host) => {
             let start = Instant::now();
-            let mut s = loop {
+            loop {
                 match TcpStream::connect((host.as_str(), o.port)) {
                     Ok(s) => break s,
                     Err(e) if start.elapsed() > Duration::from_secs(10) => {
@@ -181,19 +188,39 @@ fn exchange(o: &Opts, local: Dest) -> Result<Dest, String> {
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(20)),
                 }
-            };
-            send_dest(&mut s, local).map_err(|e| e.to_string())?;
-            recv_dest(&s)
+            }
         }
         None => {
             let l = TcpListener::bind(("0.0.0.0", o.port))
                 .map_err(|e| format!("couldn't listen on port {}: {e}", o.port))?;
-            let (mut s, _) = l.accept().map_err(|e| e.to_string())?;
-            let remote = recv_dest(&s)?;
-            send_dest(&mut s, local).map_err(|e| e.to_string())?;
-            Ok(remote)
+            l.accept().map_err(|e| e.to_string())?.0
         }
+    };
+    s.set_read_timeout(Some(STALL)).map_err(|e| e.to_string())?;
+    Ok(s)
+}
+
+/// Swaps addresses: the client speaks first.
+fn exchange(o: &Opts, s: &mut TcpStream, local: Dest) -> Result<Dest, String> {
+    if o.server.is_some() {
+        send_dest(s, local).map_err(|e| format!("exchange: {e}"))?;
+        recv_dest(s)
+    } else {
+        let remote = recv_dest(s)?;
+        send_dest(s, local).map_err(|e| format!("exchange: {e}"))?;
+        Ok(remote)
     }
+}
+
+/// Waits until the peer reaches the same point (one byte each way).
+fn sync(s: &mut TcpStream) -> Result<(), String> {
+    s.write_all(b"R").map_err(|e| format!("sync: {e}"))?;
+    let mut b = [0u8; 1];
+    s.read_exact(&mut b).map_err(|e| format!("sync: {e}"))?;
+    if b != *b"R" {
+        return Err(format!("sync: peer sent {b:?}"));
+    }
+    Ok(())
 }
 
 fn wait<H: Hal>(cq: &mut Cq<'_, H>) -> Result<Wc, String> {
@@ -285,7 +312,8 @@ pub fn run_side<H: Hal>(hal: H, qp_type: QpType, o: &Opts) -> Result<String, Str
         "  local address:  LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}",
         local.lid, local.qpn, local.psn
     );
-    let remote = exchange(o, local)?;
+    let mut link = connect(o)?;
+    let remote = exchange(o, &mut link, local)?;
     println!(
         "  remote address: LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}",
         remote.lid, remote.qpn, remote.psn
@@ -300,7 +328,7 @@ pub fn run_side<H: Hal>(hal: H, qp_type: QpType, o: &Opts) -> Result<String, Str
         .map_err(|e| e.to_string())?;
     qp.to_rts(psn).map_err(|e| e.to_string())?;
     // Both sides must be ready to receive before the first message.
-    let _ = exchange(o, local)?;
+    sync(&mut link)?;
     let tx = Sge {
         addr: mr.addr(),
         length: o.size as u32,
