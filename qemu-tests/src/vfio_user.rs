@@ -140,11 +140,18 @@ impl Backend {
                 let _ = f.write_all(&1u64.to_ne_bytes());
             }
         }));
+        // Truncated, then reopened for appending: every writer (this engine, the END line of
+        // `serve`) adds at the end of the file and none overwrites another.
+        let open = |p: &Path| {
+            File::create(p)
+                .and_then(|_| std::fs::OpenOptions::new().append(true).open(p))
+                .map_err(|source| ServeError::Trace {
+                    path: p.into(),
+                    source,
+                })
+        };
         let mut out = match trace {
-            Some(p) => Some(File::create(p).map_err(|source| ServeError::Trace {
-                path: p.into(),
-                source,
-            })?),
+            Some(p) => Some(open(p)?),
             None => None,
         };
         let (mut cmds, mut faults) = (0, 0);
@@ -320,6 +327,8 @@ pub fn serve(
     log::info!("serving mlx5 model on {}", path.display());
     let r = server.run(&mut backend).map_err(err);
     let summary = backend.summary();
+    // Stops the engine thread, so its last trace lines are written before the END line.
+    drop(backend);
     log::info!("client on {} disconnected: {summary}", path.display());
     if let Some(t) = trace {
         if let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(t) {
