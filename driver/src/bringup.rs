@@ -374,13 +374,7 @@ impl<H: Hal> Device<H> {
             }
         }
         let mut out = [0u8; CreateEqOut::BYTES];
-        if let Err(e) = self.exec::<CreateEq>(&mut inp[..len], &mut out) {
-            if !matches!(e, Error::Command(_)) {
-                // The device may have the buffer: never free it.
-                buf.leak();
-            }
-            return Err(e);
-        }
+        let [buf] = self.exec_handing_over::<CreateEq, 1>(&mut inp[..len], &mut out, [buf])?;
         let eqn = Eqn(View::<CreateEqOut>::new_checked(&out)?.get(create_eq_out::eq_number) as u8);
         self.ctl.get_mut().eq = Some(EventQueue::new(buf, eqn, log_size, uar));
         Ok(())

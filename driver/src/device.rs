@@ -169,6 +169,28 @@ impl<H: Hal> Device<H> {
             .exec_on(&self.hal, Slot::Regular, C::OPCODE, input, output)
     }
 
+    /// Executes `C`, a command that hands `bufs` to the device, and gives them back on
+    /// success. When firmware refuses the command they are dropped (freed); when it never
+    /// completes the device may be using them, so they are leaked, never freed.
+    ///
+    /// # Errors
+    /// As [`Device::exec`].
+    pub(crate) fn exec_handing_over<C: Command, const N: usize>(
+        &self,
+        input: &mut [u8],
+        output: &mut [u8],
+        bufs: [bareverbs_hal::SharedDma<H::Dma>; N],
+    ) -> Result<[bareverbs_hal::SharedDma<H::Dma>; N], Error> {
+        match self.exec::<C>(input, output) {
+            Ok(()) => Ok(bufs),
+            Err(e @ Error::Command(_)) => Err(e),
+            Err(e) => {
+                bufs.into_iter().for_each(bareverbs_hal::SharedDma::leak);
+                Err(e)
+            }
+        }
+    }
+
     /// Polls for asynchronous events: serves firmware page requests and queues the rest for
     /// [`Device::next_event`]. Returns the number of EQEs consumed. Call it from time to time
     /// (poll mode: nothing runs in the background).

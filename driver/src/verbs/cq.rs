@@ -62,13 +62,8 @@ impl<H: Hal> Device<H> {
             }
         }
         let mut o = [0u8; CreateCqOut::BYTES];
-        if let Err(e) = self.exec::<CreateCq>(&mut i[..ilen], &mut o) {
-            if !matches!(e, Error::Command(_)) {
-                buf.leak();
-                dbr.leak();
-            }
-            return Err(e);
-        }
+        let [buf, dbr] =
+            self.exec_handing_over::<CreateCq, 2>(&mut i[..ilen], &mut o, [buf, dbr])?;
         let cqn = Cqn(View::<CreateCqOut>::new_checked(&o)?.get32(create_cq_out::cqn));
         Ok(Cq {
             dev: self,
@@ -349,13 +344,7 @@ impl<H: Hal> Cq<'_, H> {
             }
         }
         let mut o = [0u8; ModifyCqOut::BYTES];
-        if let Err(e) = dev.exec::<ModifyCq>(&mut i[..ilen], &mut o) {
-            if !matches!(e, Error::Command(_)) {
-                // Firmware may or may not have taken the new ring: never free it.
-                new.leak();
-            }
-            return Err(e);
-        }
+        let [new] = dev.exec_handing_over::<ModifyCq, 1>(&mut i[..ilen], &mut o, [new])?;
         // Move what waits in the old ring, up to firmware's marker, one index on.
         let (old_mask, new_mask) = ((1u32 << self.log_size) - 1, (1u32 << log_size) - 1);
         let old = self.ring();

@@ -295,13 +295,8 @@ impl<'d, H: Hal> Pd<'d, H> {
             }
         }
         let mut o = [0u8; CreateQpOut::BYTES];
-        if let Err(e) = dev.exec::<CreateQp>(&mut i[..ilen], &mut o) {
-            if !matches!(e, Error::Command(_)) {
-                buf.leak();
-                dbr.leak();
-            }
-            return Err(e);
-        }
+        let [buf, dbr] =
+            dev.exec_handing_over::<CreateQp, 2>(&mut i[..ilen], &mut o, [buf, dbr])?;
         let qpn = Qpn(View::<CreateQpOut>::new_checked(&o)?.get32(create_qp_out::qpn));
         let book = crate::verbs::book::Book {
             sq: book_sq,
