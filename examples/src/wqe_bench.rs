@@ -2,7 +2,7 @@
 //! callgrind — our driver's `post_send`/`poll` and a hand-written minimum of the stores a WQE
 //! needs (and the loads a CQE needs), over rings of the same size. Not a timing benchmark.
 //!
-//! Usage: `wqe_bench driver-post|driver-poll|min-post|min-poll inline64|write4k BATCH ITERS`
+//! Usage: `wqe_bench driver-post|driver-batch|driver-poll|min-post|min-poll inline64|write4k BATCH ITERS`
 //!
 //! The measured work sits in the `#[inline(never)]` functions `bench_*`; the script collects
 //! instructions only inside them (and, for the driver, not inside the model's doorbell handler,
@@ -26,6 +26,29 @@ enum Kind {
 #[inline(never)]
 fn bench_driver_post<H: Hal>(qp: &mut Qp<'_, '_, H>, wrs: &[SendWr<'_>]) {
     if qp.post_send(black_box(wrs)).is_err() {
+        std::process::exit(3);
+    }
+}
+
+/// The same requests through the batch API (`ibv_wr_*`): one method per operation, so
+/// nothing is decided per request that the caller already knows.
+#[inline(never)]
+fn bench_driver_batch<H: Hal>(qp: &mut Qp<'_, '_, H>, kind: Kind, wrs: &[SendWr<'_>]) {
+    let ok = qp.send_batch(|b| {
+        for wr in black_box(wrs) {
+            let r = match (kind, wr.op) {
+                (Kind::Write4k, SendOp::RdmaWrite { remote_addr, rkey }) => {
+                    b.rdma_write(wr.wr_id, wr.flags, remote_addr, rkey, wr.sg_list)
+                }
+                _ => b.send_inline(wr.wr_id, wr.flags, wr.inline_data),
+            };
+            if r.is_err() {
+                return false;
+            }
+        }
+        true
+    });
+    if ok != Ok(true) {
         std::process::exit(3);
     }
 }
@@ -121,7 +144,7 @@ fn bench_min_poll(
 fn main() {
     let a: Vec<String> = std::env::args().collect();
     if a.len() != 5 {
-        eprintln!("usage: wqe_bench driver-post|driver-poll|min-post|min-poll inline64|write4k BATCH ITERS");
+        eprintln!("usage: wqe_bench driver-post|driver-batch|driver-poll|min-post|min-poll inline64|write4k BATCH ITERS");
         std::process::exit(2);
     }
     let kind = if a[2] == "inline64" {
@@ -262,6 +285,9 @@ fn driver(mode: &str, kind: Kind, batch: usize, iters: usize) {
             while got < batch {
                 got += bench_driver_poll(&mut scq, &mut wc[..batch - got]);
             }
+        } else if mode == "driver-batch" {
+            bench_driver_batch(&mut qa, kind, &wrs);
+            while scq.poll(&mut wc) > 0 {}
         } else {
             bench_driver_post(&mut qa, &wrs);
             while scq.poll(&mut wc) > 0 {}

@@ -250,6 +250,15 @@ impl<M: DmaMemory> SharedDma<M> {
         self.mem.len() == 0
     }
 
+    /// CPU address of byte `off`, for views that check `off..off + len` once
+    /// ([`Slots`](crate::ring::Slots)).
+    pub(crate) fn span_ptr(&self, off: usize, len: usize) -> Result<NonNull<u8>, DmaError> {
+        check(off, len, self.mem.len())?;
+        // SAFETY: off + len <= the region's length (checked above), so `off` is inside or one
+        // past the allocation.
+        Ok(unsafe { self.mem.as_ptr().add(off) })
+    }
+
     /// Device address of byte `off`.
     ///
     /// # Errors
@@ -388,7 +397,7 @@ impl<M: DmaMemory> fmt::Debug for SharedDma<M> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     extern crate std;
     use std::vec;
     use std::vec::Vec;
@@ -396,7 +405,14 @@ mod tests {
     use super::*;
 
     /// Heap memory standing in for a DMA allocation (8-byte aligned: backed by u64s).
-    struct Heap(Vec<u64>);
+    pub(crate) struct Heap(Vec<u64>);
+
+    impl Heap {
+        /// `len` zeroed bytes (rounded up to whole words).
+        pub(crate) fn new(len: usize) -> Self {
+            Heap(vec![0; len.div_ceil(8)])
+        }
+    }
 
     // SAFETY: the Vec owns its storage for the life of the value and never reallocates.
     unsafe impl DmaMemory for Heap {

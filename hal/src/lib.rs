@@ -13,6 +13,7 @@ pub mod barrier;
 pub mod clock;
 pub mod dma;
 pub mod mmio;
+pub mod ring;
 
 use core::time::Duration;
 
@@ -21,6 +22,7 @@ pub use barrier::{dma_rmb, dma_wmb, rmb, wmb};
 pub use clock::{Deadline, Instant};
 pub use dma::{DmaBuf, DmaError, DmaMemory, SharedDma};
 pub use mmio::{Mmio, MmioError, RawMmio};
+pub use ring::{Slot, Slots};
 
 /// What the driver needs from the platform: BAR0, DMA memory and time.
 ///

@@ -31,21 +31,6 @@ pub struct Book<H: Hal> {
 }
 
 impl<H: Hal> Book<H> {
-    /// Records a send request at WQEBB `index` ending before `end`.
-    #[inline]
-    pub(crate) fn put_send(&self, index: u16, wr_id: u64, end: u16) {
-        let at = usize::from(index & self.sq_mask) * 16;
-        self.sq.write64(at, wr_id);
-        self.sq.write16(at + 8, end);
-    }
-
-    /// Records a receive request at `index`.
-    #[inline]
-    pub(crate) fn put_recv(&self, index: u16, wr_id: u64) {
-        self.rq
-            .write64(usize::from(index & self.rq_mask) * 8, wr_id);
-    }
-
     /// The `wr_id` of the send request at WQEBB `index`, marking everything up to it complete.
     #[inline]
     pub(crate) fn complete_send(&self, index: u16) -> u64 {

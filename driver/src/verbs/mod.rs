@@ -8,6 +8,7 @@ pub mod pd;
 pub mod post;
 pub mod qp;
 pub mod qp_state;
+pub mod send_batch;
 pub mod wc;
 
 pub use ah::Ah;
@@ -17,4 +18,5 @@ pub use pd::{Pd, TransportDomain};
 pub use post::{PostError, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};
 pub use qp::{AhAttr, GlobalRoute, Mtu, Qp, QpAttr, QpCap, QpInitAttr};
 pub use qp_state::{QpAttrMask, QpState, QpType};
+pub use send_batch::SendBatch;
 pub use wc::{Wc, WcFlags, WcOpcode, WcStatus};

@@ -179,6 +179,8 @@ pub struct Qp<'p, 'd, H: Hal> {
     /// Offset of the BlueFlame half used for the next doorbell, and the half size.
     pub(crate) bf_offset: usize,
     pub(crate) bf_half: usize,
+    /// BAR offset of the UAR's BlueFlame register.
+    pub(crate) bf_register: usize,
 }
 
 fn log2_ceil(n: u32) -> u8 {
@@ -342,6 +344,7 @@ impl<'d, H: Hal> Pd<'d, H> {
             rq_head: 0,
             bf_offset: 0,
             bf_half: (1usize << caps.log_bf_reg_size) / 2,
+            bf_register: uar.bf_register(),
         })
     }
 }

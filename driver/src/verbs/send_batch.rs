@@ -1,0 +1,779 @@
+//! Where send WQEs are written: a batch checks the QP once, then checks and writes each
+//! request straight into the SQ ring (control, address, data or inline segments; mlx5-reference
+//! 05 §3–5) and rings one doorbell at its end — rdma-core's `ibv_wr_start` …
+//! `ibv_wr_complete`. [`Qp::post_send`] is a batch over a list of requests.
+
+use core::sync::atomic::{AtomicU16, Ordering};
+
+use bareverbs_firmware_cmd::ifc::{fm_ce_se, qp_dbr, wqe_opcode, INLINE_SEG};
+use bareverbs_hal::{dma_wmb, wmb, BarOffset, Hal, Mmio, Slots};
+
+use crate::error::{Error, Invalid};
+use crate::verbs::post::{SendFlags, SendOp, SendWr, Sge, UdDest};
+use crate::verbs::qp::Qp;
+use crate::verbs::qp_state::{QpState, QpType};
+
+/// Bytes of a send WQE basic block.
+const WQEBB: usize = 64;
+
+fn invalid(what: Invalid) -> Error {
+    Error::InvalidArgument { what }
+}
+
+/// Send requests being written into one QP's send queue; see [`Qp::send_batch`].
+pub struct SendBatch<'b> {
+    sq: Slots<'b, WQEBB>,
+    /// Per WQEBB: the request's `wr_id` at 0 and the WQEBB counter after it at 8.
+    book: Slots<'b, 16>,
+    /// WQEBB counter up to which the device has completed requests.
+    tail: &'b AtomicU16,
+    /// WQEBBs posted (the doorbell record's counter).
+    cur: u16,
+    /// WQEBBs known to be free; refreshed from `tail` when a request needs more.
+    room: u16,
+    size: u16,
+    /// `qpn << 8`, the control segment's QPN field.
+    qpn8: u32,
+    /// The control segment's `fm_ce_se` byte for each combination of FENCE, SIGNALED and
+    /// SOLICITED (and CQ_UPDATE always when every request is signaled).
+    fm_ce_se: [u8; 8],
+    /// Bit per operation class the QP type allows.
+    allowed: u8,
+    /// A UD QP: every request names its destination.
+    ud: bool,
+    max_inline: usize,
+    max_sge: usize,
+    posted: usize,
+    /// First 8 bytes of the last control segment (the doorbell's value).
+    last_ctrl: u64,
+}
+
+// Operation classes: what the QP type must allow and which segments a request needs.
+const SEND: u8 = 0;
+const WRITE: u8 = 1;
+const READ: u8 = 2;
+const ATOMIC: u8 = 3;
+
+/// One request's operands, as [`SendBatch::emit`] writes them.
+struct Req<'a> {
+    wr_id: u64,
+    flags: SendFlags,
+    opcode: u8,
+    imm: u32,
+    raddr: u64,
+    rkey: u32,
+    /// Swap (or add) and compare.
+    operands: (u64, u64),
+    sges: &'a [Sge],
+    data: &'a [u8],
+    ud: Option<&'a UdDest>,
+}
+
+impl<'a> Req<'a> {
+    #[inline(always)]
+    fn new(wr_id: u64, flags: SendFlags, opcode: u8) -> Self {
+        Req {
+            wr_id,
+            flags,
+            opcode,
+            imm: 0,
+            raddr: 0,
+            rkey: 0,
+            operands: (0, 0),
+            sges: &[],
+            data: &[],
+            ud: None,
+        }
+    }
+
+    #[inline(always)]
+    fn sges(mut self, sges: &'a [Sge]) -> Self {
+        self.sges = sges;
+        self
+    }
+}
+
+impl SendBatch<'_> {
+    /// Requests written so far.
+    pub fn posted(&self) -> usize {
+        self.posted
+    }
+
+    /// Checks `wr` against the QP and writes it into the ring (`ibv_post_send` for one
+    /// request). Nothing is written for a refused request.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an opcode the QP type does not have, a missing or
+    /// superfluous UD destination, inline data past `max_inline_data` or with READ/atomics,
+    /// more SGEs than `max_send_sge`, an atomic without one 8-byte SGE;
+    /// [`Error::QueueFull`] when the send queue has no room.
+    #[inline]
+    pub fn post(&mut self, wr: &SendWr<'_>) -> Result<(), Error> {
+        let mut r = Req {
+            wr_id: wr.wr_id,
+            flags: wr.flags,
+            opcode: 0,
+            imm: 0,
+            raddr: 0,
+            rkey: 0,
+            operands: (0, 0),
+            sges: wr.sg_list,
+            data: wr.inline_data,
+            ud: wr.ud.as_ref(),
+        };
+        let class = match wr.op {
+            SendOp::Send => {
+                r.opcode = wqe_opcode::SEND;
+                SEND
+            }
+            SendOp::SendWithImm(imm) => {
+                (r.opcode, r.imm) = (wqe_opcode::SEND_IMM, imm);
+                SEND
+            }
+            SendOp::RdmaWrite { remote_addr, rkey } => {
+                (r.opcode, r.raddr, r.rkey) = (wqe_opcode::RDMA_WRITE, remote_addr, rkey);
+                WRITE
+            }
+            SendOp::RdmaWriteWithImm {
+                remote_addr,
+                rkey,
+                imm,
+            } => {
+                (r.opcode, r.raddr, r.rkey, r.imm) =
+                    (wqe_opcode::RDMA_WRITE_IMM, remote_addr, rkey, imm);
+                WRITE
+            }
+            SendOp::RdmaRead { remote_addr, rkey } => {
+                (r.opcode, r.raddr, r.rkey) = (wqe_opcode::RDMA_READ, remote_addr, rkey);
+                READ
+            }
+            SendOp::AtomicCmpAndSwp {
+                remote_addr,
+                rkey,
+                compare,
+                swap,
+            } => {
+                (r.opcode, r.raddr, r.rkey, r.operands) =
+                    (wqe_opcode::ATOMIC_CS, remote_addr, rkey, (swap, compare));
+                ATOMIC
+            }
+            SendOp::AtomicFetchAndAdd {
+                remote_addr,
+                rkey,
+                add,
+            } => {
+                (r.opcode, r.raddr, r.rkey, r.operands) =
+                    (wqe_opcode::ATOMIC_FA, remote_addr, rkey, (add, 0));
+                ATOMIC
+            }
+        };
+        let inline = wr.flags.contains(SendFlags::INLINE);
+        if inline && matches!(class, READ | ATOMIC) {
+            return Err(invalid(Invalid::OpcodeForQpType));
+        }
+        match (class, inline) {
+            (SEND, false) => self.emit::<SEND, false>(&r),
+            (SEND, true) => self.emit::<SEND, true>(&r),
+            (WRITE, false) => self.emit::<WRITE, false>(&r),
+            (WRITE, true) => self.emit::<WRITE, true>(&r),
+            (READ, _) => self.emit::<READ, false>(&r),
+            _ => self.emit::<ATOMIC, false>(&r),
+        }
+    }
+
+    /// SEND of the gather list `sges` (`ibv_wr_send` + `ibv_wr_set_sge_list`) on an RC or UC
+    /// QP. [`SendFlags::INLINE`] is ignored.
+    ///
+    /// # Errors
+    /// As [`post`](Self::post).
+    #[inline]
+    pub fn send(&mut self, wr_id: u64, flags: SendFlags, sges: &[Sge]) -> Result<(), Error> {
+        self.emit::<SEND, false>(&Req::new(wr_id, flags, wqe_opcode::SEND).sges(sges))
+    }
+
+    /// SEND of `data` carried in the WQE (`ibv_wr_send` + `ibv_wr_set_inline_data`) on an RC
+    /// or UC QP. [`SendFlags::INLINE`] is implied.
+    ///
+    /// # Errors
+    /// As [`post`](Self::post).
+    #[inline]
+    pub fn send_inline(&mut self, wr_id: u64, flags: SendFlags, data: &[u8]) -> Result<(), Error> {
+        let mut r = Req::new(wr_id, flags, wqe_opcode::SEND);
+        r.data = data;
+        self.emit::<SEND, true>(&r)
+    }
+
+    /// RDMA WRITE of the gather list `sges` to `remote_addr` (`ibv_wr_rdma_write`).
+    /// [`SendFlags::INLINE`] is ignored.
+    ///
+    /// # Errors
+    /// As [`post`](Self::post).
+    #[inline]
+    pub fn rdma_write(
+        &mut self,
+        wr_id: u64,
+        flags: SendFlags,
+        remote_addr: u64,
+        rkey: u32,
+        sges: &[Sge],
+    ) -> Result<(), Error> {
+        let mut r = Req::new(wr_id, flags, wqe_opcode::RDMA_WRITE).sges(sges);
+        (r.raddr, r.rkey) = (remote_addr, rkey);
+        self.emit::<WRITE, false>(&r)
+    }
+
+    /// RDMA WRITE of `data` carried in the WQE (`ibv_wr_rdma_write` +
+    /// `ibv_wr_set_inline_data`).
+    ///
+    /// # Errors
+    /// As [`post`](Self::post).
+    #[inline]
+    pub fn rdma_write_inline(
+        &mut self,
+        wr_id: u64,
+        flags: SendFlags,
+        remote_addr: u64,
+        rkey: u32,
+        data: &[u8],
+    ) -> Result<(), Error> {
+        let mut r = Req::new(wr_id, flags, wqe_opcode::RDMA_WRITE);
+        (r.raddr, r.rkey, r.data) = (remote_addr, rkey, data);
+        self.emit::<WRITE, true>(&r)
+    }
+
+    /// RDMA READ from `remote_addr` into the scatter list `sges` (`ibv_wr_rdma_read`).
+    ///
+    /// # Errors
+    /// As [`post`](Self::post).
+    #[inline]
+    pub fn rdma_read(
+        &mut self,
+        wr_id: u64,
+        flags: SendFlags,
+        remote_addr: u64,
+        rkey: u32,
+        sges: &[Sge],
+    ) -> Result<(), Error> {
+        let mut r = Req::new(wr_id, flags, wqe_opcode::RDMA_READ).sges(sges);
+        (r.raddr, r.rkey) = (remote_addr, rkey);
+        self.emit::<READ, false>(&r)
+    }
+
+    /// Checks a request of class `CLASS` and writes its WQE: control segment, then datagram or
+    /// remote-address (and atomic) segment, then inline data or data segments.
+    #[inline(always)]
+    fn emit<const CLASS: u8, const INLINE: bool>(&mut self, r: &Req<'_>) -> Result<(), Error> {
+        if self.allowed & (1 << CLASS) == 0 {
+            return Err(invalid(Invalid::OpcodeForQpType));
+        }
+        if self.ud != r.ud.is_some() {
+            return Err(invalid(Invalid::Destination));
+        }
+        let data_units = if INLINE {
+            if r.data.len() > self.max_inline {
+                return Err(invalid(Invalid::InlineTooLarge));
+            }
+            (4 + r.data.len()).div_ceil(16)
+        } else {
+            if r.sges.len() > self.max_sge {
+                return Err(invalid(Invalid::TooManySge));
+            }
+            r.sges.len()
+        };
+        if CLASS == ATOMIC && (r.sges.len() != 1 || r.sges[0].length < 8) {
+            return Err(invalid(Invalid::TooManySge));
+        }
+        // 16-byte units after the control segment: datagram, then raddr, then atomic.
+        let addr_units = match (r.ud, CLASS) {
+            (Some(_), _) => 3,
+            (None, SEND) => 0,
+            (None, ATOMIC) => 2,
+            (None, _) => 1,
+        };
+        let ds = 1 + addr_units + data_units;
+        let bbs = ds.div_ceil(4) as u16;
+        self.reserve(bbs)?;
+
+        let cur = self.cur;
+        let s0 = self.sq.slot(usize::from(cur));
+        let fm_ce_se = self.fm_ce_se[(r.flags.bits() & 7) as usize];
+        let ctrl = (u64::from((u32::from(cur) << 8) | u32::from(r.opcode)) << 32)
+            | u64::from(self.qpn8 | ds as u32);
+        s0.write64(0, ctrl);
+        s0.write64(8, (u64::from(fm_ce_se) << 32) | u64::from(r.imm));
+        if let Some(ud) = r.ud {
+            self.write_datagram(cur, ud);
+        } else if CLASS != SEND {
+            s0.write64(16, r.raddr);
+            s0.write64(24, u64::from(r.rkey) << 32);
+            if CLASS == ATOMIC {
+                s0.write64(32, r.operands.0);
+                s0.write64(40, r.operands.1);
+            }
+        }
+        let data = 16 * (1 + addr_units);
+        if INLINE {
+            self.write_inline(cur, data, r.data);
+        } else {
+            self.write_sges(cur, data, r.sges);
+        }
+        let next = cur.wrapping_add(bbs);
+        let b = self.book.slot(usize::from(cur));
+        b.write64(0, r.wr_id);
+        b.write16(8, next);
+        self.cur = next;
+        self.room -= bbs;
+        self.last_ctrl = ctrl;
+        self.posted += 1;
+        Ok(())
+    }
+
+    /// Makes sure `bbs` WQEBBs are free.
+    #[inline(always)]
+    fn reserve(&mut self, bbs: u16) -> Result<(), Error> {
+        if bbs > self.room {
+            let tail = self.tail.load(Ordering::Acquire);
+            self.room = self.size.saturating_sub(self.cur.wrapping_sub(tail));
+            if bbs > self.room {
+                return Err(Error::QueueFull);
+            }
+        }
+        Ok(())
+    }
+
+    /// The 48-byte datagram segment (address vector) right after the control segment.
+    fn write_datagram(&self, cur: u16, ud: &UdDest) {
+        let s0 = self.sq.slot(usize::from(cur));
+        let ah = &ud.ah;
+        let lid_word = (u32::from(ah.sl & 0xf) << 24)
+            | (u32::from(ah.src_path_bits & 0x7f) << 16)
+            | u32::from(ah.dlid);
+        s0.write64(16, u64::from(ud.remote_qkey) << 32);
+        s0.write64(
+            24,
+            (u64::from(0x8000_0000 | ud.remote_qpn) << 32) | u64::from(lid_word),
+        );
+        // Bytes 16–23 of the vector (the RoCE MAC) stay zero; 26 and 27 are the traffic class
+        // and hop limit, 28–31 GRH flag, source GID index and flow label, 32–47 the DGID.
+        let (mut grh, mut gid) = (0u64, [0u8; 16]);
+        if ah.is_global {
+            let g = &ah.grh;
+            let gid_fl = (1u32 << 30) | (u32::from(g.sgid_index) << 20) | (g.flow_label & 0xf_ffff);
+            grh = (u64::from(g.traffic_class) << 40)
+                | (u64::from(g.hop_limit) << 32)
+                | u64::from(gid_fl);
+            gid = g.dgid;
+        }
+        s0.write64(32, 0);
+        s0.write64(40, grh);
+        let (hi, lo) = gid.split_at(8);
+        s0.write_bytes8(48, hi.try_into().unwrap_or([0; 8]));
+        s0.write_bytes8(56, lo.try_into().unwrap_or([0; 8]));
+    }
+
+    /// Data segments from byte `at` of the WQE at WQEBB `cur` on.
+    #[inline(always)]
+    fn write_sges(&self, cur: u16, at: usize, sges: &[Sge]) {
+        self.sq.write_be_units(
+            usize::from(cur) + at / WQEBB,
+            at % WQEBB,
+            sges.iter().map(|s| {
+                (
+                    (u64::from(s.length) << 32) | u64::from(s.lkey.raw()),
+                    s.addr,
+                )
+            }),
+        );
+    }
+
+    /// The inline segment (4-byte header, then the bytes) from byte `at` of the WQE at WQEBB
+    /// `cur` on, as whole 8-byte words.
+    #[inline(always)]
+    fn write_inline(&self, cur: u16, at: usize, data: &[u8]) {
+        let hdr = (INLINE_SEG | data.len() as u32).to_be_bytes();
+        let cur = usize::from(cur) + at / WQEBB;
+        let at = at % WQEBB;
+        // The header shares its word with the first four bytes.
+        let (head, rest) = data.split_at(data.len().min(4));
+        let head = partial8(head);
+        let w = [
+            hdr[0], hdr[1], hdr[2], hdr[3], head[0], head[1], head[2], head[3],
+        ];
+        self.sq.slot(cur).write_bytes8(at, w);
+        let chunks = rest.chunks_exact(8);
+        let tail = chunks.remainder();
+        let n = chunks.len();
+        let pos = at + 8;
+        self.sq.write_words(
+            cur + pos / WQEBB,
+            pos % WQEBB,
+            chunks.map(|c| c.try_into().unwrap_or([0; 8])),
+        );
+        if !tail.is_empty() {
+            let pos = at + 8 * (n + 1);
+            self.sq
+                .slot(cur + pos / WQEBB)
+                .write_bytes8(pos % WQEBB, partial8(tail));
+        }
+    }
+}
+
+/// Up to 8 bytes, zero-padded to 8, without a variable-length copy: two overlapping loads
+/// cover 4–8 bytes.
+#[inline(always)]
+fn partial8(b: &[u8]) -> [u8; 8] {
+    let n = b.len();
+    if n >= 8 {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[..8]);
+        w
+    } else if n >= 4 {
+        let lo = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        let hi = u32::from_le_bytes([b[n - 4], b[n - 3], b[n - 2], b[n - 1]]);
+        (u64::from(lo) | (u64::from(hi) << (8 * (n - 4)))).to_le_bytes()
+    } else {
+        let mut w = [0u8; 8];
+        for (d, s) in w.iter_mut().zip(b) {
+            *d = *s;
+        }
+        w
+    }
+}
+
+/// `fm_ce_se` by the low three [`SendFlags`] bits.
+fn fm_ce_se_table(sig_all: bool) -> [u8; 8] {
+    let mut t = [0u8; 8];
+    for (bits, e) in t.iter_mut().enumerate() {
+        let f = SendFlags::from_bits_truncate(bits as u32);
+        if f.contains(SendFlags::FENCE) {
+            *e |= fm_ce_se::FENCE_MODE_SMALL_AND_FENCE;
+        }
+        if f.contains(SendFlags::SIGNALED) || sig_all {
+            *e |= fm_ce_se::CQ_UPDATE;
+        }
+        if f.contains(SendFlags::SOLICITED) {
+            *e |= fm_ce_se::SOLICITED;
+        }
+    }
+    t
+}
+
+impl<H: Hal> Qp<'_, '_, H> {
+    /// Runs `f` with a batch of send requests for this QP (rdma-core's `ibv_wr_start` …
+    /// `ibv_wr_complete`): the QP is checked once, each [`SendBatch::post`] checks and writes
+    /// one request, and when `f` returns one doorbell publishes everything written. Requests
+    /// refused inside the batch leave no trace; the others are posted.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the QP is not in RTS or SQD; [`Error::NotUp`] for a QP
+    /// whose device is gone. `f` is not run then.
+    pub fn send_batch<R>(&mut self, f: impl FnOnce(&mut SendBatch<'_>) -> R) -> Result<R, Error> {
+        if !matches!(self.state(), QpState::Rts | QpState::Sqd) {
+            return Err(invalid(Invalid::QpState));
+        }
+        let dev = self.device();
+        let books = dev.books.read();
+        let (Some(book), Some(ring), Some(dbr)) = (
+            books.get(&self.qpn().raw()),
+            self.buf.as_ref(),
+            self.dbr.as_ref(),
+        ) else {
+            return Err(Error::NotUp);
+        };
+        let size = 1u16 << self.log_sq_bbs;
+        let sq_base = (1usize << self.log_rq) << self.rq_shift;
+        let sq = ring.slots::<WQEBB>(sq_base, usize::from(size))?;
+        let book_sq = book.sq.slots::<16>(0, usize::from(size))?;
+        let cap = self.cap();
+        let mut b = SendBatch {
+            sq,
+            book: book_sq,
+            tail: &book.sq_tail,
+            cur: self.sq_cur,
+            room: 0,
+            size,
+            qpn8: self.qpn().raw() << 8,
+            fm_ce_se: fm_ce_se_table(self.sq_sig_all),
+            allowed: match self.qp_type() {
+                QpType::Ud => 1 << SEND,
+                QpType::Uc => (1 << SEND) | (1 << WRITE),
+                _ => (1 << SEND) | (1 << WRITE) | (1 << READ) | (1 << ATOMIC),
+            },
+            ud: self.qp_type() == QpType::Ud,
+            max_inline: cap.max_inline_data as usize,
+            max_sge: cap.max_send_sge as usize,
+            posted: 0,
+            last_ctrl: 0,
+        };
+        let r = f(&mut b);
+        if b.posted > 0 {
+            // ORDERING: every WQE is in memory before the doorbell record says it exists.
+            dma_wmb();
+            dbr.write32(qp_dbr::SND, u32::from(b.cur));
+            // ORDERING: the doorbell record before the doorbell (mlx5 post_send / Linux
+            // mlx5e_notify_hw).
+            wmb();
+            dev.hal
+                .bar0()
+                .write64(BarOffset(self.bf_register + self.bf_offset), b.last_ctrl);
+            self.bf_offset ^= self.bf_half;
+            self.sq_cur = b.cur;
+        }
+        Ok(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bareverbs_firmware_cmd::ifc::{
+        wqe_ctrl_seg, wqe_datagram_seg, WqeCtrlSeg, WqeDatagramSeg, INLINE_SEG,
+    };
+    use bareverbs_firmware_cmd::{Lkey, View};
+    use bareverbs_hal::{Hal, SharedDma};
+    use bareverbs_model::SimHal;
+
+    use super::*;
+    use crate::verbs::qp::{AhAttr, GlobalRoute};
+
+    type Dma = <SimHal as Hal>::Dma;
+
+    /// A 4-WQEBB send queue and its book, outside any device.
+    fn rings(hal: &SimHal) -> (SharedDma<Dma>, SharedDma<Dma>) {
+        (
+            hal.dma_alloc(4 * 64, 64).unwrap().share(),
+            hal.dma_alloc(4 * 16, 64).unwrap().share(),
+        )
+    }
+
+    fn batch<'b>(
+        sq: &'b SharedDma<Dma>,
+        book: &'b SharedDma<Dma>,
+        tail: &'b AtomicU16,
+        qp_type: QpType,
+        cur: u16,
+    ) -> SendBatch<'b> {
+        SendBatch {
+            sq: sq.slots(0, 4).unwrap(),
+            book: book.slots(0, 4).unwrap(),
+            tail,
+            cur,
+            room: 0,
+            size: 4,
+            qpn8: 0x1234 << 8,
+            fm_ce_se: fm_ce_se_table(false),
+            allowed: if qp_type == QpType::Ud { 1 } else { 0xf },
+            ud: qp_type == QpType::Ud,
+            max_inline: 200,
+            max_sge: 8,
+            posted: 0,
+            last_ctrl: 0,
+        }
+    }
+
+    fn ring_bytes(sq: &SharedDma<Dma>) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        sq.read_bytes(0, &mut b).unwrap();
+        b
+    }
+
+    fn wr<'a>(op: SendOp, flags: SendFlags) -> SendWr<'a> {
+        SendWr {
+            wr_id: 7,
+            sg_list: &[],
+            inline_data: &[],
+            op,
+            flags,
+            ud: None,
+        }
+    }
+
+    #[test]
+    fn a_ud_request_carries_the_address_vector_with_its_grh() {
+        let hal = SimHal::synchronous();
+        let (sq, book) = rings(&hal);
+        let tail = AtomicU16::new(0);
+        let mut b = batch(&sq, &book, &tail, QpType::Ud, 0);
+        let ud = UdDest {
+            ah: AhAttr {
+                dlid: 0xbeef,
+                sl: 0x1b,
+                src_path_bits: 0x85,
+                is_global: true,
+                grh: GlobalRoute {
+                    dgid: core::array::from_fn(|i| 0xa0 + i as u8),
+                    flow_label: 0x1_2345,
+                    sgid_index: 3,
+                    hop_limit: 64,
+                    traffic_class: 0x2c,
+                },
+                ..AhAttr::default()
+            },
+            remote_qpn: 0xab_cdef,
+            remote_qkey: 0x1111_2222,
+        };
+        let sg = [Sge {
+            addr: 0x1_0000_2000,
+            length: 300,
+            lkey: Lkey(0x55),
+        }];
+        let mut w = wr(SendOp::SendWithImm(0xfeed), SendFlags::SIGNALED);
+        w.sg_list = &sg;
+        w.ud = Some(ud);
+        b.post(&w).unwrap();
+        let bytes = ring_bytes(&sq);
+        let ctrl = View::<WqeCtrlSeg>::new_checked(&bytes[..16]).unwrap();
+        assert_eq!(
+            ctrl.get(wqe_ctrl_seg::opcode),
+            u64::from(wqe_opcode::SEND_IMM)
+        );
+        assert_eq!(ctrl.get(wqe_ctrl_seg::qpn), 0x1234);
+        assert_eq!(ctrl.get(wqe_ctrl_seg::wqe_index), 0);
+        // Control, 48-byte vector, one data segment: 5 units in 2 WQEBBs.
+        assert_eq!(ctrl.get(wqe_ctrl_seg::ds), 5);
+        assert_eq!(
+            ctrl.get(wqe_ctrl_seg::fm_ce_se),
+            u64::from(fm_ce_se::CQ_UPDATE)
+        );
+        assert_eq!(ctrl.get(wqe_ctrl_seg::imm), 0xfeed);
+        let av = View::<WqeDatagramSeg>::new_checked(&bytes[16..64]).unwrap();
+        assert_eq!(av.get(wqe_datagram_seg::qkey), 0x1111_2222);
+        assert_eq!(av.get(wqe_datagram_seg::dqp_dct), 0x80ab_cdef);
+        assert_eq!(av.get(wqe_datagram_seg::stat_rate_sl), 0xb);
+        assert_eq!(av.get(wqe_datagram_seg::fl_mlid), 0x05);
+        assert_eq!(av.get(wqe_datagram_seg::rlid), 0xbeef);
+        assert_eq!(av.get(wqe_datagram_seg::tclass), 0x2c);
+        assert_eq!(av.get(wqe_datagram_seg::hop_limit), 64);
+        assert_eq!(
+            av.get(wqe_datagram_seg::grh_gid_fl),
+            (1 << 30) | (3 << 20) | 0x1_2345
+        );
+        assert_eq!(
+            av.bytes(wqe_datagram_seg::rgid),
+            &core::array::from_fn::<u8, 16, _>(|i| 0xa0 + i as u8)
+        );
+        assert_eq!(&bytes[64..68], &300u32.to_be_bytes());
+        assert_eq!(&bytes[68..72], &0x55u32.to_be_bytes());
+        assert_eq!(&bytes[72..80], &0x1_0000_2000u64.to_be_bytes());
+        assert_eq!((b.cur, b.posted()), (2, 1));
+    }
+
+    #[test]
+    fn inline_data_of_every_length_lands_after_its_header_even_across_the_ring_end() {
+        let hal = SimHal::synchronous();
+        let (sq, book) = rings(&hal);
+        let tail = AtomicU16::new(3);
+        let data: [u8; 200] = core::array::from_fn(|i| i as u8 ^ 0x5a);
+        for len in 0..=200usize {
+            // Start in the last WQEBB so that every WQE longer than one wraps.
+            let mut b = batch(&sq, &book, &tail, QpType::Rc, 3);
+            sq.fill(0, 256, 0xee).unwrap();
+            b.send_inline(9, SendFlags::empty(), &data[..len]).unwrap();
+            let raw = ring_bytes(&sq);
+            // Unroll the ring from WQEBB 3.
+            let wqe: [u8; 256] = core::array::from_fn(|i| raw[(192 + i) % 256]);
+            let ds = usize::from(wqe[7] & 0x3f);
+            assert_eq!(ds, 1 + (4 + len).div_ceil(16), "len {len}");
+            assert_eq!(
+                &wqe[16..20],
+                &(INLINE_SEG | len as u32).to_be_bytes(),
+                "len {len}"
+            );
+            assert_eq!(&wqe[20..20 + len], &data[..len], "len {len}");
+            // Nothing written past the WQE.
+            assert!(
+                wqe[ds.div_ceil(4) * 64..].iter().all(|&x| x == 0xee),
+                "len {len}"
+            );
+        }
+        let mut b = batch(&sq, &book, &tail, QpType::Rc, 3);
+        assert_eq!(
+            b.send_inline(1, SendFlags::empty(), &[0; 201]),
+            Err(invalid(Invalid::InlineTooLarge))
+        );
+    }
+
+    #[test]
+    fn data_segments_continue_into_the_next_wqebbs_and_wrap() {
+        let hal = SimHal::synchronous();
+        let (sq, book) = rings(&hal);
+        let tail = AtomicU16::new(3);
+        let sg: [Sge; 8] = core::array::from_fn(|k| Sge {
+            addr: 0x1000 * k as u64 + 1,
+            length: 10 + k as u32,
+            lkey: Lkey(0x100 + k as u32),
+        });
+        let mut b = batch(&sq, &book, &tail, QpType::Rc, 3);
+        b.rdma_write(5, SendFlags::SIGNALED, 0xdead_0000, 0x77, &sg)
+            .unwrap();
+        let raw = ring_bytes(&sq);
+        let wqe: [u8; 256] = core::array::from_fn(|i| raw[(192 + i) % 256]);
+        assert_eq!(usize::from(wqe[7] & 0x3f), 10);
+        assert_eq!(&wqe[16..24], &0xdead_0000u64.to_be_bytes());
+        assert_eq!(&wqe[24..28], &0x77u32.to_be_bytes());
+        for (k, s) in sg.iter().enumerate() {
+            let at = 32 + 16 * k;
+            assert_eq!(&wqe[at..at + 4], &s.length.to_be_bytes());
+            assert_eq!(&wqe[at + 4..at + 8], &s.lkey.raw().to_be_bytes());
+            assert_eq!(&wqe[at + 8..at + 16], &s.addr.to_be_bytes());
+        }
+        // The book remembers the request at its first WQEBB and where it ends.
+        let bk = book.slots::<16>(0, 4).unwrap();
+        assert_eq!(bk.slot(3).read64(0), 5);
+        assert_eq!(bk.slot(3).read16(8), 6);
+        // One WQEBB is left until the device completes something.
+        assert_eq!(b.send(6, SendFlags::empty(), &sg), Err(Error::QueueFull));
+        tail.store(6, Ordering::Release);
+        b.send(6, SendFlags::empty(), &sg).unwrap();
+        assert_eq!(b.posted(), 2);
+    }
+
+    #[test]
+    fn refused_requests_write_nothing() {
+        let hal = SimHal::synchronous();
+        let (sq, book) = rings(&hal);
+        let tail = AtomicU16::new(0);
+        let mut b = batch(&sq, &book, &tail, QpType::Ud, 0);
+        let read = wr(
+            SendOp::RdmaRead {
+                remote_addr: 0,
+                rkey: 0,
+            },
+            SendFlags::empty(),
+        );
+        assert_eq!(b.post(&read), Err(invalid(Invalid::OpcodeForQpType)));
+        // UD without a destination.
+        assert_eq!(
+            b.post(&wr(SendOp::Send, SendFlags::empty())),
+            Err(invalid(Invalid::Destination))
+        );
+        let mut rc = batch(&sq, &book, &tail, QpType::Rc, 0);
+        let mut inline_read = read;
+        inline_read.flags = SendFlags::INLINE;
+        assert_eq!(
+            rc.post(&inline_read),
+            Err(invalid(Invalid::OpcodeForQpType))
+        );
+        let fa = wr(
+            SendOp::AtomicFetchAndAdd {
+                remote_addr: 0,
+                rkey: 0,
+                add: 1,
+            },
+            SendFlags::empty(),
+        );
+        assert_eq!(rc.post(&fa), Err(invalid(Invalid::TooManySge)));
+        assert!(ring_bytes(&sq).iter().all(|&x| x == 0));
+        assert_eq!((b.posted(), rc.posted(), rc.cur), (0, 0, 0));
+    }
+
+    #[test]
+    fn flags_map_to_fm_ce_se() {
+        let t = fm_ce_se_table(false);
+        assert_eq!(t[0], 0);
+        assert_eq!(t[SendFlags::FENCE.bits() as usize], 0x80);
+        assert_eq!(t[SendFlags::SIGNALED.bits() as usize], 0x08);
+        assert_eq!(t[SendFlags::SOLICITED.bits() as usize], 0x02);
+        assert_eq!(t[7], 0x8a);
+        assert!(fm_ce_se_table(true).iter().all(|&e| e & 0x08 != 0));
+    }
+}

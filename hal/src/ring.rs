@@ -1,0 +1,306 @@
+//! Rings of fixed-size slots inside a [`SharedDma`] — work queues, completion queues and the
+//! driver's per-queue books: the ring is bounds-checked once when the view is made, then every
+//! slot index is masked into it, so the data path loads and stores with no check left
+//! (offsets inside a slot are constants the compiler verifies against the slot size).
+
+use core::marker::PhantomData;
+use core::ptr::NonNull;
+
+use crate::dma::{DmaError, DmaMemory, SharedDma};
+
+/// A view of `count` slots of `SIZE` bytes, `count` a power of two, inside a [`SharedDma`].
+/// Accesses are volatile and multi-byte values big-endian, as with [`SharedDma`].
+#[derive(Clone, Copy)]
+pub struct Slots<'a, const SIZE: usize> {
+    base: NonNull<u8>,
+    mask: usize,
+    _dma: PhantomData<&'a ()>,
+}
+
+impl<M: DmaMemory> SharedDma<M> {
+    /// A view of `count` slots of `SIZE` bytes starting at byte `off`.
+    ///
+    /// # Errors
+    /// [`DmaError::OutOfBounds`] when the slots do not fit in the region,
+    /// [`DmaError::BadAlignment`] when `count` is not a power of two, `SIZE` is not a multiple
+    /// of 8 or the first slot is not 8-byte aligned.
+    pub fn slots<const SIZE: usize>(
+        &self,
+        off: usize,
+        count: usize,
+    ) -> Result<Slots<'_, SIZE>, DmaError> {
+        let bytes = count.checked_mul(SIZE).ok_or(DmaError::OutOfBounds {
+            offset: off,
+            len: usize::MAX,
+            region: self.len(),
+        })?;
+        let base = self.span_ptr(off, bytes)?;
+        if !count.is_power_of_two() || SIZE == 0 || SIZE % 8 != 0 || base.as_ptr() as usize % 8 != 0
+        {
+            return Err(DmaError::BadAlignment { align: SIZE });
+        }
+        Ok(Slots {
+            base,
+            mask: count - 1,
+            _dma: PhantomData,
+        })
+    }
+}
+
+impl<'a, const SIZE: usize> Slots<'a, SIZE> {
+    /// Number of slots.
+    pub fn count(&self) -> usize {
+        self.mask + 1
+    }
+
+    /// Slot `i` modulo the ring size.
+    #[inline(always)]
+    pub fn slot(&self, i: usize) -> Slot<'a, SIZE> {
+        // SAFETY: (i & mask) < count, so the slot lies inside the span checked by `slots`.
+        let p = unsafe { self.base.add((i & self.mask) * SIZE) };
+        Slot {
+            p,
+            _dma: PhantomData,
+        }
+    }
+
+    /// Stores 8-byte words (each one's bytes in order) from byte `off` of slot `i` on, into
+    /// the following slots, wrapping at the end of the ring.
+    ///
+    /// # Panics
+    /// When `off` is not a multiple of 8 inside the slot or the words are more than the ring
+    /// holds.
+    #[inline(always)]
+    pub fn write_words<I>(&self, i: usize, off: usize, words: I)
+    where
+        I: ExactSizeIterator<Item = [u8; 8]>,
+    {
+        let ring = (self.mask + 1) * SIZE;
+        assert!(off % 8 == 0 && off < SIZE && words.len() * 8 <= ring);
+        let start = (i & self.mask) * SIZE + off;
+        let n = words.len();
+        let before_end = ((ring - start) / 8).min(n);
+        // SAFETY: start + 8·before_end <= ring bytes, inside the checked span; the slot base
+        // and `off` are multiples of 8, so the stores are aligned.
+        let mut p = unsafe { self.base.as_ptr().add(start).cast::<u64>() };
+        let mut words = words;
+        if before_end == n {
+            for w in words {
+                // SAFETY: one of the `before_end` words counted above.
+                unsafe {
+                    p.write_volatile(u64::from_ne_bytes(w));
+                    p = p.add(1);
+                }
+            }
+            return;
+        }
+        for w in words.by_ref().take(before_end) {
+            // SAFETY: as above.
+            unsafe {
+                p.write_volatile(u64::from_ne_bytes(w));
+                p = p.add(1);
+            }
+        }
+        p = self.base.as_ptr().cast::<u64>();
+        for w in words {
+            // SAFETY: the rest is at most ring - 8·before_end bytes from the ring's start.
+            unsafe {
+                p.write_volatile(u64::from_ne_bytes(w));
+                p = p.add(1);
+            }
+        }
+    }
+}
+
+impl<'a, const SIZE: usize> Slots<'a, SIZE> {
+    /// Stores 16-byte units, each as two big-endian `u64`s, from byte `off` of slot `i` on,
+    /// into the following slots, wrapping at the end of the ring.
+    ///
+    /// # Panics
+    /// When `off` is not a multiple of 16 inside the slot, `SIZE` is not a multiple of 16, or
+    /// the units are more than the ring holds.
+    #[inline(always)]
+    pub fn write_be_units<I>(&self, i: usize, off: usize, units: I)
+    where
+        I: ExactSizeIterator<Item = (u64, u64)>,
+    {
+        let ring = (self.mask + 1) * SIZE;
+        assert!(SIZE % 16 == 0 && off % 16 == 0 && off < SIZE && units.len() * 16 <= ring);
+        let mut p = (i & self.mask) * SIZE + off;
+        for (hi, lo) in units {
+            // SAFETY: p + 16 <= ring bytes: p is a multiple of 16 below `ring` (it restarts at
+            // 0 when it reaches the end) and the ring is a multiple of 16; aligned because
+            // slots are.
+            unsafe {
+                let w = self.base.as_ptr().add(p).cast::<u64>();
+                w.write_volatile(hi.to_be());
+                w.add(1).write_volatile(lo.to_be());
+            }
+            p += 16;
+            if p == ring {
+                p = 0;
+            }
+        }
+    }
+}
+
+/// One slot of a [`Slots`] ring. Offsets are checked against `SIZE` with assertions that
+/// constant offsets turn into nothing.
+#[derive(Clone, Copy)]
+pub struct Slot<'a, const SIZE: usize> {
+    p: NonNull<u8>,
+    _dma: PhantomData<&'a ()>,
+}
+
+macro_rules! slot_accessors {
+    ($($read:ident $write:ident: $t:ty;)*) => {$(
+        #[doc = concat!("Reads the big-endian `", stringify!($t), "` at `off` (volatile).")]
+        ///
+        /// # Panics
+        /// When `off` is misaligned for the type or the value does not fit in the slot.
+        #[inline(always)]
+        pub fn $read(&self, off: usize) -> $t {
+            assert!(off % size_of::<$t>() == 0 && off + size_of::<$t>() <= SIZE);
+            // SAFETY: inside the slot (asserted) and aligned (slots are 8-byte aligned);
+            // volatile because the device may write.
+            <$t>::from_be(unsafe { self.p.as_ptr().add(off).cast::<$t>().read_volatile() })
+        }
+
+        #[doc = concat!("Writes `v` as a big-endian `", stringify!($t), "` at `off` (volatile).")]
+        ///
+        /// # Panics
+        /// When `off` is misaligned for the type or the value does not fit in the slot.
+        #[inline(always)]
+        pub fn $write(&self, off: usize, v: $t) {
+            assert!(off % size_of::<$t>() == 0 && off + size_of::<$t>() <= SIZE);
+            // SAFETY: as in the read accessor.
+            unsafe { self.p.as_ptr().add(off).cast::<$t>().write_volatile(v.to_be()) }
+        }
+    )*};
+}
+
+impl<const SIZE: usize> Slot<'_, SIZE> {
+    slot_accessors! {
+        read8 write8: u8;
+        read16 write16: u16;
+        read32 write32: u32;
+        read64 write64: u64;
+    }
+
+    /// Writes 8 bytes in order at `off` (volatile).
+    ///
+    /// # Panics
+    /// When `off` is not a multiple of 8 inside the slot.
+    #[inline(always)]
+    pub fn write_bytes8(&self, off: usize, bytes: [u8; 8]) {
+        assert!(off % 8 == 0 && off + 8 <= SIZE);
+        // SAFETY: inside the slot and aligned (asserted; slots are 8-byte aligned).
+        unsafe {
+            self.p
+                .as_ptr()
+                .add(off)
+                .cast::<u64>()
+                .write_volatile(u64::from_ne_bytes(bytes))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use std::vec::Vec;
+
+    use super::*;
+    use crate::dma::tests::Heap as HeapMem;
+    use crate::dma::DmaBuf;
+
+    fn shared(len: usize) -> SharedDma<HeapMem> {
+        DmaBuf::new(HeapMem::new(len)).share()
+    }
+
+    fn bytes(d: &SharedDma<HeapMem>) -> Vec<u8> {
+        let mut v = std::vec![0u8; d.len()];
+        d.read_bytes(0, &mut v).unwrap();
+        v
+    }
+
+    #[test]
+    fn views_are_refused_when_they_do_not_fit_or_are_not_a_power_of_two() {
+        let d = shared(256);
+        assert!(d.slots::<64>(0, 4).is_ok());
+        assert!(matches!(
+            d.slots::<64>(64, 4),
+            Err(DmaError::OutOfBounds { .. })
+        ));
+        assert!(matches!(
+            d.slots::<64>(0, 3),
+            Err(DmaError::BadAlignment { .. })
+        ));
+        assert!(matches!(
+            d.slots::<16>(4, 2),
+            Err(DmaError::BadAlignment { .. })
+        ));
+        assert!(matches!(
+            d.slots::<64>(0, usize::MAX / 2),
+            Err(DmaError::OutOfBounds { .. })
+        ));
+    }
+
+    #[test]
+    fn slot_indices_wrap_and_values_are_big_endian() {
+        let d = shared(192);
+        let s = d.slots::<64>(64, 2).unwrap();
+        s.slot(3).write64(8, 0x0102_0304_0506_0708);
+        s.slot(0).write32(60, 0xa0b0_c0d0);
+        s.slot(2).write16(0, 0x1122);
+        s.slot(1).write8(63, 0x77);
+        let b = bytes(&d);
+        assert_eq!(&b[136..144], &[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(&b[124..128], &[0xa0, 0xb0, 0xc0, 0xd0]);
+        assert_eq!(&b[64..66], &[0x11, 0x22]);
+        assert_eq!(b[191], 0x77);
+        assert_eq!(s.slot(1).read64(8), 0x0102_0304_0506_0708);
+        assert_eq!(s.slot(2).read32(60), 0xa0b0_c0d0);
+        assert_eq!(s.slot(0).read16(0), 0x1122);
+        assert_eq!(s.slot(3).read8(63), 0x77);
+        assert!(b[..64].iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn words_continue_into_the_next_slots_and_wrap_at_the_end() {
+        let d = shared(128);
+        let s = d.slots::<32>(0, 4).unwrap();
+        let words: Vec<[u8; 8]> = (1..=6u8).map(|k| [k; 8]).collect();
+        // Slot 3, byte 16: two words to the ring's end, four from its start.
+        s.write_words(3, 16, words.iter().copied());
+        s.slot(1).write_bytes8(0, [9; 8]);
+        let b = bytes(&d);
+        assert_eq!(&b[112..120], &[1; 8]);
+        assert_eq!(&b[120..128], &[2; 8]);
+        for k in 0..4 {
+            assert_eq!(&b[k * 8..k * 8 + 8], &[3 + k as u8; 8]);
+        }
+        assert_eq!(&b[32..40], &[9; 8]);
+        assert!(b[40..112].iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn units_are_big_endian_pairs_and_wrap() {
+        let d = shared(64);
+        let s = d.slots::<32>(0, 2).unwrap();
+        s.write_be_units(1, 16, [(1u64, 2u64), (3, 4)].into_iter());
+        assert_eq!(s.slot(1).read64(16), 1);
+        assert_eq!(s.slot(1).read64(24), 2);
+        assert_eq!(s.slot(0).read64(0), 3);
+        assert_eq!(s.slot(0).read64(8), 4);
+        assert_eq!(s.slot(0).read64(16), 0);
+    }
+
+    #[test]
+    #[should_panic]
+    fn more_words_than_the_ring_holds_panic() {
+        let d = shared(64);
+        let s = d.slots::<32>(0, 2).unwrap();
+        s.write_words(0, 0, [[0u8; 8]; 9].into_iter());
+    }
+}
