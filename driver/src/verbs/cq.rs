@@ -5,7 +5,7 @@
 use bareverbs_firmware_cmd::commands::{CreateCq, DestroyCq, ModifyCq};
 use bareverbs_firmware_cmd::ifc::*;
 use bareverbs_firmware_cmd::{Cqn, Layout, View};
-use bareverbs_hal::{dma_rmb, dma_wmb, wmb, BarOffset, Hal, Mmio, SharedDma};
+use bareverbs_hal::{dma_rmb, dma_wmb, wmb, BarOffset, Hal, Mmio, SharedDma, Slot};
 
 use crate::cmdq::MAX_MESSAGE;
 use crate::device::{input, Device};
@@ -153,10 +153,11 @@ impl<H: Hal> Cq<'_, H> {
         }
     }
 
-    /// Decodes the CQE at `off` (already known to be software-owned); also returns whether it
-    /// completes a send and its WQE counter. Successful completions read only the dwords their
-    /// opcode uses, straight from the ring; error CQEs are copied out whole.
-    fn decode(&self, off: usize, op_own: u8, wc: &mut Wc) -> (bool, u16) {
+    /// Decodes `cqe` (already known to be software-owned); also returns whether it completes a
+    /// send and its WQE counter. Successful completions read only the dwords their opcode
+    /// uses, straight from the ring; error CQEs are copied out whole.
+    #[inline(always)]
+    fn decode(cqe: Slot<'_, CQE_BYTES>, op_own: u8, wc: &mut Wc) -> (bool, u16) {
         // Byte offsets of the fields read here, from the layouts.
         const SOP_DROP_QPN: usize = cqe64::sop_drop_qpn.bit / 8;
         const WQE_COUNTER: usize = cqe64::wqe_counter.bit / 8;
@@ -164,16 +165,16 @@ impl<H: Hal> Cq<'_, H> {
         const IMM: usize = cqe64::imm_inval_pkey.bit / 8;
         const FLAGS_RQPN: usize = cqe64::flags_rqpn.bit / 8;
         const SLID: usize = cqe64::slid.bit / 8;
-        let ring = self.ring();
         *wc = Wc::EMPTY;
         let opcode = CqeOpcode::from(get_cqe_opcode(op_own));
         let is_send = matches!(opcode, CqeOpcode::Req | CqeOpcode::ReqErr);
-        // In bounds: off is masked to the ring size and every field lies inside the CQE.
-        let counter = ring.read16(off + WQE_COUNTER);
+        let counter = cqe.read16(WQE_COUNTER);
         match opcode {
             CqeOpcode::ReqErr | CqeOpcode::RespErr => {
                 let mut raw = [0u8; CQE_BYTES];
-                let _ = ring.read_bytes(off, &mut raw);
+                for (k, w) in raw.chunks_exact_mut(8).enumerate() {
+                    w.copy_from_slice(&cqe.read64(8 * k).to_be_bytes());
+                }
                 let e = match View::<ErrCqe>::new_checked(&raw) {
                     Ok(e) => e,
                     Err(_) => return (is_send, counter),
@@ -190,24 +191,24 @@ impl<H: Hal> Cq<'_, H> {
                 };
             }
             CqeOpcode::Req => {
-                let sop = ring.read32(off + SOP_DROP_QPN);
+                let sop = cqe.read32(SOP_DROP_QPN);
                 wc.qp_num = cqe_qpn(sop);
                 wc.opcode = req_opcode(cqe_wqe_opcode(sop));
                 if matches!(
                     wc.opcode,
                     WcOpcode::RdmaRead | WcOpcode::CompSwap | WcOpcode::FetchAdd
                 ) {
-                    wc.byte_len = ring.read32(off + BYTE_CNT);
+                    wc.byte_len = cqe.read32(BYTE_CNT);
                 }
             }
             _ => {
-                wc.qp_num = cqe_qpn(ring.read32(off + SOP_DROP_QPN));
-                wc.byte_len = ring.read32(off + BYTE_CNT);
-                let imm = ring.read32(off + IMM);
-                let flags = ring.read32(off + FLAGS_RQPN);
+                wc.qp_num = cqe_qpn(cqe.read32(SOP_DROP_QPN));
+                wc.byte_len = cqe.read32(BYTE_CNT);
+                let imm = cqe.read32(IMM);
+                let flags = cqe.read32(FLAGS_RQPN);
                 wc.src_qp = cqe_rqpn(flags);
                 wc.sl = cqe_sl(flags);
-                wc.slid = ring.read16(off + SLID);
+                wc.slid = cqe.read16(SLID);
                 if cqe_grh(flags) != 0 {
                     wc.wc_flags |= WcFlags::GRH;
                 }
@@ -240,13 +241,19 @@ impl<H: Hal> Cq<'_, H> {
     /// Work-request ids come from the QP's book; a completion for a QP this driver does not
     /// know carries `wr_id` 0.
     pub fn poll(&mut self, wc: &mut [Wc]) -> usize {
-        let mask = (1u32 << self.log_size) - 1;
+        let Some(Ok(ring)) = self
+            .buf
+            .as_ref()
+            .map(|b| b.slots::<CQE_BYTES>(0, 1 << self.log_size))
+        else {
+            return 0;
+        };
         let mut n = 0;
         let books = self.dev.books.read();
         let mut last = None;
         while n < wc.len() {
-            let off = ((self.ci & mask) as usize) * CQE_BYTES;
-            let op_own = self.ring().read8(off + CQE_BYTES - 1);
+            let cqe = ring.slot(self.ci as usize);
+            let op_own = cqe.read8(CQE_BYTES - 1);
             if get_cqe_opcode(op_own) == u8::from(CqeOpcode::Invalid)
                 || !cqe_is_sw_owned(op_own, self.ci, self.log_size)
             {
@@ -259,7 +266,7 @@ impl<H: Hal> Cq<'_, H> {
                 continue;
             }
             let w = &mut wc[n];
-            let (is_send, counter) = self.decode(off, op_own, w);
+            let (is_send, counter) = Self::decode(cqe, op_own, w);
             // Consecutive CQEs mostly come from one QP: look its book up once.
             if last.is_none_or(|(q, _)| q != w.qp_num) {
                 last = books.get(&w.qp_num).map(|b| (w.qp_num, b));
