@@ -24,24 +24,26 @@ bench="$target/release/wqe_bench"
 # toggle there would switch collection on during the untimed posts.
 count() {
   local out="$work/cg.out" extra=()
-  case "$2" in driver-post) extra=(--toggle-collect='*SimMmio*try_write64*') ;; esac
+  case "$2" in driver-post|driver-batch) extra=(--toggle-collect='*SimMmio*try_write64*') ;; esac
   valgrind --tool=callgrind --callgrind-out-file="$out" --collect-atstart=no \
     --toggle-collect='*bench_*' "${extra[@]}" "$@" >/dev/null 2>&1
   awk '/^summary:/ {print $2}' "$out"
 }
 
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
 per() { awk -v t="$1" -v n="$2" 'BEGIN { printf "%.1f", t / n }'; }
 
-echo "| operation | batch | bareverbs | minimum | mlx5dv.h (C) | bareverbs / minimum |"
-echo "|---|---|---|---|---|---|"
+echo "| operation | batch | post_send | batch API | minimum | mlx5dv.h (C) | post_send / minimum | batch API / minimum |"
+echo "|---|---|---|---|---|---|---|---|"
 for kind in inline64 write4k; do
   for b in 1 8 32; do
     n=$((iters * b))
     d=$(per "$(count "$bench" driver-post "$kind" "$b" "$iters")" "$n")
+    w=$(per "$(count "$bench" driver-batch "$kind" "$b" "$iters")" "$n")
     m=$(per "$(count "$bench" min-post "$kind" "$b" "$iters")" "$n")
     c=$(per "$(count "$work/c" post "$kind" "$b" "$iters")" "$n")
     label=$([ "$kind" = inline64 ] && echo "post 64-byte inline SEND" || echo "post 4 KiB RDMA WRITE")
-    echo "| $label | $b | $d | $m | $c | $(awk -v a="$d" -v b="$m" 'BEGIN { printf "%.2fx", a / b }') |"
+    echo "| $label | $b | $d | $w | $m | $c | $(ratio "$d" "$m") | $(ratio "$w" "$m") |"
   done
 done
 for b in 1 8 32; do
@@ -49,5 +51,5 @@ for b in 1 8 32; do
   d=$(per "$(count "$bench" driver-poll write4k "$b" "$iters")" "$n")
   m=$(per "$(count "$bench" min-poll write4k "$b" "$iters")" "$n")
   c=$(per "$(count "$work/c" poll write4k "$b" "$iters")" "$n")
-  echo "| poll CQE | $b | $d | $m | $c | $(awk -v a="$d" -v b="$m" 'BEGIN { printf "%.2fx", a / b }') |"
+  echo "| poll CQE | $b | $d | – | $m | $c | $(ratio "$d" "$m") | – |"
 done
