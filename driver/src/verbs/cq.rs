@@ -165,6 +165,7 @@ impl<H: Hal> Cq<'_, H> {
         const IMM: usize = cqe64::imm_inval_pkey.bit / 8;
         const FLAGS_RQPN: usize = cqe64::flags_rqpn.bit / 8;
         const SLID: usize = cqe64::slid.bit / 8;
+        const ML_PATH: usize = cqe64::ml_path.bit / 8;
         *wc = Wc::EMPTY;
         let opcode = CqeOpcode::from(get_cqe_opcode(op_own));
         let is_send = matches!(opcode, CqeOpcode::Req | CqeOpcode::ReqErr);
@@ -209,6 +210,8 @@ impl<H: Hal> Cq<'_, H> {
                 wc.src_qp = cqe_rqpn(flags);
                 wc.sl = cqe_sl(flags);
                 wc.slid = cqe.read16(SLID);
+                // rdma-core mlx5_parse_cqe: the low 7 bits are the DLID path bits.
+                wc.dlid_path_bits = cqe.read8(ML_PATH) & 0x7f;
                 if cqe_grh(flags) != 0 {
                     wc.wc_flags |= WcFlags::GRH;
                 }
@@ -458,5 +461,48 @@ impl<H: Hal> Drop for Cq<'_, H> {
                 b.leak();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bareverbs_firmware_cmd::ifc::{make_op_own, CqeOpcode};
+    use bareverbs_hal::Hal;
+    use bareverbs_model::SimHal;
+
+    use super::*;
+
+    #[test]
+    fn a_receive_cqe_decodes_into_every_wc_field() {
+        let hal = SimHal::synchronous();
+        let ring = hal.dma_alloc(CQE_BYTES, 64).unwrap().share();
+        let mut c = [0u8; CQE_BYTES];
+        {
+            let mut v = bareverbs_firmware_cmd::ViewMut::<Cqe64>::zeroed(&mut c).unwrap();
+            // ml_path bit 7 is not a path bit.
+            v.set(cqe64::ml_path, 0x85u8)
+                .set(cqe64::slid, 0x0bcdu16)
+                .set(cqe64::flags_rqpn, (5u32 << 24) | (1 << 28) | 0x42)
+                .set(cqe64::imm_inval_pkey, 0xabcd_0007u32)
+                .set(cqe64::byte_cnt, 300u32)
+                .set(cqe64::sop_drop_qpn, 0x77u32)
+                .set(cqe64::wqe_counter, 9u16)
+                .set(cqe64::op_own, make_op_own(CqeOpcode::RespSendImm.into(), 0));
+        }
+        ring.write_bytes(0, &c).unwrap();
+        let slots = ring.slots::<CQE_BYTES>(0, 1).unwrap();
+        let mut wc = Wc::EMPTY;
+        let (is_send, counter) = Cq::<SimHal>::decode(slots.slot(0), c[0x3f], &mut wc);
+        assert!(!is_send);
+        assert_eq!(counter, 9);
+        assert_eq!(wc.dlid_path_bits, 0x05);
+        assert_eq!(wc.byte_len, 300);
+        assert_eq!(wc.qp_num, 0x77);
+        assert_eq!(wc.src_qp, 0x42);
+        assert_eq!(wc.sl, 5);
+        assert_eq!(wc.slid, 0x0bcd);
+        assert_eq!(wc.imm_data, 0xabcd_0007);
+        assert_eq!(wc.opcode, WcOpcode::Recv);
+        assert_eq!(wc.wc_flags, WcFlags::WITH_IMM | WcFlags::GRH);
     }
 }
