@@ -18,8 +18,12 @@ pub struct ModelConfig {
     pub port_type_eth: bool,
     /// Node GUID; port GUIDs are derived from it.
     pub node_guid: u64,
-    /// Base LID; port n gets `base_lid + n - 1`.
+    /// Base LID; port n gets `base_lid + ((n - 1) << lmc)`.
     pub base_lid: u16,
+    /// LID mask control: each port answers for `2^lmc` LIDs, the low `lmc` bits being the
+    /// path bits (`dlid_path_bits` of a receive completion). `base_lid` must then be a
+    /// multiple of `2^lmc`, as a subnet manager assigns them.
+    pub lmc: u8,
     /// Pages firmware wants before INIT_HCA can run (QUERY_PAGES boot).
     pub boot_pages: u32,
     /// Pages firmware wants for INIT_HCA (QUERY_PAGES init).
@@ -45,6 +49,7 @@ impl Default for ModelConfig {
             port_type_eth: false,
             node_guid: 0x0002_c903_00a1_b2c0,
             base_lid: 1,
+            lmc: 0,
             boot_pages: 16,
             init_pages: 128,
             ready_after: Duration::from_millis(5),

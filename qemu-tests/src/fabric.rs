@@ -11,7 +11,7 @@ use crate::engine::Device;
 
 struct Member {
     base_lid: u16,
-    ports: u16,
+    lids: u16,
     dev: Weak<Device>,
 }
 
@@ -27,13 +27,13 @@ impl Fabric {
         Arc::new(Fabric::default())
     }
 
-    /// Attaches `dev`, whose ports have LIDs `base_lid..base_lid + ports`.
-    pub fn join(&self, base_lid: u16, ports: u16, dev: &Arc<Device>) {
+    /// Attaches `dev`, whose ports have LIDs `base_lid..base_lid + lids`.
+    pub fn join(&self, base_lid: u16, lids: u16, dev: &Arc<Device>) {
         let mut m = self.members.lock().unwrap_or_else(|e| e.into_inner());
         m.retain(|x| x.dev.strong_count() > 0);
         m.push(Member {
             base_lid,
-            ports,
+            lids,
             dev: Arc::downgrade(dev),
         });
     }
@@ -42,7 +42,7 @@ impl Fabric {
     pub fn find(&self, lid: u16) -> Option<Arc<Device>> {
         let m = self.members.lock().unwrap_or_else(|e| e.into_inner());
         m.iter()
-            .find(|x| lid >= x.base_lid && lid < x.base_lid + x.ports)
+            .find(|x| lid >= x.base_lid && lid < x.base_lid.saturating_add(x.lids))
             .and_then(|x| x.dev.upgrade())
     }
 }

@@ -118,7 +118,7 @@ impl Hca {
         let ports = (0..cfg.num_ports)
             .map(|i| Port {
                 up: true,
-                lid: cfg.base_lid + u16::from(i),
+                lid: cfg.base_lid + (u16::from(i) << cfg.lmc.min(7)),
             })
             .collect();
         let msix = vec![0u8; 0x2000];
@@ -170,9 +170,10 @@ impl Hca {
         self.fabric = Some(fabric);
     }
 
-    /// Whether `lid` is one of this HCA's ports.
+    /// Whether `lid` is one of this HCA's ports (any of its `2^lmc` LIDs).
     pub(crate) fn owns_lid(&self, lid: u16) -> bool {
-        self.ports.iter().any(|p| p.lid == lid)
+        let path = (1u16 << self.cfg.lmc.min(7)) - 1;
+        self.ports.iter().any(|p| p.lid == lid & !path)
     }
 
     /// Sets the callback that raises MSI-X vectors.

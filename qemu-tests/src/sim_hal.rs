@@ -127,10 +127,10 @@ impl SimHal {
         drive: Drive,
         fabric: &std::sync::Arc<crate::fabric::Fabric>,
     ) -> Self {
-        let (base, ports) = (cfg.base_lid, u16::from(cfg.num_ports));
+        let (base, lids) = (cfg.base_lid, u16::from(cfg.num_ports) << cfg.lmc.min(7));
         let hal = Self::new(cfg, drive);
         hal.shared.lock().set_fabric(fabric.clone());
-        fabric.join(base, ports, &hal.shared.dev);
+        fabric.join(base, lids, &hal.shared.dev);
         hal
     }
 

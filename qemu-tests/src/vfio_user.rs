@@ -130,7 +130,11 @@ impl Backend {
         }
         let dev = Device::new(hca);
         if let Some(f) = fabric {
-            f.join(cfg.base_lid, u16::from(cfg.num_ports), &dev);
+            f.join(
+                cfg.base_lid,
+                u16::from(cfg.num_ports) << cfg.lmc.min(7),
+                &dev,
+            );
         }
         let irqs: IrqFds = Arc::new(Mutex::new(Vec::new()));
         let fds = irqs.clone();

@@ -4,8 +4,9 @@
 //!
 //! What is modelled: RC, UC and UD SEND (with immediate), RC/UC RDMA WRITE (with immediate),
 //! RC RDMA READ and 8-byte atomics; lkey/rkey validity, PD and rights; receive-buffer length;
-//! UD Q_Key and the 40-byte GRH area; a missing receive (RC: RNR retries exhausted when
-//! `rnr_retry` is 0, otherwise the request waits for the next doorbell; UC and UD: dropped).
+//! UD Q_Key and the 40-byte GRH area; the DLID path bits (low LMC bits) of receives; a missing
+//! receive (RC: RNR retries exhausted when `rnr_retry` is 0, otherwise the request waits for
+//! the next doorbell; UC and UD: dropped).
 //! An error completion moves the QP to ERR and flushes what is outstanding.
 
 use bareverbs_firmware_cmd::ifc::{fm_ce_se, make_op_own, wqe_opcode, CqeOpcode, INLINE_SEG};
@@ -71,6 +72,8 @@ pub(crate) struct Request {
     st: ServiceType,
     src_qpn: u32,
     slid: u16,
+    /// The destination LID the request was sent to (its low LMC bits are the path bits).
+    dlid: u16,
     sl: u8,
     dst_qpn: u32,
     payload: Vec<u8>,
@@ -405,6 +408,8 @@ impl Hca {
             return Err(s);
         }
         let bytes = (req.payload.len() + skip as usize) as u32;
+        // ml_path: the DLID's path bits, the low LMC bits (rdma-core: ml_path & 0x7f).
+        c[0x11] = self.path_bits(req.dlid);
         c[0x16..0x18].copy_from_slice(&req.slid.to_be_bytes());
         c[0x18..0x1c]
             .copy_from_slice(&((u32::from(req.sl & 0xf) << 24) | req.src_qpn).to_be_bytes());
@@ -501,6 +506,11 @@ impl Hca {
         }
     }
 
+    /// The path bits of `dlid` at this HCA: its low LMC bits.
+    fn path_bits(&self, dlid: u16) -> u8 {
+        (dlid & ((1u16 << self.cfg.lmc.min(7)) - 1)) as u8
+    }
+
     /// Sends `req` towards `dlid`: this HCA answers for its own LIDs, the fabric finds the
     /// others. `None`: the responder's HCA is busy, try again.
     fn route(&mut self, dlid: u16, req: &Request) -> Option<Response> {
@@ -559,6 +569,7 @@ impl Hca {
             st: qp.st,
             src_qpn: qp.qpn,
             slid,
+            dlid,
             sl,
             dst_qpn,
             payload,

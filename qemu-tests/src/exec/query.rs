@@ -80,6 +80,7 @@ impl Hca {
             .set(hca_vport_context::node_guid, guid)
             .set(hca_vport_context::cap_mask1, CAP_MASK1)
             .set(hca_vport_context::lid, p.lid)
+            .set(hca_vport_context::lmc, self.cfg.lmc)
             .set(hca_vport_context::sm_lid, 1u16)
             .set(hca_vport_context::subnet_timeout, 18u8);
         Ok(())
