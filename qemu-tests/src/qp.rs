@@ -6,6 +6,9 @@ use bareverbs_firmware_cmd::ifc::{make_op_own, CqeOpcode};
 use crate::dma::AddressSpaceExt;
 use crate::hca::Hca;
 
+/// PSNs are 24 bits wide and wrap.
+pub const PSN_MASK: u32 = 0x00ff_ffff;
+
 /// QP service types the model executes (`qpc.st`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ServiceType {
@@ -100,10 +103,12 @@ pub struct Qp {
     pub rlid: u16,
     /// Service level.
     pub sl: u8,
-    /// Next PSN to send.
+    /// Next PSN to send (24 bits; advanced by each request's packets, RC and UC).
     pub next_send_psn: u32,
-    /// Next PSN expected.
+    /// Next PSN expected (24 bits; advanced by each request accepted, RC and UC).
     pub next_rcv_psn: u32,
+    /// log2 of the largest message the QP sends (`qpc.log_msg_max`).
+    pub log_msg_max: u8,
     /// Transport retries.
     pub retry_count: u8,
     /// RNR retries.
@@ -118,6 +123,11 @@ pub struct Qp {
     pub rq_consumed: u16,
     /// RNR NAKs received for the request at the head of the SQ.
     pub rnr_tries: u8,
+    /// Transport retries spent on the request at the head of the SQ (no response, or a PSN
+    /// sequence error NAK).
+    pub retry_tries: u32,
+    /// Transport retries over the QP's life (what [`Hca::qp_retries`] reports).
+    pub transport_retries: u64,
 }
 
 impl Qp {
@@ -150,20 +160,66 @@ impl Hca {
             return;
         };
         qp.state = QpState::Err;
-        let qp = qp.clone();
-        let (rq_head, sq_head) = match (self.dma.read_be32(qp.dbr), self.dma.read_be32(qp.dbr + 4))
-        {
-            (Ok(r), Ok(s)) => (r as u16, s as u16),
+        self.flush_rq(qpn);
+        self.flush_sq(qpn);
+    }
+
+    /// Moves UC/UD QP `qpn` to SQE: every outstanding send WQE completes with WR_FLUSH_ERR,
+    /// the receive queue keeps working, and SQERR2RTS_QP resumes the send queue. The IB
+    /// "send queue error" state exists for unreliable transports only: Linux's
+    /// `qp_state_table` (drivers/infiniband/core/verbs.c) has SQE → RTS for UC, UD and the
+    /// special QPs and none for RC, and mlx5_ib's `optab` maps SQER → RTS to SQERR2RTS_QP.
+    pub fn qp_to_sqe(&mut self, qpn: u32) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        qp.state = QpState::Sqe;
+        self.flush_sq(qpn);
+    }
+
+    /// Transport retries QP `qpn` has made: retransmissions after no response or after a PSN
+    /// sequence error NAK, over the QP's life.
+    pub fn qp_retries(&self, qpn: u32) -> Option<u64> {
+        self.qps.get(&qpn).map(|q| q.transport_retries)
+    }
+
+    /// The doorbell record's (receive, send) counters, or `None` after recording the fault.
+    fn dbr_heads(&mut self, qp: &Qp) -> Option<(u16, u16)> {
+        match (self.dma.read_be32(qp.dbr), self.dma.read_be32(qp.dbr + 4)) {
+            (Ok(r), Ok(s)) => Some((r as u16, s as u16)),
             (Err(f), _) | (_, Err(f)) => {
                 self.record_fault(f);
-                return;
+                None
             }
+        }
+    }
+
+    /// Completes every posted receive of `qpn` with WR_FLUSH_ERR.
+    fn flush_rq(&mut self, qpn: u32) {
+        let Some(qp) = self.qps.get(&qpn).cloned() else {
+            return;
+        };
+        let Some((rq_head, _)) = self.dbr_heads(&qp) else {
+            return;
         };
         let mut rq = qp.rq_consumed;
         while rq != rq_head {
             self.flush_cqe(qp.cqn_rcv, qpn, rq, CqeOpcode::RespErr);
             rq = rq.wrapping_add(1);
         }
+        if let Some(q) = self.qps.get_mut(&qpn) {
+            q.rq_consumed = rq;
+        }
+    }
+
+    /// Completes every posted send WQE of `qpn` with WR_FLUSH_ERR.
+    pub(crate) fn flush_sq(&mut self, qpn: u32) {
+        let Some(qp) = self.qps.get(&qpn).cloned() else {
+            return;
+        };
+        let Some((_, sq_head)) = self.dbr_heads(&qp) else {
+            return;
+        };
         let mut sq = qp.sq_consumed;
         let mask = (1u16 << qp.log_sq_size).wrapping_sub(1);
         while !qp.no_sq && sq != sq_head {
@@ -182,7 +238,6 @@ impl Hca {
             sq = sq.wrapping_add(ds.div_ceil(4).max(1));
         }
         if let Some(q) = self.qps.get_mut(&qpn) {
-            q.rq_consumed = rq;
             q.sq_consumed = sq;
         }
     }

@@ -4,17 +4,45 @@
 //!
 //! What is modelled: RC, UC and UD SEND (with immediate), RC/UC RDMA WRITE (with immediate),
 //! RC RDMA READ and 8-byte atomics; lkey/rkey validity, PD and rights; receive-buffer length;
-//! UD Q_Key and the 40-byte GRH area; the DLID path bits (low LMC bits) of receives; a missing
-//! receive (RC: RNR retries exhausted when `rnr_retry` is 0, otherwise the request waits for
-//! the next doorbell; UC and UD: dropped).
-//! An error completion moves the QP to ERR and flushes what is outstanding.
+//! UD Q_Key and the 40-byte GRH area; a missing receive (RC: RNR retries exhausted when
+//! `rnr_retry` is 0, otherwise the request waits for the next doorbell; UC and UD: dropped).
+//!
+//! Transport (RC, and UC for sequence numbers only). Messages are whole: no packet is lost,
+//! reordered or split, so what follows is about a requester and a responder whose PSNs or
+//! states disagree.
+//! - PSNs: a request spends `ceil(len / path MTU)` PSNs (at least one; READ counts its
+//!   response packets, an atomic one) from the requester's `next_send_psn`, and the responder's
+//!   `next_rcv_psn` advances the same way when it accepts it; both are 24 bits and wrap, and
+//!   QUERY_QP reports them.
+//! - RC responder: PSN as expected, executed and acknowledged; ahead of it (within half the
+//!   PSN space), NAK PSN sequence error; behind it, a duplicate: SEND and WRITE acknowledged and
+//!   not executed again (the requester completes with success and nothing is delivered), READ
+//!   read again, an atomic answered with the target's current value, unchanged.
+//! - UC responder: a message whose PSN is not the expected one starts a new message, as a
+//!   First/Only packet does after a gap (Linux rxe `check_psn`); it is delivered and the
+//!   expected PSN resynchronises to the sender's.
+//! - RC retransmission: no response (no such QP, a QP not in RTR/RTS/SQE/SQD or of another
+//!   type, a LID nobody owns) or a PSN sequence error NAK makes the requester send again, back
+//!   to back (there is no ACK timer): after `retry_count` retries the request completes with
+//!   RETRY_EXC_ERR. With `ack_timeout` 0 (infinite) a request without response is sent again
+//!   once per engine round for ever: no completion, the QP stays in RTS and can be destroyed.
+//!   [`Hca::qp_retries`] counts the retries.
+//! - Remote invalid request (RC): an operation the responder QP does not enable (rwe, rre, rae;
+//!   mlx5 clears rre and rae for `max_dest_rd_atomic` 0), an RDMA longer than 2^31 bytes, a
+//!   misaligned atomic, a receive too small. Remote access error: the rkey, its rights or
+//!   bounds. A message longer than the requester's `log_msg_max` fails locally (LOC_LEN_ERR).
+//! - Receive completions carry the DLID path bits (the DLID's low LMC bits) in `ml_path`.
+//!
+//! An error completion moves an RC QP to ERR and flushes what is outstanding, send and
+//! receive. A send error on a UC or UD QP moves it to SQE instead: the other send requests,
+//! and any posted later, are flushed, receives go on, and SQERR2RTS_QP resumes sending.
 
 use bareverbs_firmware_cmd::ifc::{fm_ce_se, make_op_own, wqe_opcode, CqeOpcode, INLINE_SEG};
 
 use crate::dma::AddressSpaceExt;
 use crate::hca::Hca;
 use crate::mkey::KeyFault;
-use crate::qp::{Qp, QpState, ServiceType};
+use crate::qp::{Qp, QpState, ServiceType, PSN_MASK};
 
 /// CQE error syndromes (`MLX5_CQE_SYNDROME_*`).
 mod synd {
@@ -70,6 +98,8 @@ pub(crate) enum Kind {
 pub(crate) struct Request {
     kind: Kind,
     st: ServiceType,
+    /// PSN of the request's first packet (RC and UC).
+    psn: u32,
     src_qpn: u32,
     slid: u16,
     /// The destination LID the request was sent to (its low LMC bits are the path bits).
@@ -97,8 +127,42 @@ pub(crate) enum Response {
     Rnr,
     /// Silently dropped (UC, UD) or unanswered.
     Dropped,
-    /// No such QP behind that LID (RC: the transport retries run out).
+    /// No such QP behind that LID, or not one that answers: no response at all (RC: the
+    /// requester retransmits until `retry_count` runs out).
     NoQp,
+    /// NAK "PSN sequence error": the request's PSN is ahead of the one expected (RC: the
+    /// requester retransmits, each retry counting against `retry_count`).
+    NakSeq,
+}
+
+impl Request {
+    /// Bytes the message carries (SEND, WRITE) or asks for (READ); 8 for atomics.
+    fn msg_len(&self) -> u64 {
+        match self.kind {
+            Kind::Send | Kind::Write => self.payload.len() as u64,
+            Kind::Read => self.len,
+            Kind::Atomic { .. } => 8,
+        }
+    }
+}
+
+/// Largest RDMA length the IB spec allows (ibv_poll_cq(3): a longer RDMA request is a remote
+/// invalid request).
+const MAX_RDMA_LEN: u64 = 1 << 31;
+
+/// Packets a request of `kind` and `len` bytes spends in the PSN space at path MTU `mtu` (IB
+/// enum): SEND, WRITE and READ (its response packets) one per MTU, at least one; atomics one.
+fn packets(kind: Kind, len: u64, mtu: u8) -> u32 {
+    let mtu_bytes = 128u64 << mtu.clamp(1, 5);
+    match kind {
+        Kind::Atomic { .. } => 1,
+        _ => u32::try_from(len.div_ceil(mtu_bytes).max(1)).unwrap_or(u32::MAX),
+    }
+}
+
+/// `psn + n` in the 24-bit PSN space.
+fn psn_add(psn: u32, n: u32) -> u32 {
+    psn.wrapping_add(n) & PSN_MASK
 }
 
 /// What happened to a send WQE.
@@ -132,6 +196,11 @@ impl Hca {
             let Some(qp) = self.qps.get(&qpn).cloned() else {
                 return;
             };
+            if qp.state == QpState::Sqe && !qp.no_sq {
+                // Send requests posted while the send queue is in error are flushed.
+                self.flush_sq(qpn);
+                return;
+            }
             if !matches!(qp.state, QpState::Rts | QpState::Sqd) || qp.no_sq {
                 return;
             }
@@ -158,6 +227,7 @@ impl Hca {
                     if let Some(q) = self.qps.get_mut(&qpn) {
                         q.sq_consumed = q.sq_consumed.wrapping_add(w.bbs);
                         q.rnr_tries = 0;
+                        q.retry_tries = 0;
                     }
                     if w.signaled {
                         let mut c = [0u8; 64];
@@ -187,7 +257,11 @@ impl Hca {
         c[0x3c..0x3e].copy_from_slice(&wqe_index.to_be_bytes());
         c[0x3f] = make_op_own(CqeOpcode::ReqErr.into(), 0);
         self.post_cqe(qp.cqn_snd, c, false);
-        self.qp_to_error(qp.qpn);
+        // A send error stops only the send queue of an unreliable QP (SQE); RC goes to ERR.
+        match qp.st {
+            ServiceType::Uc | ServiceType::Ud => self.qp_to_sqe(qp.qpn),
+            ServiceType::Rc => self.qp_to_error(qp.qpn),
+        }
     }
 
     fn read_send_wqe(&mut self, qp: &Qp) -> Option<SendWqe> {
@@ -426,16 +500,29 @@ impl Hca {
     }
 
     /// The responder: answers a request addressed to one of this HCA's QPs.
+    ///
+    /// RC checks the request's PSN against the one expected (IB spec 9.7.5.1, as Linux rxe
+    /// `check_psn`): equal, the request is executed and the expected PSN advances by its
+    /// packets; ahead (within half the PSN space), NAK "PSN sequence error"; behind, a
+    /// duplicate: SEND and WRITE are acknowledged without executing again, READ is read again,
+    /// an atomic returns the target's current value without changing it (hardware replays the
+    /// saved original result; the model keeps none). UC has no ACKs: a message whose PSN is
+    /// not the expected one starts a new message (rxe `check_psn`: a First or Only packet
+    /// resynchronises) and the expected PSN follows it.
     pub(crate) fn respond(&mut self, req: &Request) -> Response {
         let rc = req.st == ServiceType::Rc;
-        let dropped = |rc: bool, nak: Response| if rc { nak } else { Response::Dropped };
-        let Some(r) = self
-            .qps
-            .get(&req.dst_qpn)
-            .cloned()
-            .filter(|r| matches!(r.state, QpState::Rtr | QpState::Rts) && r.st == req.st)
-        else {
-            return dropped(rc, Response::NoQp);
+        let Some(r) = self.qps.get(&req.dst_qpn).cloned().filter(|r| {
+            // A QP in SQE (UC, UD) still receives.
+            matches!(
+                r.state,
+                QpState::Rtr | QpState::Rts | QpState::Sqe | QpState::Sqd
+            ) && r.st == req.st
+        }) else {
+            return if rc {
+                Response::NoQp
+            } else {
+                Response::Dropped
+            };
         };
         if req.st == ServiceType::Ud {
             if r.qkey == req.qkey {
@@ -443,24 +530,61 @@ impl Hca {
             }
             return Response::Dropped;
         }
+        let npkts = packets(req.kind, req.msg_len(), r.mtu);
+        let ahead = req.psn.wrapping_sub(r.next_rcv_psn) & PSN_MASK;
+        let duplicate = rc && ahead >= 1 << 23;
+        if rc && ahead != 0 && !duplicate {
+            return Response::NakSeq;
+        }
+        let resp = self.execute_request(&r, req, duplicate);
+        // UC: whatever became of the message, the next one is expected after it.
+        let accepted = !rc || (matches!(resp, Response::Ack(_)) && !duplicate);
+        if accepted {
+            if let Some(q) = self.qps.get_mut(&r.qpn) {
+                q.next_rcv_psn = psn_add(req.psn, npkts);
+            }
+        }
+        resp
+    }
+
+    /// Executes `req` at responder QP `r` (`duplicate`: an RC request seen before).
+    fn execute_request(&mut self, r: &Qp, req: &Request, duplicate: bool) -> Response {
+        let rc = req.st == ServiceType::Rc;
+        let dropped = |nak: Response| if rc { nak } else { Response::Dropped };
+        if duplicate && matches!(req.kind, Kind::Send | Kind::Write) {
+            return Response::Ack(Vec::new());
+        }
+        // ibv_poll_cq(3), IBV_WC_REM_INV_REQ_ERR: an operation the receive queue does not
+        // support (the QP's remote-access enables; with mlx5 a QP with max_dest_rd_atomic 0
+        // has rre and rae clear, as Linux mlx5_ib `to_mlx5_access_flags` sets them), or an RDMA
+        // longer than 2^31 bytes.
+        let enabled = match req.kind {
+            Kind::Send => true,
+            Kind::Write => r.rwe,
+            Kind::Read => r.rre,
+            Kind::Atomic { .. } => r.rae,
+        };
+        let too_long = matches!(req.kind, Kind::Write | Kind::Read) && req.msg_len() > MAX_RDMA_LEN;
+        if !enabled || too_long {
+            return dropped(Response::Nak(synd::REMOTE_INVAL_REQ));
+        }
         let needs_recv = matches!(req.kind, Kind::Send)
             || (matches!(req.kind, Kind::Write) && req.imm.is_some());
-        if needs_recv && self.next_recv(&r).is_none() {
-            return dropped(rc, Response::Rnr);
+        if needs_recv && self.next_recv(r).is_none() {
+            return dropped(Response::Rnr);
         }
         match req.kind {
-            Kind::Send => match self.deliver(&r, req, false) {
+            Kind::Send => match self.deliver(r, req, false) {
                 Ok(()) => Response::Ack(Vec::new()),
-                Err(_) => dropped(rc, Response::Nak(synd::REMOTE_INVAL_REQ)),
+                Err(_) => dropped(Response::Nak(synd::REMOTE_INVAL_REQ)),
             },
             Kind::Write => {
                 let dest =
                     self.key_range(req.rkey, r.pd, req.raddr, req.payload.len() as u64, |k| {
                         k.remote_write
                     });
-                let dest = match dest {
-                    Ok(d) if r.rwe => d,
-                    _ => return dropped(rc, Response::Nak(synd::REMOTE_ACCESS)),
+                let Ok(dest) = dest else {
+                    return dropped(Response::Nak(synd::REMOTE_ACCESS));
                 };
                 let mut at = 0;
                 for (a, n) in dest {
@@ -468,16 +592,15 @@ impl Hca {
                     at += n as usize;
                 }
                 if req.imm.is_some() {
-                    let _ = self.deliver(&r, req, true);
+                    let _ = self.deliver(r, req, true);
                 }
                 Response::Ack(Vec::new())
             }
             Kind::Read => {
-                let src =
-                    match self.key_range(req.rkey, r.pd, req.raddr, req.len, |k| k.remote_read) {
-                        Ok(s) if r.rre => s,
-                        _ => return Response::Nak(synd::REMOTE_ACCESS),
-                    };
+                let Ok(src) = self.key_range(req.rkey, r.pd, req.raddr, req.len, |k| k.remote_read)
+                else {
+                    return Response::Nak(synd::REMOTE_ACCESS);
+                };
                 let mut data = Vec::new();
                 for (a, n) in src {
                     data.extend(self.dma.read_vec(a, n as usize).unwrap_or_default());
@@ -488,19 +611,25 @@ impl Hca {
                 if req.raddr % 8 != 0 {
                     return Response::Nak(synd::REMOTE_INVAL_REQ);
                 }
-                let target = match self.key_range(req.rkey, r.pd, req.raddr, 8, |k| k.atomic) {
-                    Ok(t) if r.rae => t[0].0,
-                    _ => return Response::Nak(synd::REMOTE_ACCESS),
+                let Ok(t) = self.key_range(req.rkey, r.pd, req.raddr, 8, |k| k.atomic) else {
+                    return Response::Nak(synd::REMOTE_ACCESS);
+                };
+                let Some(&(target, _)) = t.first() else {
+                    return Response::Nak(synd::REMOTE_ACCESS);
                 };
                 let old = self.dma.read_be64(target).unwrap_or(0);
-                let new = if fetch_add {
+                let new = if duplicate {
+                    old
+                } else if fetch_add {
                     old.wrapping_add(req.swap_add)
                 } else if old == req.compare {
                     req.swap_add
                 } else {
                     old
                 };
-                let _ = self.dma.write(target, &new.to_be_bytes());
+                if !duplicate {
+                    let _ = self.dma.write(target, &new.to_be_bytes());
+                }
                 Response::Ack(old.to_be_bytes().to_vec())
             }
         }
@@ -548,6 +677,16 @@ impl Hca {
             (ServiceType::Rc, wqe_opcode::ATOMIC_FA) => Kind::Atomic { fetch_add: true },
             _ => return Outcome::Failed(synd::LOCAL_QP_OP),
         };
+        // ibv_poll_cq(3), IBV_WC_LOC_LEN_ERR: a message longer than the QP may send
+        // (`log_msg_max`) fails at the requester.
+        let msg_len = match (&w.inline, kind) {
+            (_, Kind::Atomic { .. }) => 8,
+            (Some(d), _) => d.len() as u64,
+            (None, _) => w.sges.iter().map(|s| u64::from(s.len)).sum(),
+        };
+        if qp.st != ServiceType::Ud && msg_len > 1u64 << qp.log_msg_max.min(63) {
+            return Outcome::Failed(synd::LOCAL_LENGTH);
+        }
         let payload = match kind {
             Kind::Send | Kind::Write => match self.payload(qp, w) {
                 Ok(d) => d,
@@ -567,6 +706,7 @@ impl Hca {
         let req = Request {
             kind,
             st: qp.st,
+            psn: qp.next_send_psn,
             src_qpn: qp.qpn,
             slid,
             dlid,
@@ -587,30 +727,182 @@ impl Hca {
                 w.ud_qkey
             },
         };
-        let Some(resp) = self.route(dlid, &req) else {
-            return Outcome::Wait;
-        };
-        match resp {
-            Response::Ack(data) => match kind {
-                Kind::Read | Kind::Atomic { .. } => match self.scatter(qp.pd, &w.sges, 0, &data) {
-                    Ok(()) => Outcome::Done(data.len() as u32),
-                    Err(s) => Outcome::Failed(s),
+        loop {
+            let Some(resp) = self.route(dlid, &req) else {
+                return Outcome::Wait;
+            };
+            let no_response = matches!(resp, Response::NoQp);
+            let out = match resp {
+                Response::Ack(data) => match kind {
+                    Kind::Read | Kind::Atomic { .. } => {
+                        match self.scatter(qp.pd, &w.sges, 0, &data) {
+                            Ok(()) => Outcome::Done(data.len() as u32),
+                            Err(s) => Outcome::Failed(s),
+                        }
+                    }
+                    _ => Outcome::Done(0),
                 },
-                _ => Outcome::Done(0),
-            },
-            Response::Dropped => Outcome::Done(0),
-            Response::Nak(s) => Outcome::Failed(s),
-            Response::NoQp => Outcome::Failed(synd::TRANSPORT_RETRY_EXC),
-            // rnr_retry 7 retries forever; 0–6 that many times (one retry per engine round).
-            Response::Rnr if qp.rnr_retry != 7 && qp.rnr_tries >= qp.rnr_retry => {
-                Outcome::Failed(synd::RNR_RETRY_EXC)
-            }
-            Response::Rnr => {
-                if let Some(q) = self.qps.get_mut(&qp.qpn) {
-                    q.rnr_tries = q.rnr_tries.saturating_add(1);
+                Response::Dropped => Outcome::Done(0),
+                Response::Nak(s) => Outcome::Failed(s),
+                // No response, or a PSN sequence error NAK: retransmit, `retry_count` times.
+                // ack_timeout 0 is the IB "infinite" local ACK timeout: without a response the
+                // request is sent again every engine round and never times out.
+                Response::NoQp | Response::NakSeq => {
+                    let infinite = no_response && qp.ack_timeout == 0;
+                    let Some(q) = self.qps.get_mut(&qp.qpn) else {
+                        return Outcome::Wait;
+                    };
+                    if !infinite && q.retry_tries >= u32::from(q.retry_count) {
+                        Outcome::Failed(synd::TRANSPORT_RETRY_EXC)
+                    } else {
+                        q.retry_tries = q.retry_tries.saturating_add(1);
+                        q.transport_retries = q.transport_retries.saturating_add(1);
+                        if infinite {
+                            return Outcome::Wait;
+                        }
+                        continue;
+                    }
                 }
-                Outcome::Wait
+                // rnr_retry 7 retries forever; 0–6 that many times (one retry per engine round).
+                Response::Rnr if qp.rnr_retry != 7 && qp.rnr_tries >= qp.rnr_retry => {
+                    Outcome::Failed(synd::RNR_RETRY_EXC)
+                }
+                Response::Rnr => {
+                    if let Some(q) = self.qps.get_mut(&qp.qpn) {
+                        q.rnr_tries = q.rnr_tries.saturating_add(1);
+                    }
+                    Outcome::Wait
+                }
+            };
+            if matches!(out, Outcome::Done(_)) && qp.st != ServiceType::Ud {
+                // The request's packets are spent: the next one starts after them.
+                if let Some(q) = self.qps.get_mut(&qp.qpn) {
+                    q.next_send_psn = psn_add(req.psn, packets(kind, msg_len, qp.mtu));
+                }
             }
+            return out;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SimHal;
+
+    #[test]
+    fn requests_spend_one_psn_per_mtu_and_psns_wrap() {
+        let send = Kind::Send;
+        // MTU 3 = 1024 bytes.
+        assert_eq!(packets(send, 0, 3), 1);
+        assert_eq!(packets(send, 1024, 3), 1);
+        assert_eq!(packets(send, 1025, 3), 2);
+        assert_eq!(packets(Kind::Read, 8192, 5), 2);
+        assert_eq!(packets(Kind::Write, 300, 1), 2);
+        assert_eq!(packets(Kind::Atomic { fetch_add: true }, 8, 1), 1);
+        assert_eq!(psn_add(0xff_ffff, 1), 0);
+        assert_eq!(psn_add(0xff_fffe, 5), 3);
+    }
+
+    fn rc_qp(qpn: u32, next_rcv_psn: u32) -> Qp {
+        Qp {
+            qpn,
+            st: ServiceType::Rc,
+            state: QpState::Rts,
+            pd: 0,
+            cqn_snd: 0,
+            cqn_rcv: 0,
+            uar: 0,
+            log_sq_size: 0,
+            log_rq_size: 0,
+            rq_wqe_shift: 4,
+            no_sq: true,
+            pas: Vec::new(),
+            dbr: 0,
+            port: 1,
+            pkey_index: 0,
+            qkey: 0,
+            rre: true,
+            rwe: true,
+            rae: true,
+            mtu: 3,
+            remote_qpn: 0,
+            rlid: 1,
+            sl: 0,
+            next_send_psn: 0,
+            next_rcv_psn,
+            log_msg_max: 31,
+            retry_count: 0,
+            rnr_retry: 0,
+            min_rnr_nak: 0,
+            ack_timeout: 0,
+            sq_consumed: 0,
+            rq_consumed: 0,
+            rnr_tries: 0,
+            retry_tries: 0,
+            transport_retries: 0,
+        }
+    }
+
+    fn request(kind: Kind, psn: u32, len: u64) -> Request {
+        Request {
+            kind,
+            st: ServiceType::Rc,
+            psn,
+            src_qpn: 0x200,
+            slid: 1,
+            dlid: 1,
+            sl: 0,
+            dst_qpn: 0x100,
+            payload: vec![0; if kind == Kind::Write { len as usize } else { 0 }],
+            imm: None,
+            solicited: false,
+            raddr: 0x1000,
+            // No such key: a request that gets as far as its rkey is refused with an access
+            // error, so an ACK proves it was not executed.
+            rkey: 0x4242,
+            len,
+            swap_add: 0,
+            compare: 0,
+            qkey: 0,
+        }
+    }
+
+    #[test]
+    fn the_responder_checks_the_psn_then_the_rdma_length() {
+        let hal = SimHal::synchronous();
+        hal.model().with(|h| {
+            let expected = 0xff_fffe;
+            h.qps.insert(0x100, rc_qp(0x100, expected));
+            let epsn = |h: &Hca| h.qp(0x100).map(|q| q.next_rcv_psn);
+            // An RDMA READ longer than 2^31 bytes: remote invalid request, nothing accepted.
+            let r = h.respond(&request(Kind::Read, expected, MAX_RDMA_LEN + 1));
+            assert!(matches!(r, Response::Nak(synd::REMOTE_INVAL_REQ)));
+            assert_eq!(epsn(h), Some(expected));
+            // Ahead (across the wrap), up to half the PSN space: sequence error NAK.
+            for psn in [0, psn_add(expected, (1 << 23) - 1)] {
+                let r = h.respond(&request(Kind::Write, psn, 4));
+                assert!(matches!(r, Response::NakSeq), "psn {psn:#x}");
+            }
+            // Behind, down to half the PSN space: a duplicate WRITE, acknowledged unexecuted.
+            for psn in [expected - 1, psn_add(expected, 1 << 23)] {
+                let r = h.respond(&request(Kind::Write, psn, 4));
+                assert!(
+                    matches!(r, Response::Ack(ref d) if d.is_empty()),
+                    "psn {psn:#x}"
+                );
+            }
+            assert_eq!(epsn(h), Some(expected));
+            // The expected PSN is executed (here: refused for its rkey) and does not advance.
+            let r = h.respond(&request(Kind::Write, expected, 4));
+            assert!(matches!(r, Response::Nak(synd::REMOTE_ACCESS)));
+            assert_eq!(epsn(h), Some(expected));
+            // A QP without remote read: remote invalid request, not an access error.
+            if let Some(q) = h.qps.get_mut(&0x100) {
+                q.rre = false;
+            }
+            let r = h.respond(&request(Kind::Read, expected, 8));
+            assert!(matches!(r, Response::Nak(synd::REMOTE_INVAL_REQ)));
+        });
     }
 }

@@ -6,7 +6,7 @@ use bareverbs_firmware_cmd::{CmdStatus, Opcode};
 
 use super::{bad_param, fail, input, output, syndrome, CmdResult};
 use crate::hca::Hca;
-use crate::qp::{Qp, QpState, ServiceType};
+use crate::qp::{Qp, QpState, ServiceType, PSN_MASK};
 
 /// First QP number handed out (0 and 1 are the special QPs).
 pub const FIRST_QPN: u32 = 0x100;
@@ -68,6 +68,7 @@ impl Hca {
             sl: 0,
             next_send_psn: 0,
             next_rcv_psn: 0,
+            log_msg_max: 0,
             retry_count: 0,
             rnr_retry: 0,
             min_rnr_nak: 0,
@@ -75,6 +76,8 @@ impl Hca {
             sq_consumed: 0,
             rq_consumed: 0,
             rnr_tries: 0,
+            retry_tries: 0,
+            transport_retries: 0,
         };
         let pages = qp.buffer_bytes().div_ceil(4096) as usize;
         if v.array_len(create_qp_in::pas) < pages {
@@ -152,6 +155,8 @@ impl Hca {
                     q.state = QpState::Rst;
                     q.sq_consumed = 0;
                     q.rq_consumed = 0;
+                    q.rnr_tries = 0;
+                    q.retry_tries = 0;
                 }
                 return Ok(());
             }
@@ -162,7 +167,22 @@ impl Hca {
         let v = input::<Rst2InitQpIn>(i)?;
         let c = v.sub(rst2init_qp_in::qpc);
         let path = c.sub(qpc::primary_address_path);
+        let opt = v.get32(rst2init_qp_in::opt_param_mask);
         let mut q = qp;
+        // PRM: in the later transitions the remote-access enables change only with their
+        // opt_param_mask bit (Linux sets them with IB_QP_ACCESS_FLAGS and with
+        // IB_QP_MAX_DEST_RD_ATOMIC, clearing rre/rae when that is 0).
+        if !matches!(Opcode(opcode), Opcode::RST2INIT_QP | Opcode::INIT2INIT_QP) {
+            if opt & qp_optpar::RRE != 0 {
+                q.rre = c.get(qpc::rre) != 0;
+            }
+            if opt & qp_optpar::RWE != 0 {
+                q.rwe = c.get(qpc::rwe) != 0;
+            }
+            if opt & qp_optpar::RAE != 0 {
+                q.rae = c.get(qpc::rae) != 0;
+            }
+        }
         match Opcode(opcode) {
             Opcode::RST2INIT_QP | Opcode::INIT2INIT_QP => {
                 let port = path.get(ads::vhca_port_num) as u8;
@@ -179,7 +199,8 @@ impl Hca {
             Opcode::INIT2RTR_QP => {
                 q.mtu = c.get(qpc::mtu) as u8;
                 q.remote_qpn = c.get32(qpc::remote_qpn);
-                q.next_rcv_psn = c.get32(qpc::next_rcv_psn);
+                q.next_rcv_psn = c.get32(qpc::next_rcv_psn) & PSN_MASK;
+                q.log_msg_max = c.get(qpc::log_msg_max) as u8;
                 q.min_rnr_nak = c.get(qpc::min_rnr_nak) as u8;
                 q.rlid = path.get(ads::rlid) as u16;
                 q.sl = path.get(ads::sl) as u8;
@@ -188,7 +209,7 @@ impl Hca {
                 }
             }
             Opcode::RTR2RTS_QP => {
-                q.next_send_psn = c.get32(qpc::next_send_psn);
+                q.next_send_psn = c.get32(qpc::next_send_psn) & PSN_MASK;
                 q.retry_count = c.get(qpc::retry_count) as u8;
                 q.rnr_retry = c.get(qpc::rnr_retry) as u8;
                 q.ack_timeout = path.get(ads::ack_timeout) as u8;
