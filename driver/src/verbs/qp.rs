@@ -369,7 +369,7 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
         self.qp_type
     }
 
-    /// The state as the driver last set it.
+    /// The state as the driver last set it or [`Qp::query`] last read it.
     pub fn state(&self) -> QpState {
         self.state
     }
@@ -388,8 +388,19 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
     /// transition and the attribute set are checked against the kernel's table first; nothing
     /// is sent when they are wrong.
     ///
+    /// The current state is [`CUR_STATE`](QpAttrMask::CUR_STATE)'s `cur_qp_state` when given,
+    /// else the state last set or seen by [`Qp::query`]. A UC or UD QP whose send queue failed
+    /// is in SQE; query it (or pass `cur_qp_state`) and modify it to RTS to resume sending.
+    ///
+    /// SQD cannot be reached: mlx5 firmware has no command that drains a send queue into SQD
+    /// (Linux mlx5_ib's `optab` has no RTS → SQD and no SQD → RTS entry and refuses them with
+    /// `-EINVAL`), so RTS → SQD and SQD → anything but RESET or ERR are refused after the
+    /// table check, with nothing sent.
+    ///
     /// # Errors
-    /// [`Error::ModifyQp`] naming the missing or refused attributes, or a command error.
+    /// [`Error::ModifyQp`] naming the missing or refused attributes;
+    /// [`Invalid::UnsupportedTransition`] for a transition mlx5 has no command for; a command
+    /// error.
     pub fn modify(&mut self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), Error> {
         let cur = if mask.contains(QpAttrMask::CUR_STATE) {
             attr.cur_qp_state
@@ -407,7 +418,7 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
             (QpState::Rtr, QpState::Rts) => Opcode::RTR2RTS_QP,
             (QpState::Rts, QpState::Rts) => Opcode::RTS2RTS_QP,
             (QpState::Sqe, QpState::Rts) => Opcode::SQERR2RTS_QP,
-            (QpState::Sqd, QpState::Rts) => Opcode::SQD_RTS_QP,
+            // RTS -> SQD, SQD -> RTS and SQD -> SQD: no mlx5 command (see above).
             _ => {
                 return Err(Error::InvalidArgument {
                     what: Invalid::UnsupportedTransition,
@@ -437,9 +448,13 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
                 v.set(rst2init_qp_in::qpn, self.qpn.raw());
                 let mut c = v.sub(rst2init_qp_in::qpc);
                 let a = &merged;
+                // As Linux mlx5_ib `to_mlx5_access_flags`: without responder resources
+                // (max_dest_rd_atomic 0) only remote writes are enabled; the responder then
+                // answers RDMA READ and atomics with a NAK invalid request.
+                let resources = a.max_dest_rd_atomic > 0;
                 c.set(
                     qpc::rre,
-                    a.qp_access_flags.contains(AccessFlags::REMOTE_READ),
+                    resources && a.qp_access_flags.contains(AccessFlags::REMOTE_READ),
                 )
                 .set(
                     qpc::rwe,
@@ -447,7 +462,7 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
                 )
                 .set(
                     qpc::rae,
-                    a.qp_access_flags.contains(AccessFlags::REMOTE_ATOMIC),
+                    resources && a.qp_access_flags.contains(AccessFlags::REMOTE_ATOMIC),
                 )
                 .set(qpc::q_key, a.qkey)
                 .set(qpc::pm_state, qpc_pm_state::MIGRATED);
@@ -499,6 +514,11 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
                         QpAttrMask::ACCESS_FLAGS,
                         qp_optpar::RRE | qp_optpar::RWE | qp_optpar::RAE,
                     ),
+                    // Linux `ib_mask_to_mlx5_opt`: the enables follow max_dest_rd_atomic.
+                    (
+                        QpAttrMask::MAX_DEST_RD_ATOMIC,
+                        qp_optpar::RRE | qp_optpar::RWE | qp_optpar::RAE,
+                    ),
                     (QpAttrMask::PKEY_INDEX, qp_optpar::PKEY_INDEX),
                     (QpAttrMask::QKEY, qp_optpar::Q_KEY),
                     (QpAttrMask::MIN_RNR_TIMER, qp_optpar::RNR_TIMEOUT),
@@ -520,7 +540,11 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
                 Opcode::RTR2RTS_QP => dev.exec::<Rtr2RtsQp>(&mut i, &mut o)?,
                 Opcode::RTS2RTS_QP => dev.exec::<Rts2RtsQp>(&mut i, &mut o)?,
                 Opcode::SQERR2RTS_QP => dev.exec::<Sqerr2RtsQp>(&mut i, &mut o)?,
-                _ => dev.exec::<SqdRtsQp>(&mut i, &mut o)?,
+                _ => {
+                    return Err(Error::InvalidArgument {
+                        what: Invalid::UnsupportedTransition,
+                    })
+                }
             }
         }
         self.attr = merged;
@@ -541,11 +565,13 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
         Ok(())
     }
 
-    /// Reads the QP's state and attributes from the device (`ibv_query_qp`).
+    /// Reads the QP's state and attributes from the device (`ibv_query_qp`). The state read
+    /// becomes the QP's current state (as mlx5_ib's query does), so a QP the device moved to
+    /// SQE or ERR can be modified from there.
     ///
     /// # Errors
     /// A command error.
-    pub fn query(&self) -> Result<QpAttr, Error> {
+    pub fn query(&mut self) -> Result<QpAttr, Error> {
         let mut i = [0u8; QueryQpIn::BYTES];
         input::<QueryQp>(&mut i)?.set(query_qp_in::qpn, self.qpn.raw());
         let mut o = [0u8; QueryQpOut::BYTES];
@@ -582,6 +608,7 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
         acc.set(AccessFlags::REMOTE_ATOMIC, c.get(qpc::rae) != 0);
         a.qp_access_flags = acc;
         a.cap = self.cap;
+        self.state = a.qp_state;
         Ok(a)
     }
 
