@@ -41,6 +41,12 @@ struct Link {
     max_dest_rd_atomic: u8,
 }
 
+impl Default for Link {
+    fn default() -> Self {
+        Link::to(0)
+    }
+}
+
 impl Link {
     fn to(peer: u32) -> Self {
         Link {
@@ -157,6 +163,23 @@ fn new_qp<'p, 'd, 'h>(
     .unwrap()
 }
 
+/// Two QPs of type `qp_type` brought up towards each other: `la` for the first, `lb` for the
+/// second, each completed with the other's QP number.
+fn pair<'p, 'd, 'h>(
+    pd: &'p Pd<'d, &'h SimHal>,
+    qp_type: QpType,
+    cqs: (&Cq<'d, &'h SimHal>, &Cq<'d, &'h SimHal>),
+    la: Link,
+    lb: Link,
+) -> (Qp<'p, 'd, &'h SimHal>, Qp<'p, 'd, &'h SimHal>) {
+    let mut a = new_qp(pd, qp_type, cqs.0, cqs.1);
+    let mut b = new_qp(pd, qp_type, cqs.0, cqs.1);
+    let (an, bn) = (a.qpn().raw(), b.qpn().raw());
+    up(&mut a, Link { peer: bn, ..la });
+    up(&mut b, Link { peer: an, ..lb });
+    (a, b)
+}
+
 fn mr<'p, 'd, 'h>(hal: &SimHal, pd: &'p Pd<'d, &'h SimHal>) -> Mr<'p, 'd, &'h SimHal> {
     pd.reg_mr(hal.dma_alloc(8192, 4096).unwrap().share(), all_access())
         .map_err(|(e, _)| e)
@@ -252,24 +275,21 @@ fn a_psn_ahead_of_the_responder_retries_retry_cnt_times_then_fails_and_flushes()
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
     let m = mr(&hal, &pd);
     for retry_cnt in [0u8, 3, 7] {
-        let mut a = new_qp(&pd, QpType::Rc, &scq, &rcq);
-        let mut b = new_qp(&pd, QpType::Rc, &scq, &rcq);
-        let (an, bn) = (a.qpn().raw(), b.qpn().raw());
-        up(
-            &mut a,
+        let (mut a, mut b) = pair(
+            &pd,
+            QpType::Rc,
+            (&scq, &rcq),
             Link {
                 sq_psn: 100,
                 retry_cnt,
-                ..Link::to(bn)
+                ..Link::default()
             },
-        );
-        up(
-            &mut b,
             Link {
                 rq_psn: 50,
-                ..Link::to(an)
+                ..Link::default()
             },
         );
+        let an = a.qpn().raw();
         b.post_recv(&[recv(9, &[sge(&m, 0, 64)])]).unwrap();
         let sg = [sge(&m, 100, 8)];
         a.post_send(&[wr(1, &sg, SendOp::Send), wr(2, &sg, SendOp::Send)])
@@ -294,23 +314,20 @@ fn a_psn_behind_the_responder_is_acknowledged_but_not_delivered() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let mut a = new_qp(&pd, QpType::Rc, &scq, &rcq);
-    let mut b = new_qp(&pd, QpType::Rc, &scq, &rcq);
-    let (an, bn) = (a.qpn().raw(), b.qpn().raw());
-    up(
-        &mut a,
+    let (mut a, mut b) = pair(
+        &pd,
+        QpType::Rc,
+        (&scq, &rcq),
         Link {
             sq_psn: 40,
-            ..Link::to(bn)
+            ..Link::default()
         },
-    );
-    up(
-        &mut b,
         Link {
             rq_psn: 50,
-            ..Link::to(an)
+            ..Link::default()
         },
     );
+    let an = a.qpn().raw();
     let (src, dst) = (mr(&hal, &pd), mr(&hal, &pd));
     src.buf().write_bytes(0, b"payload!").unwrap();
     dst.buf().write_bytes(512, b"remote--").unwrap();
@@ -372,21 +389,17 @@ fn uc_takes_a_message_with_an_unexpected_psn_and_resynchronises() {
     let m = mr(&hal, &pd);
     // The sender ahead of the receiver, then behind it.
     for (sq_psn, rq_psn) in [(1000, 7), (5, 500)] {
-        let mut a = new_qp(&pd, QpType::Uc, &scq, &rcq);
-        let mut b = new_qp(&pd, QpType::Uc, &scq, &rcq);
-        let (an, bn) = (a.qpn().raw(), b.qpn().raw());
-        up(
-            &mut a,
+        let (mut a, mut b) = pair(
+            &pd,
+            QpType::Uc,
+            (&scq, &rcq),
             Link {
                 sq_psn,
-                ..Link::to(bn)
+                ..Link::default()
             },
-        );
-        up(
-            &mut b,
             Link {
                 rq_psn,
-                ..Link::to(an)
+                ..Link::default()
             },
         );
         b.post_recv(&[recv(1, &[sge(&m, 0, 4096)]), recv(2, &[sge(&m, 0, 4096)])])
@@ -480,11 +493,13 @@ fn ack_timeout_zero_never_times_out_and_the_qp_can_still_be_destroyed() {
     }
     assert!(drain(&mut scq).is_empty());
     // The device goes on working for everyone else.
-    let mut b = new_qp(&pd, QpType::Rc, &scq, &rcq);
-    let mut c = new_qp(&pd, QpType::Rc, &scq, &rcq);
-    let (bn, cn) = (b.qpn().raw(), c.qpn().raw());
-    up(&mut b, Link::to(cn));
-    up(&mut c, Link::to(bn));
+    let (mut b, mut c) = pair(
+        &pd,
+        QpType::Rc,
+        (&scq, &rcq),
+        Link::default(),
+        Link::default(),
+    );
     c.post_recv(&[recv(7, &[sge(&m, 64, 8)])]).unwrap();
     b.post_send(&[wr(3, &sg, SendOp::Send)]).unwrap();
     assert_eq!(drain(&mut scq), [(3, WcStatus::Success)]);
@@ -498,11 +513,8 @@ fn send_error_moves_an_unreliable_qp_to_sqe(t: QpType) {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let mut a = new_qp(&pd, t, &scq, &rcq);
-    let mut b = new_qp(&pd, t, &scq, &rcq);
+    let (mut a, mut b) = pair(&pd, t, (&scq, &rcq), Link::default(), Link::default());
     let (an, bn) = (a.qpn().raw(), b.qpn().raw());
-    up(&mut a, Link::to(bn));
-    up(&mut b, Link::to(an));
     let mr = mr(&hal, &pd);
     let dest = |qpn| {
         (t == QpType::Ud).then_some(UdDest {
@@ -588,11 +600,14 @@ fn rc_send_error_still_moves_the_qp_to_err() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let mut a = new_qp(&pd, QpType::Rc, &scq, &rcq);
-    let mut b = new_qp(&pd, QpType::Rc, &scq, &rcq);
-    let (an, bn) = (a.qpn().raw(), b.qpn().raw());
-    up(&mut a, Link::to(bn));
-    up(&mut b, Link::to(an));
+    // The peer must exist: a send error, not a missing responder.
+    let (mut a, _b) = pair(
+        &pd,
+        QpType::Rc,
+        (&scq, &rcq),
+        Link::default(),
+        Link::default(),
+    );
     let mr = mr(&hal, &pd);
     let good = [sge(&mr, 0, 4)];
     let bad = [Sge {
@@ -715,23 +730,20 @@ fn receive_completions_carry_the_dlid_path_bits() {
         );
     }
     // RC: the QP's path sets them.
-    let mut c = new_qp(&pd, QpType::Rc, &scq, &rcq);
-    let mut d = new_qp(&pd, QpType::Rc, &scq, &rcq);
-    let (cn, dn) = (c.qpn().raw(), d.qpn().raw());
-    up(
-        &mut c,
+    let (mut c, mut d) = pair(
+        &pd,
+        QpType::Rc,
+        (&scq, &rcq),
         Link {
             dlid: 10,
-            ..Link::to(dn)
+            ..Link::default()
         },
-    );
-    up(
-        &mut d,
         Link {
             dlid: 8,
-            ..Link::to(cn)
+            ..Link::default()
         },
     );
+    let dn = d.qpn().raw();
     d.post_recv(&[recv(5, &[sge(&m, 1024, 128)])]).unwrap();
     c.post_send(&[wr(6, &sg, SendOp::Send)]).unwrap();
     assert_eq!(drain(&mut scq), [(6, WcStatus::Success)]);
@@ -774,15 +786,14 @@ fn read_and_atomics_without_responder_resources_are_remote_invalid_requests() {
     };
     let sg = [sge(&m, 0, 8)];
     for (op, resources) in [(read, 0u8), (fetch_add, 0), (read, 1)] {
-        let mut a = new_qp(&pd, QpType::Rc, &scq, &rcq);
-        let mut b = new_qp(&pd, QpType::Rc, &scq, &rcq);
-        let (an, bn) = (a.qpn().raw(), b.qpn().raw());
-        up(&mut a, Link::to(bn));
-        up(
-            &mut b,
+        let (mut a, mut b) = pair(
+            &pd,
+            QpType::Rc,
+            (&scq, &rcq),
+            Link::default(),
             Link {
                 max_dest_rd_atomic: resources,
-                ..Link::to(an)
+                ..Link::default()
             },
         );
         // The responder reports only remote write enabled, as mlx5_ib does.
@@ -817,11 +828,13 @@ fn a_message_over_the_qps_limit_fails_locally() {
     let max = dev.info().caps.max_msg_size;
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let mut a = new_qp(&pd, QpType::Rc, &scq, &rcq);
-    let mut b = new_qp(&pd, QpType::Rc, &scq, &rcq);
-    let (an, bn) = (a.qpn().raw(), b.qpn().raw());
-    up(&mut a, Link::to(bn));
-    up(&mut b, Link::to(an));
+    let (mut a, mut b) = pair(
+        &pd,
+        QpType::Rc,
+        (&scq, &rcq),
+        Link::default(),
+        Link::default(),
+    );
     let m = mr(&hal, &pd);
     let len = u32::try_from(max + 1).unwrap();
     a.post_send(&[wr(
