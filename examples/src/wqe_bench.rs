@@ -2,7 +2,7 @@
 //! callgrind — our driver's `post_send`/`poll` and a hand-written minimum of the stores a WQE
 //! needs (and the loads a CQE needs), over rings of the same size. Not a timing benchmark.
 //!
-//! Usage: `wqe_bench driver-post|driver-batch|driver-poll|min-post|min-poll inline64|write4k BATCH ITERS`
+//! Usage: `wqe_bench driver-post|driver-batch|driver-poll|min-post|min-post-mem|min-poll inline64|write4k BATCH ITERS`
 //!
 //! The measured work sits in the `#[inline(never)]` functions `bench_*`; the script collects
 //! instructions only inside them (and, for the driver, not inside the model's doorbell handler,
@@ -102,6 +102,70 @@ fn bench_min_post(
     *bf = black_box(last);
 }
 
+/// One request as a C poster would hold it: every operand a run-time value.
+#[derive(Clone, Copy)]
+struct MinReq<'a> {
+    wr_id: u64,
+    raddr: u64,
+    rkey: u32,
+    addr: u64,
+    len: u32,
+    lkey: u32,
+    signaled: bool,
+    inline: &'a [u8],
+}
+
+/// The minimum again, with what any real poster must also do (rdma-core's `_mlx5_post_send`
+/// does it): operands loaded from the request and byte-swapped instead of folded into
+/// constants, the inline length taken from the request, and the `wr_id` remembered per WQE.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn bench_min_post_mem(
+    ring: &mut [u8],
+    wrid: &mut [u64; RING_BBS],
+    dbr: &mut [u8; 8],
+    bf: &mut u64,
+    cur: &mut u16,
+    kind: Kind,
+    reqs: &[MinReq<'_>],
+) {
+    let qpn: u32 = 0x100;
+    let mut last = 0u64;
+    for r in black_box(reqs) {
+        let idx = usize::from(*cur) % RING_BBS;
+        let at = idx * 64;
+        let fm = if r.signaled { 8u64 } else { 0 };
+        let (opcode, ds, bbs) = match kind {
+            Kind::Inline64 => (0x0au32, 1 + (4 + r.inline.len() as u32).div_ceil(16), 0),
+            Kind::Write4k => (0x08, 3, 1),
+        };
+        let bbs = if bbs == 0 { ds.div_ceil(4) as u16 } else { bbs };
+        let w0 = (u64::from((u32::from(*cur) << 8) | opcode) << 32) | u64::from((qpn << 8) | ds);
+        let w = &mut ring[at..at + 64 * usize::from(bbs)];
+        w[0..8].copy_from_slice(&w0.to_be_bytes());
+        w[8..16].copy_from_slice(&(fm << 32).to_be_bytes());
+        match kind {
+            Kind::Inline64 => {
+                let n = r.inline.len();
+                w[16..20].copy_from_slice(&(0x8000_0000u32 | n as u32).to_be_bytes());
+                w[20..20 + n].copy_from_slice(r.inline);
+            }
+            Kind::Write4k => {
+                w[16..24].copy_from_slice(&r.raddr.to_be_bytes());
+                w[24..28].copy_from_slice(&r.rkey.to_be_bytes());
+                w[32..36].copy_from_slice(&r.len.to_be_bytes());
+                w[36..40].copy_from_slice(&r.lkey.to_be_bytes());
+                w[40..48].copy_from_slice(&r.addr.to_be_bytes());
+            }
+        }
+        wrid[idx] = r.wr_id;
+        *cur = cur.wrapping_add(bbs);
+        last = w0;
+    }
+    dbr[4..8].copy_from_slice(&u32::from(*cur).to_be_bytes());
+    *bf = black_box(last);
+}
+
 /// The loads a CQE needs: owner and opcode, then QPN, WQE counter and byte count; one
 /// doorbell-record store per batch.
 #[inline(never)]
@@ -144,7 +208,7 @@ fn bench_min_poll(
 fn main() {
     let a: Vec<String> = std::env::args().collect();
     if a.len() != 5 {
-        eprintln!("usage: wqe_bench driver-post|driver-batch|driver-poll|min-post|min-poll inline64|write4k BATCH ITERS");
+        eprintln!("usage: wqe_bench driver-post|driver-batch|driver-poll|min-post|min-post-mem|min-poll inline64|write4k BATCH ITERS");
         std::process::exit(2);
     }
     let kind = if a[2] == "inline64" {
@@ -165,6 +229,32 @@ fn main() {
                 );
             }
             black_box((&ring, dbr, bf));
+        }
+        "min-post-mem" => {
+            let mut ring = vec![0u8; RING_BBS * 64 + 128];
+            let mut wrid = [0u64; RING_BBS];
+            let (mut dbr, mut bf, mut cur) = ([0u8; 8], 0u64, 0u16);
+            let payload = [0x5a; 64];
+            let one = MinReq {
+                wr_id: 1,
+                raddr: 0x1_0000_0000,
+                rkey: 0x1234,
+                addr: 0x2_0000_0000,
+                len: 4096,
+                lkey: 0x5678,
+                signaled: false,
+                inline: &payload,
+            };
+            let mut reqs = vec![one; batch];
+            if let Some(l) = reqs.last_mut() {
+                l.signaled = true;
+            }
+            for _ in 0..iters {
+                bench_min_post_mem(
+                    &mut ring, &mut wrid, &mut dbr, &mut bf, &mut cur, kind, &reqs,
+                );
+            }
+            black_box((&ring, &wrid, dbr, bf));
         }
         "min-poll" => {
             let mut ring = vec![0xf0u8; 4096 * 64];

@@ -33,17 +33,18 @@ count() {
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
 per() { awk -v t="$1" -v n="$2" 'BEGIN { printf "%.1f", t / n }'; }
 
-echo "| operation | batch | post_send | batch API | minimum | mlx5dv.h (C) | post_send / minimum | batch API / minimum |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| operation | batch | post_send | batch API | minimum | minimum, operands in memory | mlx5dv.h (C) | post_send / minimum | batch API / minimum | batch API / minimum in memory |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 for kind in inline64 write4k; do
   for b in 1 8 32; do
     n=$((iters * b))
     d=$(per "$(count "$bench" driver-post "$kind" "$b" "$iters")" "$n")
     w=$(per "$(count "$bench" driver-batch "$kind" "$b" "$iters")" "$n")
     m=$(per "$(count "$bench" min-post "$kind" "$b" "$iters")" "$n")
+    mm=$(per "$(count "$bench" min-post-mem "$kind" "$b" "$iters")" "$n")
     c=$(per "$(count "$work/c" post "$kind" "$b" "$iters")" "$n")
     label=$([ "$kind" = inline64 ] && echo "post 64-byte inline SEND" || echo "post 4 KiB RDMA WRITE")
-    echo "| $label | $b | $d | $w | $m | $c | $(ratio "$d" "$m") | $(ratio "$w" "$m") |"
+    echo "| $label | $b | $d | $w | $m | $mm | $c | $(ratio "$d" "$m") | $(ratio "$w" "$m") | $(ratio "$w" "$mm") |"
   done
 done
 for b in 1 8 32; do
@@ -51,5 +52,5 @@ for b in 1 8 32; do
   d=$(per "$(count "$bench" driver-poll write4k "$b" "$iters")" "$n")
   m=$(per "$(count "$bench" min-poll write4k "$b" "$iters")" "$n")
   c=$(per "$(count "$work/c" poll write4k "$b" "$iters")" "$n")
-  echo "| poll CQE | $b | $d | – | $m | $c | $(ratio "$d" "$m") | – |"
+  echo "| poll CQE | $b | $d | – | $m | – | $c | $(ratio "$d" "$m") | – | – |"
 done

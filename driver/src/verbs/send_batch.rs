@@ -291,7 +291,8 @@ impl SendBatch<'_> {
             (None, _) => 1,
         };
         let ds = 1 + addr_units + data_units;
-        let bbs = ds.div_ceil(4) as u16;
+        // WQEBBs of 4 units (`(ds + 3) / 4`; div_ceil costs a remainder test here).
+        let bbs = ((ds + 3) >> 2) as u16;
         self.reserve(bbs)?;
 
         let cur = self.cur;
@@ -374,6 +375,13 @@ impl SendBatch<'_> {
     /// Data segments from byte `at` of the WQE at WQEBB `cur` on.
     #[inline(always)]
     fn write_sges(&self, cur: u16, at: usize, sges: &[Sge]) {
+        // One SGE right after the other segments of the first WQEBB: the common case.
+        if let ([s], true) = (sges, at + 16 <= WQEBB) {
+            let s0 = self.sq.slot(usize::from(cur));
+            s0.write64(at, (u64::from(s.length) << 32) | u64::from(s.lkey.raw()));
+            s0.write64(at + 8, s.addr);
+            return;
+        }
         self.sq.write_be_units(
             usize::from(cur) + at / WQEBB,
             at % WQEBB,
@@ -390,16 +398,14 @@ impl SendBatch<'_> {
     /// `cur` on, as whole 8-byte words.
     #[inline(always)]
     fn write_inline(&self, cur: u16, at: usize, data: &[u8]) {
-        let hdr = (INLINE_SEG | data.len() as u32).to_be_bytes();
         let cur = usize::from(cur) + at / WQEBB;
         let at = at % WQEBB;
-        // The header shares its word with the first four bytes.
+        // The header shares its word with the first four bytes (little-endian arithmetic on
+        // the word's bytes: the header's big-endian bytes first, then the data).
         let (head, rest) = data.split_at(data.len().min(4));
-        let head = partial8(head);
-        let w = [
-            hdr[0], hdr[1], hdr[2], hdr[3], head[0], head[1], head[2], head[3],
-        ];
-        self.sq.slot(cur).write_bytes8(at, w);
+        let hdr = u32::from_le_bytes((INLINE_SEG | data.len() as u32).to_be_bytes());
+        let w = u64::from(hdr) | (partial8(head) << 32);
+        self.sq.slot(cur).write_bytes8(at, w.to_le_bytes());
         let chunks = rest.chunks_exact(8);
         let tail = chunks.remainder();
         let n = chunks.len();
@@ -413,30 +419,26 @@ impl SendBatch<'_> {
             let pos = at + 8 * (n + 1);
             self.sq
                 .slot(cur + pos / WQEBB)
-                .write_bytes8(pos % WQEBB, partial8(tail));
+                .write_bytes8(pos % WQEBB, partial8(tail).to_le_bytes());
         }
     }
 }
 
-/// Up to 8 bytes, zero-padded to 8, without a variable-length copy: two overlapping loads
-/// cover 4–8 bytes.
+/// Up to 8 bytes as the little-endian value of their zero-padded 8-byte word, without a
+/// variable-length copy: two overlapping loads cover 4–8 bytes.
 #[inline(always)]
-fn partial8(b: &[u8]) -> [u8; 8] {
+fn partial8(b: &[u8]) -> u64 {
     let n = b.len();
     if n >= 8 {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&b[..8]);
-        w
+        u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
     } else if n >= 4 {
         let lo = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
         let hi = u32::from_le_bytes([b[n - 4], b[n - 3], b[n - 2], b[n - 1]]);
-        (u64::from(lo) | (u64::from(hi) << (8 * (n - 4)))).to_le_bytes()
+        u64::from(lo) | (u64::from(hi) << (8 * (n - 4)))
     } else {
-        let mut w = [0u8; 8];
-        for (d, s) in w.iter_mut().zip(b) {
-            *d = *s;
-        }
-        w
+        b.iter()
+            .enumerate()
+            .fold(0, |v, (i, &x)| v | (u64::from(x) << (8 * i)))
     }
 }
 
