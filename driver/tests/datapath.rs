@@ -7,6 +7,9 @@ use bareverbs::{Config, Device, Error};
 use bareverbs_hal::Hal;
 use bareverbs_model::SimHal;
 
+mod common;
+use common::{poll_one, send_wr, sge};
+
 const PSN: u32 = 0x10;
 
 fn cap() -> QpCap {
@@ -58,31 +61,6 @@ fn connect<H: Hal>(a: &mut Qp<'_, '_, H>, b: &mut Qp<'_, '_, H>, rnr_retry: u8) 
     let (an, bn) = (a.qpn().raw(), b.qpn().raw());
     to_rts(a, bn, rnr_retry);
     to_rts(b, an, rnr_retry);
-}
-
-fn poll_one<H: Hal>(cq: &mut Cq<'_, H>) -> Wc {
-    let mut wc = [Wc::EMPTY; 1];
-    assert_eq!(cq.poll(&mut wc), 1, "expected a completion");
-    wc[0]
-}
-
-fn sge<H: Hal>(mr: &Mr<'_, '_, H>, off: u64, len: u32) -> Sge {
-    Sge {
-        addr: mr.addr() + off,
-        length: len,
-        lkey: mr.lkey(),
-    }
-}
-
-fn send_wr<'a>(wr_id: u64, sg: &'a [Sge], op: SendOp) -> SendWr<'a> {
-    SendWr {
-        wr_id,
-        sg_list: sg,
-        inline_data: &[],
-        op,
-        flags: SendFlags::SIGNALED,
-        ud: None,
-    }
 }
 
 #[test]

@@ -10,6 +10,9 @@ use bareverbs::{Config, Device, Error};
 use bareverbs_hal::Hal;
 use bareverbs_model::{Drive, ModelConfig, SimHal};
 
+mod common;
+use common::{poll_one, send_wr, sge};
+
 const QKEY: u32 = 0x1111;
 
 fn cap() -> QpCap {
@@ -111,25 +114,6 @@ fn up<H: Hal>(q: &mut Qp<'_, '_, H>, l: Link) {
     q.modify(&rts, mask).unwrap();
 }
 
-fn sge<H: Hal>(mr: &Mr<'_, '_, H>, off: u64, len: u32) -> Sge {
-    Sge {
-        addr: mr.addr() + off,
-        length: len,
-        lkey: mr.lkey(),
-    }
-}
-
-fn wr<'a>(wr_id: u64, sg: &'a [Sge], op: SendOp) -> SendWr<'a> {
-    SendWr {
-        wr_id,
-        sg_list: sg,
-        inline_data: &[],
-        op,
-        flags: SendFlags::SIGNALED,
-        ud: None,
-    }
-}
-
 fn recv<'a>(wr_id: u64, sg: &'a [Sge]) -> RecvWr<'a> {
     RecvWr { wr_id, sg_list: sg }
 }
@@ -139,12 +123,6 @@ fn drain<H: Hal>(cq: &mut Cq<'_, H>) -> Vec<(u64, WcStatus)> {
     let mut wc = [Wc::EMPTY; 32];
     let n = cq.poll(&mut wc);
     wc[..n].iter().map(|w| (w.wr_id, w.status)).collect()
-}
-
-fn one<H: Hal>(cq: &mut Cq<'_, H>) -> Wc {
-    let mut wc = [Wc::EMPTY; 1];
-    assert_eq!(cq.poll(&mut wc), 1, "expected a completion");
-    wc[0]
 }
 
 fn new_qp<'p, 'd, 'h>(
@@ -220,10 +198,10 @@ fn psns_advance_by_packets_per_mtu_and_wrap_at_24_bits() {
     let m = mr(&hal, &pd);
     // SEND of 3000 bytes at MTU 1024: three packets, across the wrap.
     b.post_recv(&[recv(1, &[sge(&m, 4096, 4096)])]).unwrap();
-    a.post_send(&[wr(1, &[sge(&m, 0, 3000)], SendOp::Send)])
+    a.post_send(&[send_wr(1, &[sge(&m, 0, 3000)], SendOp::Send)])
         .unwrap();
     assert_eq!(drain(&mut scq), [(1, WcStatus::Success)]);
-    assert_eq!(one(&mut rcq).byte_len, 3000);
+    assert_eq!(poll_one(&mut rcq).byte_len, 3000);
     assert_eq!(a.query().unwrap().sq_psn, 1);
     assert_eq!(b.query().unwrap().rq_psn, 1);
     // WRITE of one byte (1), READ of 2048 bytes (2 response packets), fetch-and-add (1),
@@ -231,7 +209,7 @@ fn psns_advance_by_packets_per_mtu_and_wrap_at_24_bits() {
     let remote = m.rkey().raw();
     b.post_recv(&[recv(2, &[])]).unwrap();
     a.post_send(&[
-        wr(
+        send_wr(
             2,
             &[sge(&m, 0, 1)],
             SendOp::RdmaWrite {
@@ -239,7 +217,7 @@ fn psns_advance_by_packets_per_mtu_and_wrap_at_24_bits() {
                 rkey: remote,
             },
         ),
-        wr(
+        send_wr(
             3,
             &[sge(&m, 0, 2048)],
             SendOp::RdmaRead {
@@ -247,7 +225,7 @@ fn psns_advance_by_packets_per_mtu_and_wrap_at_24_bits() {
                 rkey: remote,
             },
         ),
-        wr(
+        send_wr(
             4,
             &[sge(&m, 2048, 8)],
             SendOp::AtomicFetchAndAdd {
@@ -256,11 +234,11 @@ fn psns_advance_by_packets_per_mtu_and_wrap_at_24_bits() {
                 add: 1,
             },
         ),
-        wr(5, &[], SendOp::Send),
+        send_wr(5, &[], SendOp::Send),
     ])
     .unwrap();
     assert!(drain(&mut scq).iter().all(|c| c.1 == WcStatus::Success));
-    assert_eq!(one(&mut rcq).wr_id, 2);
+    assert_eq!(poll_one(&mut rcq).wr_id, 2);
     let (qa, qb) = (a.query().unwrap(), b.query().unwrap());
     assert_eq!((qa.sq_psn, qb.rq_psn), (6, 6));
     // The other direction carried nothing.
@@ -292,7 +270,7 @@ fn a_psn_ahead_of_the_responder_retries_retry_cnt_times_then_fails_and_flushes()
         let an = a.qpn().raw();
         b.post_recv(&[recv(9, &[sge(&m, 0, 64)])]).unwrap();
         let sg = [sge(&m, 100, 8)];
-        a.post_send(&[wr(1, &sg, SendOp::Send), wr(2, &sg, SendOp::Send)])
+        a.post_send(&[send_wr(1, &sg, SendOp::Send), send_wr(2, &sg, SendOp::Send)])
             .unwrap();
         assert_eq!(
             drain(&mut scq),
@@ -334,7 +312,7 @@ fn a_psn_behind_the_responder_is_acknowledged_but_not_delivered() {
     b.post_recv(&[recv(20, &[sge(&dst, 0, 64)])]).unwrap();
     let sg = [sge(&src, 0, 8)];
     // PSN 40: a WRITE the responder takes for a duplicate: acknowledged, not executed.
-    a.post_send(&[wr(
+    a.post_send(&[send_wr(
         1,
         &sg,
         SendOp::RdmaWrite {
@@ -348,7 +326,7 @@ fn a_psn_behind_the_responder_is_acknowledged_but_not_delivered() {
     dst.buf().read_bytes(256, &mut got).unwrap();
     assert_eq!(got, [0; 8], "a duplicate WRITE wrote");
     // PSN 41: a duplicate READ is executed again.
-    a.post_send(&[wr(
+    a.post_send(&[send_wr(
         2,
         &[sge(&src, 1024, 8)],
         SendOp::RdmaRead {
@@ -361,15 +339,15 @@ fn a_psn_behind_the_responder_is_acknowledged_but_not_delivered() {
     src.buf().read_bytes(1024, &mut got).unwrap();
     assert_eq!(&got, b"remote--");
     // PSNs 42..=49: SENDs that complete at the sender and never arrive.
-    let sends: Vec<_> = (3..11).map(|id| wr(id, &sg, SendOp::Send)).collect();
+    let sends: Vec<_> = (3..11).map(|id| send_wr(id, &sg, SendOp::Send)).collect();
     a.post_send(&sends).unwrap();
     assert_eq!(drain(&mut scq).len(), 8);
     assert!(drain(&mut rcq).is_empty(), "a duplicate SEND was delivered");
     assert_eq!(b.query().unwrap().rq_psn, 50);
     // PSN 50 is the first the responder expects: delivered.
-    a.post_send(&[wr(11, &sg, SendOp::Send)]).unwrap();
+    a.post_send(&[send_wr(11, &sg, SendOp::Send)]).unwrap();
     assert_eq!(drain(&mut scq), [(11, WcStatus::Success)]);
-    let r = one(&mut rcq);
+    let r = poll_one(&mut rcq);
     assert_eq!((r.wr_id, r.status, r.byte_len), (20, WcStatus::Success, 8));
     dst.buf().read_bytes(0, &mut got).unwrap();
     assert_eq!(&got, b"payload!");
@@ -404,17 +382,17 @@ fn uc_takes_a_message_with_an_unexpected_psn_and_resynchronises() {
         );
         b.post_recv(&[recv(1, &[sge(&m, 0, 4096)]), recv(2, &[sge(&m, 0, 4096)])])
             .unwrap();
-        a.post_send(&[wr(1, &[sge(&m, 4096, 2500)], SendOp::Send)])
+        a.post_send(&[send_wr(1, &[sge(&m, 4096, 2500)], SendOp::Send)])
             .unwrap();
         assert_eq!(drain(&mut scq), [(1, WcStatus::Success)]);
-        assert_eq!(one(&mut rcq).byte_len, 2500);
+        assert_eq!(poll_one(&mut rcq).byte_len, 2500);
         // Three packets at MTU 1024; the receiver now expects what follows them.
         assert_eq!(b.query().unwrap().rq_psn, sq_psn + 3);
         assert_eq!(a.query().unwrap().sq_psn, sq_psn + 3);
-        a.post_send(&[wr(2, &[sge(&m, 4096, 10)], SendOp::Send)])
+        a.post_send(&[send_wr(2, &[sge(&m, 4096, 10)], SendOp::Send)])
             .unwrap();
         assert_eq!(drain(&mut scq), [(2, WcStatus::Success)]);
-        assert_eq!(one(&mut rcq).wr_id, 2);
+        assert_eq!(poll_one(&mut rcq).wr_id, 2);
         assert_eq!(b.query().unwrap().rq_psn, sq_psn + 4);
     }
 }
@@ -446,7 +424,7 @@ fn no_responder_retries_retry_cnt_times_then_retry_exceeded() {
     for (link, retry_cnt) in cases {
         let mut a = new_qp(&pd, QpType::Rc, &scq, &rcq);
         up(&mut a, Link { retry_cnt, ..link });
-        a.post_send(&[wr(1, &sg, SendOp::Send), wr(2, &sg, SendOp::Send)])
+        a.post_send(&[send_wr(1, &sg, SendOp::Send), send_wr(2, &sg, SendOp::Send)])
             .unwrap();
         assert_eq!(
             drain(&mut scq),
@@ -475,7 +453,7 @@ fn ack_timeout_zero_never_times_out_and_the_qp_can_still_be_destroyed() {
         },
     );
     let an = a.qpn().raw();
-    a.post_send(&[wr(1, &sg, SendOp::Send), wr(2, &sg, SendOp::Send)])
+    a.post_send(&[send_wr(1, &sg, SendOp::Send), send_wr(2, &sg, SendOp::Send)])
         .unwrap();
     for _ in 0..200 {
         hal.relax();
@@ -501,9 +479,9 @@ fn ack_timeout_zero_never_times_out_and_the_qp_can_still_be_destroyed() {
         Link::default(),
     );
     c.post_recv(&[recv(7, &[sge(&m, 64, 8)])]).unwrap();
-    b.post_send(&[wr(3, &sg, SendOp::Send)]).unwrap();
+    b.post_send(&[send_wr(3, &sg, SendOp::Send)]).unwrap();
     assert_eq!(drain(&mut scq), [(3, WcStatus::Success)]);
-    assert_eq!(one(&mut rcq).wr_id, 7);
+    assert_eq!(poll_one(&mut rcq).wr_id, 7);
 }
 
 /// A UC or UD send error: the send queue goes to SQE, receives go on, SQE -> RTS resumes.
@@ -529,7 +507,7 @@ fn send_error_moves_an_unreliable_qp_to_sqe(t: QpType) {
     };
     let to = |wr_id, sg, qpn| SendWr {
         ud: dest(qpn),
-        ..wr(wr_id, sg, SendOp::Send)
+        ..send_wr(wr_id, sg, SendOp::Send)
     };
     let grh = if t == QpType::Ud { 40 } else { 0 };
     mr.buf().write_bytes(0, b"to a").unwrap();
@@ -559,7 +537,7 @@ fn send_error_moves_an_unreliable_qp_to_sqe(t: QpType) {
     a.post_recv(&[recv(10, &[sge(&mr, 1024, 512)])]).unwrap();
     b.post_send(&[to(11, &good, an)]).unwrap();
     assert_eq!(drain(&mut scq), [(11, WcStatus::Success)]);
-    let r = one(&mut rcq);
+    let r = poll_one(&mut rcq);
     assert_eq!(
         (r.wr_id, r.status, r.qp_num, r.byte_len),
         (10, WcStatus::Success, an, 4 + grh)
@@ -578,7 +556,7 @@ fn send_error_moves_an_unreliable_qp_to_sqe(t: QpType) {
     b.post_recv(&[recv(20, &[sge(&mr, 2048, 512)])]).unwrap();
     a.post_send(&[to(21, &good, bn)]).unwrap();
     assert_eq!(drain(&mut scq), [(21, WcStatus::Success)]);
-    assert_eq!(one(&mut rcq).wr_id, 20);
+    assert_eq!(poll_one(&mut rcq).wr_id, 20);
     let mut got = [0u8; 4];
     mr.buf().read_bytes(2048 + grh as usize, &mut got).unwrap();
     assert_eq!(&got, b"to a");
@@ -615,8 +593,11 @@ fn rc_send_error_still_moves_the_qp_to_err() {
         ..good[0]
     }];
     a.post_recv(&[recv(10, &good)]).unwrap();
-    a.post_send(&[wr(1, &bad, SendOp::Send), wr(2, &good, SendOp::Send)])
-        .unwrap();
+    a.post_send(&[
+        send_wr(1, &bad, SendOp::Send),
+        send_wr(2, &good, SendOp::Send),
+    ])
+    .unwrap();
     assert_eq!(
         drain(&mut scq),
         [(1, WcStatus::LocProtErr), (2, WcStatus::WrFlushErr)]
@@ -719,11 +700,11 @@ fn receive_completions_carry_the_dlid_path_bits() {
                 remote_qpn: b.qpn().raw(),
                 remote_qkey: QKEY,
             }),
-            ..wr(1, &sg, SendOp::Send)
+            ..send_wr(1, &sg, SendOp::Send)
         }])
         .unwrap();
         assert_eq!(drain(&mut scq), [(1, WcStatus::Success)]);
-        let r = one(&mut rcq);
+        let r = poll_one(&mut rcq);
         assert_eq!(
             (r.wr_id, r.dlid_path_bits),
             (u64::from(dlid), (dlid - 8) as u8)
@@ -745,9 +726,9 @@ fn receive_completions_carry_the_dlid_path_bits() {
     );
     let dn = d.qpn().raw();
     d.post_recv(&[recv(5, &[sge(&m, 1024, 128)])]).unwrap();
-    c.post_send(&[wr(6, &sg, SendOp::Send)]).unwrap();
+    c.post_send(&[send_wr(6, &sg, SendOp::Send)]).unwrap();
     assert_eq!(drain(&mut scq), [(6, WcStatus::Success)]);
-    assert_eq!(one(&mut rcq).dlid_path_bits, 2);
+    assert_eq!(poll_one(&mut rcq).dlid_path_bits, 2);
     // A LID past the port's range is nobody's.
     let mut e = new_qp(&pd, QpType::Rc, &scq, &rcq);
     up(
@@ -758,7 +739,7 @@ fn receive_completions_carry_the_dlid_path_bits() {
             ..Link::to(dn)
         },
     );
-    e.post_send(&[wr(7, &sg, SendOp::Send)]).unwrap();
+    e.post_send(&[send_wr(7, &sg, SendOp::Send)]).unwrap();
     assert_eq!(drain(&mut scq), [(7, WcStatus::RetryExcErr)]);
 }
 
@@ -804,9 +785,10 @@ fn read_and_atomics_without_responder_resources_are_remote_invalid_requests() {
         };
         assert_eq!(b.query().unwrap().qp_access_flags, expect);
         // WRITE needs no responder resources.
-        a.post_send(&[wr(1, &[sge(&m, 512, 8)], write)]).unwrap();
+        a.post_send(&[send_wr(1, &[sge(&m, 512, 8)], write)])
+            .unwrap();
         assert_eq!(drain(&mut scq), [(1, WcStatus::Success)]);
-        a.post_send(&[wr(2, &sg, op), wr(3, &sg, SendOp::Send)])
+        a.post_send(&[send_wr(2, &sg, op), send_wr(3, &sg, SendOp::Send)])
             .unwrap();
         let got = drain(&mut scq);
         if resources == 0 {
@@ -837,7 +819,7 @@ fn a_message_over_the_qps_limit_fails_locally() {
     );
     let m = mr(&hal, &pd);
     let len = u32::try_from(max + 1).unwrap();
-    a.post_send(&[wr(
+    a.post_send(&[send_wr(
         1,
         &[sge(&m, 0, len)],
         SendOp::RdmaRead {
