@@ -10,6 +10,7 @@
 
 use std::hint::black_box;
 
+use bareverbs::firmware_cmd::Lkey;
 use bareverbs::verbs::*;
 use bareverbs::{Config, Device};
 use bareverbs_hal::Hal;
@@ -31,18 +32,32 @@ fn bench_driver_post<H: Hal>(qp: &mut Qp<'_, '_, H>, wrs: &[SendWr<'_>]) {
 }
 
 /// The same requests through the batch API (`ibv_wr_*`): one method per operation, so
-/// nothing is decided per request that the caller already knows.
+/// nothing is decided per request that the caller already knows. The requests come from the
+/// same plain array as [`bench_min_post_mem`]'s.
 #[inline(never)]
-fn bench_driver_batch<H: Hal>(qp: &mut Qp<'_, '_, H>, kind: Kind, wrs: &[SendWr<'_>]) {
-    let ok = qp.send_batch(|b| {
-        for wr in black_box(wrs) {
-            let r = match (kind, wr.op) {
-                (Kind::Write4k, SendOp::RdmaWrite { remote_addr, rkey }) => {
-                    b.rdma_write(wr.wr_id, wr.flags, remote_addr, rkey, wr.sg_list)
-                }
-                _ => b.send_inline(wr.wr_id, wr.flags, wr.inline_data),
+fn bench_driver_batch<H: Hal>(qp: &mut Qp<'_, '_, H>, kind: Kind, reqs: &[MinReq<'_>], lkey: Lkey) {
+    let ok = qp.send_batch(move |b| {
+        for r in black_box(reqs) {
+            let flags = if r.signaled {
+                SendFlags::SIGNALED
+            } else {
+                SendFlags::empty()
             };
-            if r.is_err() {
+            let res = match kind {
+                Kind::Write4k => b.rdma_write(
+                    r.wr_id,
+                    flags,
+                    r.raddr,
+                    r.rkey,
+                    &[Sge {
+                        addr: r.addr,
+                        length: r.len,
+                        lkey,
+                    }],
+                ),
+                Kind::Inline64 => b.send_inline(r.wr_id, flags, r.inline),
+            };
+            if res.is_err() {
                 return false;
             }
         }
@@ -357,6 +372,19 @@ fn driver(mode: &str, kind: Kind, batch: usize, iters: usize) {
     if let Some(last) = wrs.last_mut() {
         last.flags |= SendFlags::SIGNALED;
     }
+    let reqs: Vec<MinReq<'_>> = wrs
+        .iter()
+        .map(|w| MinReq {
+            wr_id: w.wr_id,
+            raddr: mr.addr() + 4096,
+            rkey: mr.rkey().raw(),
+            addr: mr.addr(),
+            len: 4096,
+            lkey: mr.lkey().raw(),
+            signaled: w.flags.contains(SendFlags::SIGNALED),
+            inline: &payload,
+        })
+        .collect();
     let mut wc = vec![Wc::EMPTY; batch];
     let recvs = vec![
         RecvWr {
@@ -376,7 +404,7 @@ fn driver(mode: &str, kind: Kind, batch: usize, iters: usize) {
                 got += bench_driver_poll(&mut scq, &mut wc[..batch - got]);
             }
         } else if mode == "driver-batch" {
-            bench_driver_batch(&mut qa, kind, &wrs);
+            bench_driver_batch(&mut qa, kind, &reqs, mr.lkey());
             while scq.poll(&mut wc) > 0 {}
         } else {
             bench_driver_post(&mut qa, &wrs);

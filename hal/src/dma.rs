@@ -275,6 +275,23 @@ impl<M: DmaMemory> SharedDma<M> {
         read64 try_read64 write64 try_write64: u64;
     }
 
+    /// Reads a native-endian `u16` at `off` (volatile): for memory only the CPU reads, such
+    /// as the driver's books, written with [`Slot::write_ne16`](crate::ring::Slot::write_ne16).
+    ///
+    /// # Panics
+    /// When the access does not fit in the region.
+    pub fn read_ne16(&self, off: usize) -> u16 {
+        self.read16(off).to_be()
+    }
+
+    /// Reads a native-endian `u64` at `off` (volatile); see [`read_ne16`](Self::read_ne16).
+    ///
+    /// # Panics
+    /// When the access does not fit in the region.
+    pub fn read_ne64(&self, off: usize) -> u64 {
+        self.read64(off).to_be()
+    }
+
     /// Copies `dst.len()` bytes starting at `off` into `dst` (volatile, byte order kept).
     /// Aligned 8-byte stretches of the region are read with single 64-bit loads.
     ///

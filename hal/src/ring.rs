@@ -64,49 +64,79 @@ impl<'a, const SIZE: usize> Slots<'a, SIZE> {
         }
     }
 
-    /// Stores 8-byte words (each one's bytes in order) from byte `off` of slot `i` on, into
-    /// the following slots, wrapping at the end of the ring.
+    /// Copies `src` from byte `off` of slot `i` on, into the following slots, wrapping at the
+    /// end of the ring — rdma-core's `memcpy` of inline data, which it likewise splits at the
+    /// end of the queue.
+    ///
+    /// The stores are plain, not volatile, so they move up to 16 bytes each (overlapping
+    /// ones for the last bytes): the device reads the ring only after the barrier that
+    /// precedes a doorbell. Bytes past `src` are left as they were.
     ///
     /// # Panics
-    /// When `off` is not a multiple of 8 inside the slot or the words are more than the ring
-    /// holds.
+    /// When `off` is not inside the slot or `src` is longer than the ring.
     #[inline(always)]
-    pub fn write_words<I>(&self, i: usize, off: usize, words: I)
-    where
-        I: ExactSizeIterator<Item = [u8; 8]>,
-    {
+    pub fn copy_in(&self, i: usize, off: usize, src: &[u8]) {
         let ring = (self.mask + 1) * SIZE;
-        assert!(off % 8 == 0 && off < SIZE && words.len() * 8 <= ring);
+        assert!(off < SIZE && src.len() <= ring);
         let start = (i & self.mask) * SIZE + off;
-        let n = words.len();
-        let before_end = ((ring - start) / 8).min(n);
-        // SAFETY: start + 8·before_end <= ring bytes, inside the checked span; the slot base
-        // and `off` are multiples of 8, so the stores are aligned.
-        let mut p = unsafe { self.base.as_ptr().add(start).cast::<u64>() };
-        let mut words = words;
-        if before_end == n {
-            for w in words {
-                // SAFETY: one of the `before_end` words counted above.
-                unsafe {
-                    p.write_volatile(u64::from_ne_bytes(w));
-                    p = p.add(1);
-                }
-            }
-            return;
-        }
-        for w in words.by_ref().take(before_end) {
-            // SAFETY: as above.
-            unsafe {
-                p.write_volatile(u64::from_ne_bytes(w));
-                p = p.add(1);
+        let room = ring - start;
+        // SAFETY: start + src.len() <= ring in the first branch; in the second, the first part
+        // ends at the ring's end and the rest, src.len() - room <= start bytes (src fits in
+        // the ring), starts at its beginning: all inside the span checked by `slots`. `src`
+        // is a shared borrow of other memory, so no span overlaps it.
+        unsafe {
+            if src.len() <= room {
+                copy_chunks(self.base.as_ptr().add(start), src);
+            } else {
+                let (first, rest) = src.split_at(room);
+                copy_chunks(self.base.as_ptr().add(start), first);
+                copy_chunks(self.base.as_ptr(), rest);
             }
         }
-        p = self.base.as_ptr().cast::<u64>();
-        for w in words {
-            // SAFETY: the rest is at most ring - 8·before_end bytes from the ring's start.
-            unsafe {
-                p.write_volatile(u64::from_ne_bytes(w));
-                p = p.add(1);
+    }
+}
+
+/// Copies `src` to `dst` in 16-byte moves, two per step, the last two overlapping their
+/// predecessors instead of a byte loop (8- and 4-byte moves likewise for shorter runs).
+///
+/// # Safety
+/// `dst..dst + src.len()` is valid for writes and does not overlap `src`.
+#[inline(always)]
+unsafe fn copy_chunks(dst: *mut u8, src: &[u8]) {
+    #[inline(always)]
+    unsafe fn mv<const N: usize>(dst: *mut u8, src: *const u8, at: usize) {
+        // SAFETY: the caller's, for N bytes from `at` at each pointer.
+        unsafe {
+            dst.add(at)
+                .cast::<[u8; N]>()
+                .write_unaligned(src.add(at).cast::<[u8; N]>().read_unaligned())
+        }
+    }
+    let n = src.len();
+    let s = src.as_ptr();
+    // SAFETY: every move lies inside 0..n of both `src` and `dst`.
+    unsafe {
+        if n > 32 {
+            let mut k = 0;
+            while k + 32 < n {
+                mv::<16>(dst, s, k);
+                mv::<16>(dst, s, k + 16);
+                k += 32;
+            }
+            mv::<16>(dst, s, n - 32);
+            mv::<16>(dst, s, n - 16);
+        } else if n >= 16 {
+            mv::<16>(dst, s, 0);
+            mv::<16>(dst, s, n - 16);
+        } else if n >= 8 {
+            mv::<8>(dst, s, 0);
+            mv::<8>(dst, s, n - 8);
+        } else if n >= 4 {
+            mv::<4>(dst, s, 0);
+            mv::<4>(dst, s, n - 4);
+        } else {
+            for k in 0..n {
+                dst.add(k).write(*s.add(k));
             }
         }
     }
@@ -185,6 +215,27 @@ impl<const SIZE: usize> Slot<'_, SIZE> {
         read16 write16: u16;
         read32 write32: u32;
         read64 write64: u64;
+    }
+
+    /// Writes `v` in the CPU's byte order at `off` (volatile): for memory the device never
+    /// reads, such as the driver's books (read back with
+    /// [`SharedDma::read_ne16`](crate::dma::SharedDma::read_ne16)).
+    ///
+    /// # Panics
+    /// When `off` is not a multiple of 2 inside the slot.
+    #[inline(always)]
+    pub fn write_ne16(&self, off: usize, v: u16) {
+        self.write16(off, v.to_be());
+    }
+
+    /// Writes `v` in the CPU's byte order at `off` (volatile); see
+    /// [`write_ne16`](Self::write_ne16).
+    ///
+    /// # Panics
+    /// When `off` is not a multiple of 8 inside the slot.
+    #[inline(always)]
+    pub fn write_ne64(&self, off: usize, v: u64) {
+        self.write64(off, v.to_be());
     }
 
     /// Writes 8 bytes in order at `off` (volatile).
@@ -267,21 +318,37 @@ mod tests {
     }
 
     #[test]
-    fn words_continue_into_the_next_slots_and_wrap_at_the_end() {
-        let d = shared(128);
-        let s = d.slots::<32>(0, 4).unwrap();
-        let words: Vec<[u8; 8]> = (1..=6u8).map(|k| [k; 8]).collect();
-        // Slot 3, byte 16: two words to the ring's end, four from its start.
-        s.write_words(3, 16, words.iter().copied());
-        s.slot(1).write_bytes8(0, [9; 8]);
+    fn native_endian_values_keep_the_cpu_byte_order() {
+        let d = shared(64);
+        let s = d.slots::<16>(0, 4).unwrap();
+        s.slot(5).write_ne64(0, 0x0102_0304_0506_0708);
+        s.slot(2).write_ne16(8, 0x1122);
         let b = bytes(&d);
-        assert_eq!(&b[112..120], &[1; 8]);
-        assert_eq!(&b[120..128], &[2; 8]);
-        for k in 0..4 {
-            assert_eq!(&b[k * 8..k * 8 + 8], &[3 + k as u8; 8]);
+        assert_eq!(&b[16..24], &0x0102_0304_0506_0708u64.to_ne_bytes());
+        assert_eq!(&b[40..42], &0x1122u16.to_ne_bytes());
+        assert_eq!(d.read_ne64(16), 0x0102_0304_0506_0708);
+        assert_eq!(d.read_ne16(40), 0x1122);
+    }
+
+    #[test]
+    fn copies_continue_into_the_next_slots_wrap_at_the_end_and_touch_nothing_else() {
+        // Every length a 128-byte ring holds, from every 8-byte offset of every slot: the
+        // bytes land at (start + k) mod 128 and every other byte keeps its marker.
+        let src: Vec<u8> = (1..=128u8).collect();
+        for len in 0..=128 {
+            for start in (0..128).step_by(8) {
+                let d = shared(128);
+                d.slots::<8>(0, 16).unwrap().copy_in(0, 0, &[0xee; 128]);
+                let s = d.slots::<32>(0, 4).unwrap();
+                s.copy_in(start / 32 + 4, start % 32, &src[..len]);
+                let b = bytes(&d);
+                for (k, &x) in b.iter().enumerate() {
+                    let rel = (k + 128 - start) % 128;
+                    let want = if rel < len { src[rel] } else { 0xee };
+                    assert_eq!(x, want, "len {len} start {start} byte {k}");
+                }
+            }
         }
-        assert_eq!(&b[32..40], &[9; 8]);
-        assert!(b[40..112].iter().all(|&x| x == 0));
     }
 
     #[test]
@@ -298,9 +365,9 @@ mod tests {
 
     #[test]
     #[should_panic]
-    fn more_words_than_the_ring_holds_panic() {
+    fn more_bytes_than_the_ring_holds_panic() {
         let d = shared(64);
         let s = d.slots::<32>(0, 2).unwrap();
-        s.write_words(0, 0, [[0u8; 8]; 9].into_iter());
+        s.copy_in(0, 0, &[0u8; 65]);
     }
 }

@@ -1,6 +1,7 @@
 //! Per-QP bookkeeping that both posting and polling need: the `wr_id` of every outstanding
 //! request and how far each queue has completed. It lives in HAL memory (the driver allocates
-//! nothing else); the device is never given its address.
+//! nothing else); the device is never given its address, so values are kept in the CPU's byte
+//! order.
 //!
 //! Posting and polling take the table's read lock once per call; creating and destroying QPs
 //! take the write lock. Commands never touch it, so a slow command cannot stall the data path.
@@ -36,14 +37,14 @@ impl<H: Hal> Book<H> {
     pub(crate) fn complete_send(&self, index: u16) -> u64 {
         let at = usize::from(index & self.sq_mask) * 16;
         self.sq_tail
-            .store(self.sq.read16(at + 8), Ordering::Release);
-        self.sq.read64(at)
+            .store(self.sq.read_ne16(at + 8), Ordering::Release);
+        self.sq.read_ne64(at)
     }
 
     /// The `wr_id` of the receive at `index`, marking it complete.
     #[inline]
     pub(crate) fn complete_recv(&self, index: u16) -> u64 {
         self.rq_tail.store(index.wrapping_add(1), Ordering::Release);
-        self.rq.read64(usize::from(index & self.rq_mask) * 8)
+        self.rq.read_ne64(usize::from(index & self.rq_mask) * 8)
     }
 }

@@ -239,7 +239,7 @@ impl<H: Hal> Qp<'_, '_, H> {
                 u.write64(0, u64::from(INVALID_LKEY));
                 u.write64(8, 0);
             }
-            ids.slot(usize::from(head)).write64(0, wr.wr_id);
+            ids.slot(usize::from(head)).write_ne64(0, wr.wr_id);
             head = head.wrapping_add(1);
         }
         if head != self.rq_head {

@@ -35,12 +35,13 @@ pub struct SendBatch<'b> {
     /// `qpn << 8`, the control segment's QPN field.
     qpn8: u32,
     /// The control segment's `fm_ce_se` byte for each combination of FENCE, SIGNALED and
-    /// SOLICITED (and CQ_UPDATE always when every request is signaled).
-    fm_ce_se: [u8; 8],
-    /// Bit per operation class the QP type allows.
-    allowed: u8,
-    /// A UD QP: every request names its destination.
-    ud: bool,
+    /// SOLICITED (and CQ_UPDATE always when every request is signaled), byte `flags & 7` of
+    /// the word. A word rather than an array keeps the batch in registers: an array indexed at
+    /// run time would pin the whole batch in memory.
+    fm_ce_se: u64,
+    /// What the QP refuses: a bit per operation class its type does not have, and [`UD`] for
+    /// a UD QP, whose requests (and only those) name their destination.
+    refuse: u8,
     max_inline: usize,
     max_sge: usize,
     posted: usize,
@@ -53,6 +54,8 @@ const SEND: u8 = 0;
 const WRITE: u8 = 1;
 const READ: u8 = 2;
 const ATOMIC: u8 = 3;
+/// In [`SendBatch::refuse`]: the QP is UD.
+const UD: u8 = 1 << 4;
 
 /// One request's operands, as [`SendBatch::emit`] writes them.
 struct Req<'a> {
@@ -263,17 +266,21 @@ impl SendBatch<'_> {
     /// remote-address (and atomic) segment, then inline data or data segments.
     #[inline(always)]
     fn emit<const CLASS: u8, const INLINE: bool>(&mut self, r: &Req<'_>) -> Result<(), Error> {
-        if self.allowed & (1 << CLASS) == 0 {
-            return Err(invalid(Invalid::OpcodeForQpType));
-        }
-        if self.ud != r.ud.is_some() {
-            return Err(invalid(Invalid::Destination));
+        // One test when the class is allowed and the destination matches the QP type.
+        let expect = if r.ud.is_some() { UD } else { 0 };
+        if (self.refuse & ((1 << CLASS) | UD)) != expect {
+            return Err(invalid(if self.refuse & (1 << CLASS) != 0 {
+                Invalid::OpcodeForQpType
+            } else {
+                Invalid::Destination
+            }));
         }
         let data_units = if INLINE {
             if r.data.len() > self.max_inline {
                 return Err(invalid(Invalid::InlineTooLarge));
             }
-            (4 + r.data.len()).div_ceil(16)
+            // `(4 + len).div_ceil(16)`, without div_ceil's remainder test.
+            (r.data.len() + 19) >> 4
         } else {
             if r.sges.len() > self.max_sge {
                 return Err(invalid(Invalid::TooManySge));
@@ -297,7 +304,7 @@ impl SendBatch<'_> {
 
         let cur = self.cur;
         let s0 = self.sq.slot(usize::from(cur));
-        let fm_ce_se = self.fm_ce_se[(r.flags.bits() & 7) as usize];
+        let fm_ce_se = (self.fm_ce_se >> ((r.flags.bits() & 7) * 8)) as u8;
         let ctrl = (u64::from((u32::from(cur) << 8) | u32::from(r.opcode)) << 32)
             | u64::from(self.qpn8 | ds as u32);
         s0.write64(0, ctrl);
@@ -320,8 +327,8 @@ impl SendBatch<'_> {
         }
         let next = cur.wrapping_add(bbs);
         let b = self.book.slot(usize::from(cur));
-        b.write64(0, r.wr_id);
-        b.write16(8, next);
+        b.write_ne64(0, r.wr_id);
+        b.write_ne16(8, next);
         self.cur = next;
         self.room -= bbs;
         self.last_ctrl = ctrl;
@@ -395,7 +402,8 @@ impl SendBatch<'_> {
     }
 
     /// The inline segment (4-byte header, then the bytes) from byte `at` of the WQE at WQEBB
-    /// `cur` on, as whole 8-byte words.
+    /// `cur` on. Bytes after the data up to the segment's 16-byte end keep what they held: the
+    /// device reads the header's byte count (rdma-core leaves them too).
     #[inline(always)]
     fn write_inline(&self, cur: u16, at: usize, data: &[u8]) {
         let cur = usize::from(cur) + at / WQEBB;
@@ -404,46 +412,28 @@ impl SendBatch<'_> {
         // the word's bytes: the header's big-endian bytes first, then the data).
         let (head, rest) = data.split_at(data.len().min(4));
         let hdr = u32::from_le_bytes((INLINE_SEG | data.len() as u32).to_be_bytes());
-        let w = u64::from(hdr) | (partial8(head) << 32);
+        let w = u64::from(hdr) | (u64::from(le_bytes4(head)) << 32);
         self.sq.slot(cur).write_bytes8(at, w.to_le_bytes());
-        let chunks = rest.chunks_exact(8);
-        let tail = chunks.remainder();
-        let n = chunks.len();
         let pos = at + 8;
-        self.sq.write_words(
-            cur + pos / WQEBB,
-            pos % WQEBB,
-            chunks.map(|c| c.try_into().unwrap_or([0; 8])),
-        );
-        if !tail.is_empty() {
-            let pos = at + 8 * (n + 1);
-            self.sq
-                .slot(cur + pos / WQEBB)
-                .write_bytes8(pos % WQEBB, partial8(tail).to_le_bytes());
-        }
+        self.sq.copy_in(cur + pos / WQEBB, pos % WQEBB, rest);
     }
 }
 
-/// Up to 8 bytes as the little-endian value of their zero-padded 8-byte word, without a
-/// variable-length copy: two overlapping loads cover 4–8 bytes.
+/// Up to 4 bytes as the little-endian value of their zero-padded 4-byte word.
 #[inline(always)]
-fn partial8(b: &[u8]) -> u64 {
-    let n = b.len();
-    if n >= 8 {
-        u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
-    } else if n >= 4 {
-        let lo = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        let hi = u32::from_le_bytes([b[n - 4], b[n - 3], b[n - 2], b[n - 1]]);
-        u64::from(lo) | (u64::from(hi) << (8 * (n - 4)))
+fn le_bytes4(b: &[u8]) -> u32 {
+    if let Ok(w) = <[u8; 4]>::try_from(b) {
+        u32::from_le_bytes(w)
     } else {
         b.iter()
             .enumerate()
-            .fold(0, |v, (i, &x)| v | (u64::from(x) << (8 * i)))
+            .fold(0, |v, (i, &x)| v | (u32::from(x) << (8 * i)))
     }
 }
 
-/// `fm_ce_se` by the low three [`SendFlags`] bits.
-fn fm_ce_se_table(sig_all: bool) -> [u8; 8] {
+/// `fm_ce_se` by the low three [`SendFlags`] bits, byte `flags & 7` of the little-endian
+/// word.
+fn fm_ce_se_table(sig_all: bool) -> u64 {
     let mut t = [0u8; 8];
     for (bits, e) in t.iter_mut().enumerate() {
         let f = SendFlags::from_bits_truncate(bits as u32);
@@ -457,7 +447,7 @@ fn fm_ce_se_table(sig_all: bool) -> [u8; 8] {
             *e |= fm_ce_se::SOLICITED;
         }
     }
-    t
+    u64::from_le_bytes(t)
 }
 
 impl<H: Hal> Qp<'_, '_, H> {
@@ -496,12 +486,11 @@ impl<H: Hal> Qp<'_, '_, H> {
             size,
             qpn8: self.qpn().raw() << 8,
             fm_ce_se: fm_ce_se_table(self.sq_sig_all),
-            allowed: match self.qp_type() {
-                QpType::Ud => 1 << SEND,
-                QpType::Uc => (1 << SEND) | (1 << WRITE),
-                _ => (1 << SEND) | (1 << WRITE) | (1 << READ) | (1 << ATOMIC),
+            refuse: match self.qp_type() {
+                QpType::Ud => UD | (1 << WRITE) | (1 << READ) | (1 << ATOMIC),
+                QpType::Uc => (1 << READ) | (1 << ATOMIC),
+                _ => 0,
             },
-            ud: self.qp_type() == QpType::Ud,
             max_inline: cap.max_inline_data as usize,
             max_sge: cap.max_send_sge as usize,
             posted: 0,
@@ -563,8 +552,7 @@ mod tests {
             size: 4,
             qpn8: 0x1234 << 8,
             fm_ce_se: fm_ce_se_table(false),
-            allowed: if qp_type == QpType::Ud { 1 } else { 0xf },
-            ud: qp_type == QpType::Ud,
+            refuse: if qp_type == QpType::Ud { UD | 0xe } else { 0 },
             max_inline: 200,
             max_sge: 8,
             posted: 0,
@@ -681,9 +669,9 @@ mod tests {
                 "len {len}"
             );
             assert_eq!(&wqe[20..20 + len], &data[..len], "len {len}");
-            // Nothing written past the WQE.
+            // Nothing written past the data (the header's word is whole).
             assert!(
-                wqe[ds.div_ceil(4) * 64..].iter().all(|&x| x == 0xee),
+                wqe[20 + len.max(4)..].iter().all(|&x| x == 0xee),
                 "len {len}"
             );
         }
@@ -719,9 +707,8 @@ mod tests {
             assert_eq!(&wqe[at + 8..at + 16], &s.addr.to_be_bytes());
         }
         // The book remembers the request at its first WQEBB and where it ends.
-        let bk = book.slots::<16>(0, 4).unwrap();
-        assert_eq!(bk.slot(3).read64(0), 5);
-        assert_eq!(bk.slot(3).read16(8), 6);
+        assert_eq!(book.read_ne64(3 * 16), 5);
+        assert_eq!(book.read_ne16(3 * 16 + 8), 6);
         // One WQEBB is left until the device completes something.
         assert_eq!(b.send(6, SendFlags::empty(), &sg), Err(Error::QueueFull));
         tail.store(6, Ordering::Release);
@@ -770,12 +757,15 @@ mod tests {
 
     #[test]
     fn flags_map_to_fm_ce_se() {
-        let t = fm_ce_se_table(false);
+        let t = fm_ce_se_table(false).to_le_bytes();
         assert_eq!(t[0], 0);
         assert_eq!(t[SendFlags::FENCE.bits() as usize], 0x80);
         assert_eq!(t[SendFlags::SIGNALED.bits() as usize], 0x08);
         assert_eq!(t[SendFlags::SOLICITED.bits() as usize], 0x02);
         assert_eq!(t[7], 0x8a);
-        assert!(fm_ce_se_table(true).iter().all(|&e| e & 0x08 != 0));
+        assert!(fm_ce_se_table(true)
+            .to_le_bytes()
+            .iter()
+            .all(|&e| e & 0x08 != 0));
     }
 }
