@@ -44,8 +44,8 @@ pub struct SendBatch<'b> {
     refuse: u8,
     max_inline: usize,
     max_sge: usize,
-    posted: usize,
-    /// First 8 bytes of the last control segment (the doorbell's value).
+    /// First 8 bytes of the last control segment (the doorbell's value); 0 while nothing is
+    /// written (a control word holds the QPN and a DS count of at least 1).
     last_ctrl: u64,
 }
 
@@ -97,11 +97,6 @@ impl<'a> Req<'a> {
 }
 
 impl SendBatch<'_> {
-    /// Requests written so far.
-    pub fn posted(&self) -> usize {
-        self.posted
-    }
-
     /// Checks `wr` against the QP and writes it into the ring (`ibv_post_send` for one
     /// request). Nothing is written for a refused request.
     ///
@@ -332,7 +327,6 @@ impl SendBatch<'_> {
         self.cur = next;
         self.room -= bbs;
         self.last_ctrl = ctrl;
-        self.posted += 1;
         Ok(())
     }
 
@@ -410,24 +404,24 @@ impl SendBatch<'_> {
         let at = at % WQEBB;
         // The header shares its word with the first four bytes (little-endian arithmetic on
         // the word's bytes: the header's big-endian bytes first, then the data).
-        let (head, rest) = data.split_at(data.len().min(4));
-        let hdr = u32::from_le_bytes((INLINE_SEG | data.len() as u32).to_be_bytes());
-        let w = u64::from(hdr) | (u64::from(le_bytes4(head)) << 32);
-        self.sq.slot(cur).write_bytes8(at, w.to_le_bytes());
-        let pos = at + 8;
-        self.sq.copy_in(cur + pos / WQEBB, pos % WQEBB, rest);
-    }
-}
-
-/// Up to 4 bytes as the little-endian value of their zero-padded 4-byte word.
-#[inline(always)]
-fn le_bytes4(b: &[u8]) -> u32 {
-    if let Ok(w) = <[u8; 4]>::try_from(b) {
-        u32::from_le_bytes(w)
-    } else {
-        b.iter()
-            .enumerate()
-            .fold(0, |v, (i, &x)| v | (u32::from(x) << (8 * i)))
+        let hdr = u64::from(u32::from_le_bytes(
+            (INLINE_SEG | data.len() as u32).to_be_bytes(),
+        ));
+        let s0 = self.sq.slot(cur);
+        if let Some((head, rest)) = data.split_first_chunk::<4>() {
+            s0.write_bytes8(
+                at,
+                (hdr | u64::from(u32::from_le_bytes(*head)) << 32).to_le_bytes(),
+            );
+            let pos = at + 8;
+            self.sq.copy_in(cur + pos / WQEBB, pos % WQEBB, rest);
+        } else {
+            let head = data
+                .iter()
+                .enumerate()
+                .fold(0, |v, (i, &x)| v | (u64::from(x) << (8 * i)));
+            s0.write_bytes8(at, (hdr | head << 32).to_le_bytes());
+        }
     }
 }
 
@@ -493,11 +487,10 @@ impl<H: Hal> Qp<'_, '_, H> {
             },
             max_inline: cap.max_inline_data as usize,
             max_sge: cap.max_send_sge as usize,
-            posted: 0,
             last_ctrl: 0,
         };
         let r = f(&mut b);
-        if b.posted > 0 {
+        if b.last_ctrl != 0 {
             // ORDERING: every WQE is in memory before the doorbell record says it exists.
             dma_wmb();
             dbr.write32(qp_dbr::SND, u32::from(b.cur));
@@ -555,7 +548,6 @@ mod tests {
             refuse: if qp_type == QpType::Ud { UD | 0xe } else { 0 },
             max_inline: 200,
             max_sge: 8,
-            posted: 0,
             last_ctrl: 0,
         }
     }
@@ -644,7 +636,9 @@ mod tests {
         assert_eq!(&bytes[64..68], &300u32.to_be_bytes());
         assert_eq!(&bytes[68..72], &0x55u32.to_be_bytes());
         assert_eq!(&bytes[72..80], &0x1_0000_2000u64.to_be_bytes());
-        assert_eq!((b.cur, b.posted()), (2, 1));
+        assert_eq!(b.cur, 2);
+        // The doorbell will carry the control segment's first 8 bytes.
+        assert_eq!(&b.last_ctrl.to_be_bytes(), &bytes[..8]);
     }
 
     #[test]
@@ -713,7 +707,7 @@ mod tests {
         assert_eq!(b.send(6, SendFlags::empty(), &sg), Err(Error::QueueFull));
         tail.store(6, Ordering::Release);
         b.send(6, SendFlags::empty(), &sg).unwrap();
-        assert_eq!(b.posted(), 2);
+        assert_eq!(b.cur, 9);
     }
 
     #[test]
@@ -752,7 +746,7 @@ mod tests {
         );
         assert_eq!(rc.post(&fa), Err(invalid(Invalid::TooManySge)));
         assert!(ring_bytes(&sq).iter().all(|&x| x == 0));
-        assert_eq!((b.posted(), rc.posted(), rc.cur), (0, 0, 0));
+        assert_eq!((b.last_ctrl, rc.last_ctrl, rc.cur), (0, 0, 0));
     }
 
     #[test]
