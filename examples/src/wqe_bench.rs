@@ -2,7 +2,7 @@
 //! callgrind — our driver's `post_send`/`poll` and a hand-written minimum of the stores a WQE
 //! needs (and the loads a CQE needs), over rings of the same size. Not a timing benchmark.
 //!
-//! Usage: `wqe_bench driver-post|driver-batch|driver-poll|min-post|min-post-mem|min-poll inline64|write4k BATCH ITERS`
+//! Usage: `wqe_bench driver-post|driver-batch|driver-poll|min-post|min-post-mem|min-poll|min-poll-mem inline64|write4k BATCH ITERS`
 //!
 //! The measured work sits in the `#[inline(never)]` functions `bench_*`; the script collects
 //! instructions only inside them (and, for the driver, not inside the model's doorbell handler,
@@ -220,10 +220,72 @@ fn bench_min_poll(
     n
 }
 
+/// The `ibv_wc` fields a send completion reports, as a minimal poller would keep them.
+#[derive(Clone, Copy, Default)]
+struct MinWc {
+    wr_id: u64,
+    qp_num: u32,
+    byte_len: u32,
+    status: u8,
+    opcode: u8,
+}
+
+/// The minimum poll again, with what any real poller must also do (rdma-core's
+/// `mlx5_parse_cqe` does it): the `wr_id` looked up by WQE counter, the send queue's tail
+/// moved past the request, the status and work-completion opcode derived from the CQE, all
+/// into a completion record.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn bench_min_poll_mem(
+    ring: &[u8],
+    dbr: &mut [u8; 8],
+    ci: &mut u32,
+    batch: usize,
+    wrid: &[u64; RING_BBS],
+    next: &[u16; RING_BBS],
+    tail: &mut u16,
+    out: &mut [MinWc],
+) -> usize {
+    let log = 12;
+    let mut n = 0;
+    while n < batch {
+        let at = ((*ci as usize) & ((1 << log) - 1)) * 64;
+        let op_own = ring[at + 63];
+        if op_own >> 4 == 0xf || u32::from(op_own & 1) != (*ci >> log) & 1 {
+            break;
+        }
+        let sop = u32::from_be_bytes([
+            ring[at + 0x38],
+            ring[at + 0x39],
+            ring[at + 0x3a],
+            ring[at + 0x3b],
+        ]);
+        let wqe = usize::from(u16::from_be_bytes([ring[at + 0x3c], ring[at + 0x3d]])) % RING_BBS;
+        let bytes = u32::from_be_bytes([
+            ring[at + 0x2c],
+            ring[at + 0x2d],
+            ring[at + 0x2e],
+            ring[at + 0x2f],
+        ]);
+        *tail = next[wqe];
+        out[n] = MinWc {
+            wr_id: wrid[wqe],
+            qp_num: sop & 0xff_ffff,
+            byte_len: bytes,
+            status: u8::from(op_own >> 4 != 0),
+            opcode: u8::from((sop >> 24) as u8 == 0x08),
+        };
+        *ci += 1;
+        n += 1;
+    }
+    dbr[0..4].copy_from_slice(&(*ci & 0xff_ffff).to_be_bytes());
+    n
+}
+
 fn main() {
     let a: Vec<String> = std::env::args().collect();
     if a.len() != 5 {
-        eprintln!("usage: wqe_bench driver-post|driver-batch|driver-poll|min-post|min-post-mem|min-poll inline64|write4k BATCH ITERS");
+        eprintln!("usage: wqe_bench driver-post|driver-batch|driver-poll|min-post|min-post-mem|min-poll|min-poll-mem inline64|write4k BATCH ITERS");
         std::process::exit(2);
     }
     let kind = if a[2] == "inline64" {
@@ -284,6 +346,36 @@ fn main() {
                     std::process::exit(3);
                 }
             }
+        }
+        "min-poll-mem" => {
+            let mut ring = vec![0xf0u8; 4096 * 64];
+            let (mut dbr, mut ci, mut tail) = ([0u8; 8], 0u32, 0u16);
+            let wrid: [u64; RING_BBS] = core::array::from_fn(|i| i as u64 * 3);
+            let next: [u16; RING_BBS] = core::array::from_fn(|i| i as u16 + 1);
+            let mut out = vec![MinWc::default(); batch];
+            for _ in 0..iters {
+                for k in 0..batch as u32 {
+                    let at = (((ci + k) as usize) & 4095) * 64;
+                    ring[at + 63] = (((ci + k) >> 12) & 1) as u8;
+                    ring[at + 0x38..at + 0x3c].copy_from_slice(&0x0800_0100u32.to_be_bytes());
+                    ring[at + 0x3c..at + 0x3e].copy_from_slice(&((ci + k) as u16).to_be_bytes());
+                }
+                let got = bench_min_poll_mem(
+                    &ring, &mut dbr, &mut ci, batch, &wrid, &next, &mut tail, &mut out,
+                );
+                if got != batch {
+                    std::process::exit(3);
+                }
+            }
+            // Every field is read, so the stores into `out` are the program's, not dead.
+            let sum = out.iter().fold(u64::from(tail), |a, w| {
+                a ^ w.wr_id
+                    ^ u64::from(w.qp_num)
+                    ^ u64::from(w.byte_len)
+                    ^ u64::from(w.status)
+                    ^ u64::from(w.opcode)
+            });
+            black_box(sum);
         }
         mode => driver(mode, kind, batch, iters),
     }

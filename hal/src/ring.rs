@@ -217,6 +217,26 @@ impl<const SIZE: usize> Slot<'_, SIZE> {
         read64 write64: u64;
     }
 
+    /// Reads the `u16` in the CPU's byte order at `off` (volatile); see
+    /// [`write_ne16`](Self::write_ne16).
+    ///
+    /// # Panics
+    /// When `off` is not a multiple of 2 inside the slot.
+    #[inline(always)]
+    pub fn read_ne16(&self, off: usize) -> u16 {
+        self.read16(off).to_be()
+    }
+
+    /// Reads the `u64` in the CPU's byte order at `off` (volatile); see
+    /// [`write_ne16`](Self::write_ne16).
+    ///
+    /// # Panics
+    /// When `off` is not a multiple of 8 inside the slot.
+    #[inline(always)]
+    pub fn read_ne64(&self, off: usize) -> u64 {
+        self.read64(off).to_be()
+    }
+
     /// Writes `v` in the CPU's byte order at `off` (volatile): for memory the device never
     /// reads, such as the driver's books (read back with
     /// [`SharedDma::read_ne16`](crate::dma::SharedDma::read_ne16)).
@@ -328,6 +348,8 @@ mod tests {
         assert_eq!(&b[40..42], &0x1122u16.to_ne_bytes());
         assert_eq!(d.read_ne64(16), 0x0102_0304_0506_0708);
         assert_eq!(d.read_ne16(40), 0x1122);
+        assert_eq!(s.slot(1).read_ne64(0), 0x0102_0304_0506_0708);
+        assert_eq!(s.slot(6).read_ne16(8), 0x1122);
     }
 
     #[test]

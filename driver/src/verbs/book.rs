@@ -8,7 +8,7 @@
 
 use core::sync::atomic::{AtomicU16, Ordering};
 
-use bareverbs_hal::{Hal, SharedDma};
+use bareverbs_hal::{Hal, SharedDma, Slots};
 
 /// Most QPs with posted work at once.
 pub const MAX_QPS: usize = 64;
@@ -23,8 +23,10 @@ pub struct Book<H: Hal> {
     pub(crate) sq: SharedDma<H::Dma>,
     /// Per receive index: the request's `wr_id`.
     pub(crate) rq: SharedDma<H::Dma>,
-    pub(crate) sq_mask: u16,
-    pub(crate) rq_mask: u16,
+    /// Send WQEBBs (entries of `sq`), a power of two.
+    pub(crate) sq_count: usize,
+    /// Receive entries of `rq`, a power of two.
+    pub(crate) rq_count: usize,
     /// WQEBB counter up to which send requests have completed.
     pub(crate) sq_tail: AtomicU16,
     /// Receive requests completed.
@@ -32,19 +34,41 @@ pub struct Book<H: Hal> {
 }
 
 impl<H: Hal> Book<H> {
-    /// The `wr_id` of the send request at WQEBB `index`, marking everything up to it complete.
+    /// Views for one post or poll call: the bounds are checked here, once, not per entry.
+    /// `None` only if the book's memory is shorter than its counts (never, as created).
     #[inline]
+    pub(crate) fn view(&self) -> Option<BookView<'_>> {
+        Some(BookView {
+            sq: self.sq.slots(0, self.sq_count).ok()?,
+            rq: self.rq.slots(0, self.rq_count).ok()?,
+            sq_tail: &self.sq_tail,
+            rq_tail: &self.rq_tail,
+        })
+    }
+}
+
+/// A [`Book`] seen through ring views (indices masked, values in the CPU's byte order).
+#[derive(Clone, Copy)]
+pub(crate) struct BookView<'a> {
+    pub(crate) sq: Slots<'a, 16>,
+    pub(crate) rq: Slots<'a, 8>,
+    pub(crate) sq_tail: &'a AtomicU16,
+    pub(crate) rq_tail: &'a AtomicU16,
+}
+
+impl BookView<'_> {
+    /// The `wr_id` of the send request at WQEBB `index`, marking everything up to it complete.
+    #[inline(always)]
     pub(crate) fn complete_send(&self, index: u16) -> u64 {
-        let at = usize::from(index & self.sq_mask) * 16;
-        self.sq_tail
-            .store(self.sq.read_ne16(at + 8), Ordering::Release);
-        self.sq.read_ne64(at)
+        let e = self.sq.slot(usize::from(index));
+        self.sq_tail.store(e.read_ne16(8), Ordering::Release);
+        e.read_ne64(0)
     }
 
     /// The `wr_id` of the receive at `index`, marking it complete.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn complete_recv(&self, index: u16) -> u64 {
         self.rq_tail.store(index.wrapping_add(1), Ordering::Release);
-        self.rq.read_ne64(usize::from(index & self.rq_mask) * 8)
+        self.rq.slot(usize::from(index)).read_ne64(0)
     }
 }

@@ -303,8 +303,8 @@ impl<'d, H: Hal> Pd<'d, H> {
         let book = crate::verbs::book::Book {
             sq: book_sq,
             rq: book_rq,
-            sq_mask: ((1u32 << log_sq_bbs) - 1) as u16,
-            rq_mask: ((1u32 << log_rq) - 1) as u16,
+            sq_count: 1 << log_sq_bbs,
+            rq_count: 1 << log_rq,
             sq_tail: core::sync::atomic::AtomicU16::new(0),
             rq_tail: core::sync::atomic::AtomicU16::new(0),
         };
