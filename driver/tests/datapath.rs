@@ -907,3 +907,80 @@ fn resize_cq_keeps_unpolled_completions_in_order() {
     assert!(m.dma_faults().is_empty());
     let _ = &mut rcq;
 }
+
+#[test]
+fn completions_of_qps_sharing_a_cq_keep_their_order_and_wr_ids() {
+    // Three RC pairs: the senders share one send CQ, the receivers one receive CQ. Requests go
+    // round-robin first (consecutive CQEs alternate QPs), then in runs from one QP.
+    let hal = SimHal::synchronous();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
+    let init = QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: &scq,
+        recv_cq: &rcq,
+        cap: cap(),
+        sq_sig_all: true,
+    };
+    let mut tx: Vec<_> = (0..3).map(|_| pd.create_qp(&init).unwrap()).collect();
+    let mut rx: Vec<_> = (0..3).map(|_| pd.create_qp(&init).unwrap()).collect();
+    for (a, b) in tx.iter_mut().zip(rx.iter_mut()) {
+        connect(a, b, 7);
+    }
+    let mr = pd
+        .reg_mr(
+            hal.dma_alloc(4096, 4096).unwrap().share(),
+            AccessFlags::LOCAL_WRITE,
+        )
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let order: Vec<usize> = [0, 1, 2, 0, 1, 2, 0, 0, 0, 2, 2, 1].to_vec();
+    let mut sent = Vec::new();
+    let mut received = Vec::new();
+    for (i, &k) in order.iter().enumerate() {
+        let id = 0x100 * k as u64 + i as u64;
+        let rsg = [sge(&mr, 64 * i as u64, 64)];
+        rx[k]
+            .post_recv(&[RecvWr {
+                wr_id: id | 0x8000,
+                sg_list: &rsg,
+            }])
+            .unwrap();
+        let sg = [sge(&mr, 2048, 16)];
+        tx[k].post_send(&[send_wr(id, &sg, SendOp::Send)]).unwrap();
+        sent.push((tx[k].qpn().raw(), id));
+        received.push((rx[k].qpn().raw(), id | 0x8000));
+    }
+    // Polled in slices of varying length, runs and QP changes fall anywhere in a slice.
+    for (cq, want) in [(&mut scq, &sent), (&mut rcq, &received)] {
+        let mut got = Vec::new();
+        for len in [1, 2, 5, 3, 8].iter().cycle() {
+            let mut wc = vec![Wc::EMPTY; *len];
+            let n = cq.poll(&mut wc);
+            for w in &wc[..n] {
+                assert_eq!(w.status, WcStatus::Success);
+                got.push((w.qp_num, w.wr_id));
+            }
+            if n == 0 {
+                break;
+            }
+        }
+        assert_eq!(&got, want);
+    }
+    // Every queue is free again: each takes as many requests as it holds.
+    for (a, b) in tx.iter_mut().zip(rx.iter_mut()) {
+        let sg = [sge(&mr, 0, 8)];
+        let rsg = [sge(&mr, 1024, 8)];
+        let rwrs = vec![
+            RecvWr {
+                wr_id: 1,
+                sg_list: &rsg
+            };
+            b.cap().max_recv_wr as usize
+        ];
+        b.post_recv(&rwrs).unwrap();
+        let wrs = vec![send_wr(2, &sg, SendOp::Send); a.cap().max_send_wr as usize];
+        a.post_send(&wrs).unwrap();
+    }
+}

@@ -11,6 +11,7 @@ use crate::cmdq::MAX_MESSAGE;
 use crate::device::{input, Device};
 use crate::error::{Error, Invalid, Limit};
 use crate::uar::Uar;
+use crate::verbs::book::BookView;
 use crate::verbs::wc::{Wc, WcFlags, WcOpcode, WcStatus};
 
 /// Size of a CQE.
@@ -19,6 +20,9 @@ pub const CQE_BYTES: usize = 64;
 const MAX_CQ_PAGES: usize = (MAX_MESSAGE - CreateCqIn::BYTES) / 8;
 /// `op_own` of an empty entry: opcode INVALID, owner 0 (mlx5_ib's initial value).
 const OP_OWN_INIT: u8 = 0xf0;
+/// Byte offset of the QPN word (`sop_drop_qpn`; `s_wqe_opcode_qpn` of error CQEs, the same
+/// place).
+const SOP_DROP_QPN: usize = cqe64::sop_drop_qpn.bit / 8;
 
 /// A completion queue. Destroyed on drop.
 pub struct Cq<'d, H: Hal> {
@@ -124,6 +128,17 @@ static REQ_OPCODES: [WcOpcode; 256] = {
     t
 };
 
+/// The `wr_id` of the request a completion ends (0 for a QP without a book), marking the
+/// queue complete up to it.
+#[inline(always)]
+fn complete(book: Option<&BookView<'_>>, is_send: bool, counter: u16) -> u64 {
+    match book {
+        Some(b) if is_send => b.complete_send(counter),
+        Some(b) => b.complete_recv(counter),
+        None => 0,
+    }
+}
+
 /// `ibv_wc_opcode` of a requester completion from the WQE opcode in the CQE.
 #[inline(always)]
 fn req_opcode(wqe_opcode: u8) -> WcOpcode {
@@ -160,13 +175,19 @@ impl<H: Hal> Cq<'_, H> {
         }
     }
 
-    /// Decodes `cqe` (already known to be software-owned); also returns whether it completes a
-    /// send and its WQE counter. Successful completions read only the dwords their opcode
-    /// uses, straight from the ring; error CQEs are copied out whole.
+    /// Decodes `cqe` (already known to be software-owned, its QPN word `sop` already read) into
+    /// `wc`, taking the `wr_id` from `book` (the CQE's QP's) and marking its queue complete up
+    /// to the request. Successful completions read only the dwords their opcode uses, straight
+    /// from the ring; error CQEs are copied out whole.
     #[inline(always)]
-    fn decode(cqe: Slot<'_, CQE_BYTES>, op_own: u8, wc: &mut Wc) -> (bool, u16) {
+    fn decode(
+        cqe: Slot<'_, CQE_BYTES>,
+        op_own: u8,
+        sop: u32,
+        book: Option<&BookView<'_>>,
+        wc: &mut Wc,
+    ) {
         // Byte offsets of the fields read here, from the layouts.
-        const SOP_DROP_QPN: usize = cqe64::sop_drop_qpn.bit / 8;
         const WQE_COUNTER: usize = cqe64::wqe_counter.bit / 8;
         const BYTE_CNT: usize = cqe64::byte_cnt.bit / 8;
         const IMM: usize = cqe64::imm_inval_pkey.bit / 8;
@@ -178,7 +199,6 @@ impl<H: Hal> Cq<'_, H> {
         let counter = cqe.read16(WQE_COUNTER);
         // A successful send, the most frequent, decided before the other kinds.
         if opcode == CqeOpcode::Req {
-            let sop = cqe.read32(SOP_DROP_QPN);
             wc.qp_num = cqe_qpn(sop);
             wc.opcode = req_opcode(cqe_wqe_opcode(sop));
             if matches!(
@@ -187,7 +207,10 @@ impl<H: Hal> Cq<'_, H> {
             ) {
                 wc.byte_len = cqe.read32(BYTE_CNT);
             }
-            return (true, counter);
+            if let Some(b) = book {
+                wc.wr_id = b.complete_send(counter);
+            }
+            return;
         }
         let is_send = opcode == CqeOpcode::ReqErr;
         if matches!(opcode, CqeOpcode::ReqErr | CqeOpcode::RespErr) {
@@ -196,7 +219,7 @@ impl<H: Hal> Cq<'_, H> {
                 w.copy_from_slice(&cqe.read64(8 * k).to_be_bytes());
             }
             let Ok(e) = View::<ErrCqe>::new_checked(&raw) else {
-                return (is_send, counter);
+                return;
             };
             let syndrome = e.get(err_cqe::syndrome) as u8;
             let sqn = e.get32(err_cqe::s_wqe_opcode_qpn);
@@ -208,9 +231,10 @@ impl<H: Hal> Cq<'_, H> {
             } else {
                 WcOpcode::Recv
             };
-            return (is_send, counter);
+            wc.wr_id = complete(book, is_send, counter);
+            return;
         }
-        wc.qp_num = cqe_qpn(cqe.read32(SOP_DROP_QPN));
+        wc.qp_num = cqe_qpn(sop);
         wc.byte_len = cqe.read32(BYTE_CNT);
         let imm = cqe.read32(IMM);
         let flags = cqe.read32(FLAGS_RQPN);
@@ -240,7 +264,7 @@ impl<H: Hal> Cq<'_, H> {
             }
             _ => {}
         }
-        (is_send, counter)
+        wc.wr_id = complete(book, false, counter);
     }
 
     /// Polls up to `wc.len()` completions into `wc` (`ibv_poll_cq`); returns how many. Error
@@ -256,48 +280,48 @@ impl<H: Hal> Cq<'_, H> {
         else {
             return 0;
         };
-        let mut n = 0;
         let books = self.dev.books.read();
-        let mut last = None;
         // The consumer index lives in a register for the call.
-        let mut ci = self.ci;
-        while n < wc.len() {
-            let cqe = ring.slot(ci as usize);
-            let op_own = cqe.read8(CQE_BYTES - 1);
-            if get_cqe_opcode(op_own) == u8::from(CqeOpcode::Invalid)
-                || !cqe_is_sw_owned(op_own, ci, self.log_size)
-            {
-                break;
+        let start = self.ci;
+        let mut ci = start;
+        let log_size = self.log_size;
+        let mut n = 0;
+        // Completions come in runs from one QP: its book is looked up once per run, and the
+        // run's loop keeps the book's view in registers.
+        'runs: while n < wc.len() {
+            let first = ring.slot(ci as usize);
+            let qpn = cqe_qpn(first.read32(SOP_DROP_QPN));
+            let book = books.get(&qpn).and_then(|b| b.view());
+            while n < wc.len() {
+                let cqe = ring.slot(ci as usize);
+                let op_own = cqe.read8(CQE_BYTES - 1);
+                if get_cqe_opcode(op_own) == u8::from(CqeOpcode::Invalid)
+                    || !cqe_is_sw_owned(op_own, ci, log_size)
+                {
+                    break 'runs;
+                }
+                // ORDERING: the owner bit said the CQE is complete; read its body only after
+                // it.
+                dma_rmb();
+                if CqeOpcode::from(get_cqe_opcode(op_own)) == CqeOpcode::ResizeCq {
+                    ci = ci.wrapping_add(1);
+                    continue;
+                }
+                // The QPN sits at the same place in every kind of CQE.
+                let sop = cqe.read32(SOP_DROP_QPN);
+                if cqe_qpn(sop) != qpn {
+                    continue 'runs;
+                }
+                ci = ci.wrapping_add(1);
+                Self::decode(cqe, op_own, sop, book.as_ref(), &mut wc[n]);
+                n += 1;
             }
-            // ORDERING: the owner bit said the CQE is complete; read its body only after it.
-            dma_rmb();
-            ci = ci.wrapping_add(1);
-            if CqeOpcode::from(get_cqe_opcode(op_own)) == CqeOpcode::ResizeCq {
-                continue;
-            }
-            let w = &mut wc[n];
-            let (is_send, counter) = Self::decode(cqe, op_own, w);
-            // Consecutive CQEs mostly come from one QP: look its book up once.
-            if last.is_none_or(|(q, _)| q != w.qp_num) {
-                last = books
-                    .get(&w.qp_num)
-                    .and_then(|b| b.view())
-                    .map(|b| (w.qp_num, b));
-            }
-            if let Some((_, book)) = last {
-                w.wr_id = if is_send {
-                    book.complete_send(counter)
-                } else {
-                    book.complete_recv(counter)
-                };
-            }
-            n += 1;
         }
         self.ci = ci;
-        if n > 0 {
+        if ci != start {
             // ORDERING: the CQEs are read before the device is told it may reuse them.
             dma_wmb();
-            self.dbr().write32(cq_dbr::SET_CI, cq_set_ci_word(self.ci));
+            self.dbr().write32(cq_dbr::SET_CI, cq_set_ci_word(ci));
         }
         n
     }
@@ -479,6 +503,8 @@ impl<H: Hal> Drop for Cq<'_, H> {
 mod tests {
     use bareverbs_firmware_cmd::ifc::{make_op_own, CqeOpcode};
     use bareverbs_hal::Hal;
+    use core::sync::atomic::{AtomicU16, Ordering};
+
     use bareverbs_model::SimHal;
 
     use super::*;
@@ -502,10 +528,27 @@ mod tests {
         }
         ring.write_bytes(0, &c).unwrap();
         let slots = ring.slots::<CQE_BYTES>(0, 1).unwrap();
+        // A book of 16 receives whose entry 9 holds the request, and one send entry.
+        let (sq_book, rq_book) = (
+            hal.dma_alloc(16, 64).unwrap().share(),
+            hal.dma_alloc(16 * 8, 64).unwrap().share(),
+        );
+        let rq = rq_book.slots::<8>(0, 16).unwrap();
+        rq.slot(9).write_ne64(0, 0xfeed_f00d);
+        let (sq_tail, rq_tail) = (AtomicU16::new(0), AtomicU16::new(0));
+        let book = BookView {
+            sq: sq_book.slots(0, 1).unwrap(),
+            rq,
+            sq_tail: &sq_tail,
+            rq_tail: &rq_tail,
+        };
         let mut wc = Wc::EMPTY;
-        let (is_send, counter) = Cq::<SimHal>::decode(slots.slot(0), c[0x3f], &mut wc);
-        assert!(!is_send);
-        assert_eq!(counter, 9);
+        let sop = slots.slot(0).read32(SOP_DROP_QPN);
+        Cq::<SimHal>::decode(slots.slot(0), c[0x3f], sop, Some(&book), &mut wc);
+        // The receive at WQE counter 9: its wr_id, and the receive queue complete past it.
+        assert_eq!(wc.wr_id, 0xfeed_f00d);
+        assert_eq!(rq_tail.load(Ordering::Relaxed), 10);
+        assert_eq!(sq_tail.load(Ordering::Relaxed), 0);
         assert_eq!(wc.dlid_path_bits, 0x05);
         assert_eq!(wc.byte_len, 300);
         assert_eq!(wc.qp_num, 0x77);
