@@ -121,7 +121,7 @@ impl<H: Hal> Device<H> {
                 key_byte: 0,
                 cq_users: heapless::FnvIndexMap::new(),
             }),
-            books: spin::RwLock::new(heapless::FnvIndexMap::new()),
+            books: spin::RwLock::new(crate::verbs::book::Books::new()),
         };
         info!(
             "mlx5: firmware {}.{}.{}, cmdif {}",

@@ -51,6 +51,7 @@ for b in 1 8 32; do
   n=$((iters * b))
   d=$(per "$(count "$bench" driver-poll write4k "$b" "$iters")" "$n")
   m=$(per "$(count "$bench" min-poll write4k "$b" "$iters")" "$n")
+  mm=$(per "$(count "$bench" min-poll-mem write4k "$b" "$iters")" "$n")
   c=$(per "$(count "$work/c" poll write4k "$b" "$iters")" "$n")
-  echo "| poll CQE | $b | $d | – | $m | – | $c | $(ratio "$d" "$m") | – | – |"
+  echo "| poll CQE | $b | $d | – | $m | $mm | $c | $(ratio "$d" "$m") | – | $(ratio "$d" "$mm") (poll) |"
 done

@@ -170,7 +170,8 @@ pub struct Qp<'p, 'd, H: Hal> {
     pub(crate) log_sq_bbs: u8,
     pub(crate) log_rq: u8,
     pub(crate) rq_shift: u8,
-    pub(crate) sq_sig_all: bool,
+    /// The control segment's `fm_ce_se` byte by send flags (see `send_batch`), made once.
+    pub(crate) fm_ce_se: u64,
     attr: QpAttr,
     /// WQEBBs posted to the SQ (16-bit counter, as the doorbell record holds it).
     pub(crate) sq_cur: u16,
@@ -335,7 +336,7 @@ impl<'d, H: Hal> Pd<'d, H> {
             log_sq_bbs,
             log_rq,
             rq_shift,
-            sq_sig_all: attr.sq_sig_all,
+            fm_ce_se: crate::verbs::send_batch::fm_ce_se_table(attr.sq_sig_all),
             attr: QpAttr {
                 cap,
                 ..QpAttr::default()

@@ -6,7 +6,7 @@
 use core::sync::atomic::{AtomicU16, Ordering};
 
 use bareverbs_firmware_cmd::ifc::{fm_ce_se, qp_dbr, wqe_opcode, INLINE_SEG};
-use bareverbs_hal::{dma_wmb, wmb, BarOffset, Hal, Mmio, Slots};
+use bareverbs_hal::{dma_wmb, wmb, BarOffset, Hal, Mmio, Slot, Slots};
 
 use crate::error::{Error, Invalid};
 use crate::verbs::post::{SendFlags, SendOp, SendWr, Sge, UdDest};
@@ -305,7 +305,7 @@ impl SendBatch<'_> {
         s0.write64(0, ctrl);
         s0.write64(8, (u64::from(fm_ce_se) << 32) | u64::from(r.imm));
         if let Some(ud) = r.ud {
-            self.write_datagram(cur, ud);
+            write_datagram(s0, ud);
         } else if CLASS != SEND {
             s0.write64(16, r.raddr);
             s0.write64(24, u64::from(r.rkey) << 32);
@@ -341,36 +341,6 @@ impl SendBatch<'_> {
             }
         }
         Ok(())
-    }
-
-    /// The 48-byte datagram segment (address vector) right after the control segment.
-    fn write_datagram(&self, cur: u16, ud: &UdDest) {
-        let s0 = self.sq.slot(usize::from(cur));
-        let ah = &ud.ah;
-        let lid_word = (u32::from(ah.sl & 0xf) << 24)
-            | (u32::from(ah.src_path_bits & 0x7f) << 16)
-            | u32::from(ah.dlid);
-        s0.write64(16, u64::from(ud.remote_qkey) << 32);
-        s0.write64(
-            24,
-            (u64::from(0x8000_0000 | ud.remote_qpn) << 32) | u64::from(lid_word),
-        );
-        // Bytes 16–23 of the vector (the RoCE MAC) stay zero; 26 and 27 are the traffic class
-        // and hop limit, 28–31 GRH flag, source GID index and flow label, 32–47 the DGID.
-        let (mut grh, mut gid) = (0u64, [0u8; 16]);
-        if ah.is_global {
-            let g = &ah.grh;
-            let gid_fl = (1u32 << 30) | (u32::from(g.sgid_index) << 20) | (g.flow_label & 0xf_ffff);
-            grh = (u64::from(g.traffic_class) << 40)
-                | (u64::from(g.hop_limit) << 32)
-                | u64::from(gid_fl);
-            gid = g.dgid;
-        }
-        s0.write64(32, 0);
-        s0.write64(40, grh);
-        let (hi, lo) = gid.split_at(8);
-        s0.write_bytes8(48, hi.try_into().unwrap_or([0; 8]));
-        s0.write_bytes8(56, lo.try_into().unwrap_or([0; 8]));
     }
 
     /// Data segments from byte `at` of the WQE at WQEBB `cur` on.
@@ -425,9 +395,39 @@ impl SendBatch<'_> {
     }
 }
 
+/// The 48-byte datagram segment (address vector) right after the control segment in `s0`,
+/// the WQE's first WQEBB. A free function of the slot alone: a call that took the batch would
+/// pin the batch in memory.
+fn write_datagram(s0: Slot<'_, WQEBB>, ud: &UdDest) {
+    let ah = &ud.ah;
+    let lid_word = (u32::from(ah.sl & 0xf) << 24)
+        | (u32::from(ah.src_path_bits & 0x7f) << 16)
+        | u32::from(ah.dlid);
+    s0.write64(16, u64::from(ud.remote_qkey) << 32);
+    s0.write64(
+        24,
+        (u64::from(0x8000_0000 | ud.remote_qpn) << 32) | u64::from(lid_word),
+    );
+    // Bytes 16–23 of the vector (the RoCE MAC) stay zero; 26 and 27 are the traffic class
+    // and hop limit, 28–31 GRH flag, source GID index and flow label, 32–47 the DGID.
+    let (mut grh, mut gid) = (0u64, [0u8; 16]);
+    if ah.is_global {
+        let g = &ah.grh;
+        let gid_fl = (1u32 << 30) | (u32::from(g.sgid_index) << 20) | (g.flow_label & 0xf_ffff);
+        grh =
+            (u64::from(g.traffic_class) << 40) | (u64::from(g.hop_limit) << 32) | u64::from(gid_fl);
+        gid = g.dgid;
+    }
+    s0.write64(32, 0);
+    s0.write64(40, grh);
+    let (hi, lo) = gid.split_at(8);
+    s0.write_bytes8(48, hi.try_into().unwrap_or([0; 8]));
+    s0.write_bytes8(56, lo.try_into().unwrap_or([0; 8]));
+}
+
 /// `fm_ce_se` by the low three [`SendFlags`] bits, byte `flags & 7` of the little-endian
 /// word.
-fn fm_ce_se_table(sig_all: bool) -> u64 {
+pub(crate) fn fm_ce_se_table(sig_all: bool) -> u64 {
     let mut t = [0u8; 8];
     for (bits, e) in t.iter_mut().enumerate() {
         let f = SendFlags::from_bits_truncate(bits as u32);
@@ -479,7 +479,7 @@ impl<H: Hal> Qp<'_, '_, H> {
             room: 0,
             size,
             qpn8: self.qpn().raw() << 8,
-            fm_ce_se: fm_ce_se_table(self.sq_sig_all),
+            fm_ce_se: self.fm_ce_se,
             refuse: match self.qp_type() {
                 QpType::Ud => UD | (1 << WRITE) | (1 << READ) | (1 << ATOMIC),
                 QpType::Uc => (1 << READ) | (1 << ATOMIC),
