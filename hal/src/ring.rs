@@ -96,8 +96,9 @@ impl<'a, const SIZE: usize> Slots<'a, SIZE> {
     }
 }
 
-/// Copies `src` to `dst` in 16-byte moves, two per step, the last two overlapping their
-/// predecessors instead of a byte loop (8- and 4-byte moves likewise for shorter runs).
+/// Copies `src` to `dst` in 16-byte moves: 32 bytes per step while more than 64 are left,
+/// then the last up to 64 in four (or two) moves that may overlap, instead of a byte loop; 8-
+/// and 4-byte moves likewise for shorter runs. Inline data of up to 64 bytes takes no loop.
 ///
 /// # Safety
 /// `dst..dst + src.len()` is valid for writes and does not overlap `src`.
@@ -112,31 +113,32 @@ unsafe fn copy_chunks(dst: *mut u8, src: &[u8]) {
                 .write_unaligned(src.add(at).cast::<[u8; N]>().read_unaligned())
         }
     }
-    let n = src.len();
-    let s = src.as_ptr();
-    // SAFETY: every move lies inside 0..n of both `src` and `dst`.
+    let (mut d, mut s, mut n) = (dst, src.as_ptr(), src.len());
+    // SAFETY: every move lies inside the `n` bytes left at `s` and `d`, which stay inside
+    // `src` and `dst`.
     unsafe {
+        while n > 64 {
+            mv::<16>(d, s, 0);
+            mv::<16>(d, s, 16);
+            (d, s, n) = (d.add(32), s.add(32), n - 32);
+        }
         if n > 32 {
-            let mut k = 0;
-            while k + 32 < n {
-                mv::<16>(dst, s, k);
-                mv::<16>(dst, s, k + 16);
-                k += 32;
-            }
-            mv::<16>(dst, s, n - 32);
-            mv::<16>(dst, s, n - 16);
+            mv::<16>(d, s, 0);
+            mv::<16>(d, s, 16);
+            mv::<16>(d, s, n - 32);
+            mv::<16>(d, s, n - 16);
         } else if n >= 16 {
-            mv::<16>(dst, s, 0);
-            mv::<16>(dst, s, n - 16);
+            mv::<16>(d, s, 0);
+            mv::<16>(d, s, n - 16);
         } else if n >= 8 {
-            mv::<8>(dst, s, 0);
-            mv::<8>(dst, s, n - 8);
+            mv::<8>(d, s, 0);
+            mv::<8>(d, s, n - 8);
         } else if n >= 4 {
-            mv::<4>(dst, s, 0);
-            mv::<4>(dst, s, n - 4);
+            mv::<4>(d, s, 0);
+            mv::<4>(d, s, n - 4);
         } else {
             for k in 0..n {
-                dst.add(k).write(*s.add(k));
+                d.add(k).write(*s.add(k));
             }
         }
     }

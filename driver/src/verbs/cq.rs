@@ -11,7 +11,7 @@ use crate::cmdq::MAX_MESSAGE;
 use crate::device::{input, Device};
 use crate::error::{Error, Invalid, Limit};
 use crate::uar::Uar;
-use crate::verbs::book::BookView;
+use crate::verbs::book::{BookView, Books};
 use crate::verbs::wc::{Wc, WcFlags, WcOpcode, WcStatus};
 
 /// Size of a CQE.
@@ -137,6 +137,13 @@ fn complete(book: Option<&BookView<'_>>, is_send: bool, counter: u16) -> u64 {
         Some(b) => b.complete_recv(counter),
         None => 0,
     }
+}
+
+/// The book of QP `qpn`, viewed for a run of its completions. Out of line: once per run, and
+/// inlined it crowds the run's loop out of its registers.
+#[inline(never)]
+fn book_view<'b, H: Hal>(books: &'b Books<H>, qpn: u32) -> Option<BookView<'b>> {
+    books.get(&qpn).and_then(|b| b.view())
 }
 
 /// `ibv_wc_opcode` of a requester completion from the WQE opcode in the CQE.
@@ -291,7 +298,7 @@ impl<H: Hal> Cq<'_, H> {
         'runs: while n < wc.len() {
             let first = ring.slot(ci as usize);
             let qpn = cqe_qpn(first.read32(SOP_DROP_QPN));
-            let book = books.get(&qpn).and_then(|b| b.view());
+            let book = book_view(&books, qpn);
             while n < wc.len() {
                 let cqe = ring.slot(ci as usize);
                 let op_own = cqe.read8(CQE_BYTES - 1);
