@@ -984,3 +984,74 @@ fn completions_of_qps_sharing_a_cq_keep_their_order_and_wr_ids() {
         a.post_send(&wrs).unwrap();
     }
 }
+
+#[test]
+fn a_region_past_a_thousand_4k_pages_takes_one_or_two_translation_pages() {
+    // 24 MiB: 6144 pages of 4 KiB, past the 992 entries one CREATE_MKEY carries; translated
+    // with the smallest frame that holds it, as Linux mlx5_ib does.
+    let hal = SimHal::synchronous();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let (mut scq, rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
+    let init = QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: &scq,
+        recv_cq: &rcq,
+        cap: cap(),
+        sq_sig_all: true,
+    };
+    let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
+    connect(&mut a, &mut b, 7);
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    let len = 24usize << 20;
+    let big = pd
+        .reg_mr(hal.dma_alloc(len, 4096).unwrap().share(), access)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let small = pd
+        .reg_mr(hal.dma_alloc(4096, 4096).unwrap().share(), access)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let t = hal
+        .model()
+        .with(|h| h.mkey(big.lkey().raw() >> 8).map(|k| k.translation.clone()))
+        .unwrap();
+    match t {
+        bareverbs_model::mkey::Translation::Mtt { log_page, pages } => {
+            assert!(log_page >= 25 && pages.len() <= 2, "{log_page} {pages:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // WRITE into the first and the last bytes, READ them back elsewhere.
+    small.buf().write_bytes(0, b"first!last!!").unwrap();
+    let ends = [(0u64, 0u64), (6, len as u64 - 6)];
+    for (k, &(src, dst)) in ends.iter().enumerate() {
+        let sg = [sge(&small, src, 6)];
+        let op = SendOp::RdmaWrite {
+            remote_addr: big.addr() + dst,
+            rkey: big.rkey().raw(),
+        };
+        a.post_send(&[send_wr(k as u64, &sg, op)]).unwrap();
+        assert_eq!(poll_one(&mut scq).status, WcStatus::Success);
+    }
+    let mut got = [0u8; 6];
+    big.buf().read_bytes(len - 6, &mut got).unwrap();
+    assert_eq!(&got, b"last!!");
+    let sg = [sge(&small, 100, 6)];
+    let op = SendOp::RdmaRead {
+        remote_addr: big.addr(),
+        rkey: big.rkey().raw(),
+    };
+    a.post_send(&[send_wr(9, &sg, op)]).unwrap();
+    assert_eq!(poll_one(&mut scq).status, WcStatus::Success);
+    small.buf().read_bytes(100, &mut got).unwrap();
+    assert_eq!(&got, b"first!");
+    // One byte past the end is refused by the key's bounds.
+    let sg = [sge(&small, 0, 2)];
+    let op = SendOp::RdmaWrite {
+        remote_addr: big.addr() + len as u64 - 1,
+        rkey: big.rkey().raw(),
+    };
+    a.post_send(&[send_wr(10, &sg, op)]).unwrap();
+    assert_eq!(poll_one(&mut scq).status, WcStatus::RemAccessErr);
+}

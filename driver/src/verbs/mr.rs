@@ -40,10 +40,39 @@ impl defmt::Format for AccessFlags {
 /// A failed registration: the error and, unless the device may still use it, the buffer.
 pub type RegMrError<D> = (Error, Option<SharedDma<D>>);
 
-/// Page size of the translation table.
-const MTT_PAGE: u64 = 4096;
 /// Most MTT entries one CREATE_MKEY carries.
 pub const MAX_MR_PAGES: usize = (MAX_MESSAGE - CreateMkeyIn::BYTES) / 8;
+/// Smallest and largest translation page: 4 KiB, and what the mkey context's 5-bit
+/// `log_page_size` holds (Linux `mlx5_umem_mkc_find_best_pgsz` without
+/// `umr_log_entity_size_5`).
+const MIN_LOG_MTT_PAGE: u32 = 12;
+const MAX_LOG_MTT_PAGE: u32 = 31;
+
+/// The translation of an IOVA-contiguous range: log2 of the page size, the first page's
+/// address and the number of pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct MttLayout {
+    log_page: u32,
+    first: u64,
+    pages: u64,
+}
+
+/// The page size Linux picks for a range that is contiguous in device addresses
+/// (`ib_umem_find_best_pgsz`): the smallest page, at least 4 KiB, whose aligned frame holds
+/// the whole range, capped at 2 GiB — one MTT entry up to the cap, a few beyond it. The mkey's
+/// start and length keep the device inside the range; the frame around it is never touched.
+fn mtt_layout(start: u64, len: u64) -> MttLayout {
+    let last = start + (len - 1);
+    // The low bits in which the range's first and last byte addresses differ.
+    let varying = u64::BITS - (start ^ last).leading_zeros();
+    let log_page = varying.clamp(MIN_LOG_MTT_PAGE, MAX_LOG_MTT_PAGE);
+    let first = start & !((1u64 << log_page) - 1);
+    MttLayout {
+        log_page,
+        first,
+        pages: ((last - first) >> log_page) + 1,
+    }
+}
 
 /// A registered memory region. Deregistered on drop.
 pub struct Mr<'p, 'd, H: Hal> {
@@ -61,7 +90,8 @@ impl<'d, H: Hal> Pd<'d, H> {
     /// # Errors
     /// The error and, unless the device may still use it, the buffer back:
     /// [`Error::InvalidArgument`] for remote write or atomic without local write or an empty
-    /// buffer, [`Error::ExceedsLimit`] for more than [`MAX_MR_PAGES`] pages, or a command
+    /// buffer, [`Error::ExceedsLimit`] for a buffer spanning more than [`MAX_MR_PAGES`]
+    /// translation pages of 2 GiB (about 2 TiB; smaller buffers take one or two), or a command
     /// error. After a command timeout the buffer is leaked (`None`), never freed.
     pub fn reg_mr(
         &self,
@@ -87,16 +117,16 @@ impl<'d, H: Hal> Pd<'d, H> {
             ));
         }
         let start = buf.iova().0;
-        let first = start & !(MTT_PAGE - 1);
-        let pages = ((start + buf.len() as u64 - first).div_ceil(MTT_PAGE)) as usize;
-        if pages > MAX_MR_PAGES {
+        let mtt = mtt_layout(start, buf.len() as u64);
+        if mtt.pages > MAX_MR_PAGES as u64 {
             let e = Error::ExceedsLimit {
                 limit: Limit::MrPages,
-                requested: pages as u64,
+                requested: mtt.pages,
                 max: MAX_MR_PAGES as u64,
             };
             return Err((e, Some(buf)));
         }
+        let pages = mtt.pages as usize;
         let key_byte = {
             let mut ctl = self.dev.ctl.lock();
             ctl.key_byte = ctl.key_byte.wrapping_add(1);
@@ -123,9 +153,10 @@ impl<'d, H: Hal> Pd<'d, H> {
                 .set(mkc::start_addr, start)
                 .set(mkc::len, buf.len() as u64)
                 .set(mkc::translations_octword_size, mtt_octwords(pages as u32))
-                .set(mkc::log_page_size, 12u8);
+                .set(mkc::log_page_size, mtt.log_page as u8);
             for k in 0..pages {
-                v.set_array(create_mkey_in::klm_pas_mtt, k, first + k as u64 * MTT_PAGE)?;
+                let page = mtt.first + ((k as u64) << mtt.log_page);
+                v.set_array(create_mkey_in::klm_pas_mtt, k, page)?;
             }
             Ok(())
         })();
@@ -224,6 +255,46 @@ impl<H: Hal> Drop for Mr<'_, '_, H> {
         if let Err(e) = self.destroy() {
             warn!("DESTROY_MKEY {:#x}: {}; leaking the region", self.key, e);
             buf.leak();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The smallest aligned frame holding the range, as `ib_umem_find_best_pgsz` picks it.
+    #[test]
+    fn translation_pages_are_the_smallest_frame_holding_the_range() {
+        let l = |log_page, first, pages| MttLayout {
+            log_page,
+            first,
+            pages,
+        };
+        // Inside one 4 KiB page.
+        assert_eq!(mtt_layout(0x1234, 1), l(12, 0x1000, 1));
+        assert_eq!(mtt_layout(0x1000, 0x1000), l(12, 0x1000, 1));
+        // 0x1000..0x3000 crosses an 8 KiB boundary: the 16 KiB frame at 0 holds it.
+        assert_eq!(mtt_layout(0x1000, 0x2000), l(14, 0, 1));
+        // 16 MiB from a 2 MiB boundary (4096 pages of 4 KiB before): one 32 MiB page.
+        assert_eq!(mtt_layout(0x20_0000, 16 << 20), l(25, 0, 1));
+        // Past 2 GiB the page size stops growing: 5 GiB from 0x7000 spans three 2 GiB pages.
+        assert_eq!(mtt_layout(0x7000, 5 << 30), l(31, 0, 3));
+        // The last byte of the address space.
+        assert_eq!(
+            mtt_layout(u64::MAX - 0xfff, 0x1000),
+            l(12, u64::MAX - 0xfff, 1)
+        );
+        // Every range is covered: first page at or below the start, last page end above the end.
+        for (start, len) in [
+            (0x1fffu64, 2u64),
+            (0x3000, 0x10_0001),
+            (0x8000_0000, 1 << 33),
+        ] {
+            let m = mtt_layout(start, len);
+            assert!(m.first <= start && m.first % (1 << m.log_page) == 0);
+            assert!(m.first + (m.pages << m.log_page) >= start + len);
+            assert!(m.first + ((m.pages - 1) << m.log_page) < start + len);
         }
     }
 }

@@ -31,8 +31,9 @@ impl Hca {
         let translation = match mode {
             mkc_access_mode::PA => Translation::Physical,
             mkc_access_mode::MTT => {
+                // 4 KiB up to what the 5-bit field holds (2 GiB).
                 let log_page = c.get32(mkc::log_page_size);
-                if !(12..=30).contains(&log_page) {
+                if !(12..=31).contains(&log_page) {
                     return Err(bad_param(syndrome::OUT_OF_RANGE));
                 }
                 let page = 1u64 << log_page;
