@@ -1055,3 +1055,61 @@ fn a_region_past_a_thousand_4k_pages_takes_one_or_two_translation_pages() {
     a.post_send(&[send_wr(10, &sg, op)]).unwrap();
     assert_eq!(poll_one(&mut scq).status, WcStatus::RemAccessErr);
 }
+
+#[test]
+fn cqs_past_a_thousand_4k_pages_take_2_mib_pages_and_resize_across_sizes() {
+    // 100 000 entries round to 131 072: an 8 MiB ring, four 2 MiB pages (in 4 KiB pages it
+    // would take 2048 addresses, more than one command carries). Small rings are one page.
+    let hal = SimHal::synchronous();
+    let m = hal.model();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let mut scq = dev.create_cq(100_000).unwrap();
+    let rcq = dev.create_cq(8).unwrap();
+    assert_eq!(scq.capacity(), 131_072);
+    let pages = |cq: &Cq<'_, &SimHal>| {
+        m.with(|h| h.cq(cq.cqn().raw()).map(|c| (c.page_size, c.pas.len())))
+            .unwrap()
+    };
+    assert_eq!(pages(&scq), (2 << 20, 4));
+    assert_eq!(pages(&rcq), (4096, 1));
+    let init = QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: &scq,
+        recv_cq: &rcq,
+        cap: cap(),
+        sq_sig_all: true,
+    };
+    let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
+    connect(&mut a, &mut b, 7);
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let mr = pd
+        .reg_mr(hal.dma_alloc(8192, 4096).unwrap().share(), access)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let sg = [sge(&mr, 0, 64)];
+    let write = SendOp::RdmaWrite {
+        remote_addr: mr.addr() + 4096,
+        rkey: mr.rkey().raw(),
+    };
+    let mut next = 0u64;
+    let mut round = |a: &mut Qp<'_, '_, &SimHal>, cq: &mut Cq<'_, &SimHal>| {
+        let wrs: Vec<_> = (next..next + 4).map(|id| send_wr(id, &sg, write)).collect();
+        a.post_send(&wrs).unwrap();
+        let mut wc = [Wc::EMPTY; 8];
+        assert_eq!(cq.poll(&mut wc), 4);
+        let ids: Vec<u64> = wc[..4].iter().map(|w| w.wr_id).collect();
+        assert_eq!(ids, (next..next + 4).collect::<Vec<_>>());
+        assert!(wc[..4].iter().all(|w| w.status == WcStatus::Success));
+        next += 4;
+    };
+    round(&mut a, &mut scq);
+    // Down to one 64 KiB page, up to 32 MiB (sixteen 2 MiB pages), completions flowing each
+    // time.
+    scq.resize(1000).unwrap();
+    assert_eq!(pages(&scq), (64 << 10, 1));
+    round(&mut a, &mut scq);
+    scq.resize(500_000).unwrap();
+    assert_eq!((scq.capacity(), pages(&scq)), (524_288, (2 << 20, 16)));
+    round(&mut a, &mut scq);
+}

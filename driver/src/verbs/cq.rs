@@ -18,6 +18,16 @@ use crate::verbs::wc::{Wc, WcFlags, WcOpcode, WcStatus};
 pub const CQE_BYTES: usize = 64;
 /// Most buffer pages one CREATE_CQ carries (so at most 63 488 CQEs).
 const MAX_CQ_PAGES: usize = (MAX_MESSAGE - CreateCqIn::BYTES) / 8;
+/// Largest page of a CQ ring: what every HAL can align an allocation to (a hugepage).
+const MAX_RING_PAGE: usize = 2 << 20;
+
+/// The pages of a CQ ring of `len` bytes (a power of two, at least 4 KiB): as large as the
+/// ring up to 2 MiB, so most rings are one page (rdma-core's `mlx5_vfio` gives firmware one
+/// contiguous buffer likewise). Returns the page size and `log_page_size` (relative to 4 KiB).
+fn ring_pages(len: usize) -> (usize, u8) {
+    let page = len.min(MAX_RING_PAGE);
+    (page, (page.trailing_zeros() - 12) as u8)
+}
 /// `op_own` of an empty entry: opcode INVALID, owner 0 (mlx5_ib's initial value).
 const OP_OWN_INIT: u8 = 0xf0;
 /// Byte offset of the QPN word (`sop_drop_qpn`; `s_wqe_opcode_qpn` of error CQEs, the same
@@ -49,7 +59,8 @@ impl<H: Hal> Device<H> {
         let eqn = self.async_eqn().ok_or(Error::NotUp)?;
         let buf = self.cq_ring(log_size)?;
         let dbr = self.hal.dma_alloc(64, 64)?.share();
-        let pages = buf.len() / 4096;
+        let (page, log_page) = ring_pages(buf.len());
+        let pages = buf.len() / page;
         let mut i = [0u8; MAX_MESSAGE];
         let ilen = CreateCqIn::BYTES + 8 * pages;
         {
@@ -59,10 +70,10 @@ impl<H: Hal> Device<H> {
                 .set(cqc::log_cq_size, log_size)
                 .set(cqc::uar_page, uar.index().raw())
                 .set(cqc::c_eqn_or_apu_element, eqn.raw())
-                .set(cqc::log_page_size, 0u8)
+                .set(cqc::log_page_size, log_page)
                 .set(cqc::dbr_addr, dbr.iova().0);
             for k in 0..pages {
-                v.set_array(create_cq_in::pas, k, buf.iova().0 + (k * 4096) as u64)?;
+                v.set_array(create_cq_in::pas, k, buf.iova().0 + (k * page) as u64)?;
             }
         }
         let mut o = [0u8; CreateCqOut::BYTES];
@@ -93,7 +104,7 @@ impl<H: Hal> Device<H> {
             .info
             .caps
             .max_cqe
-            .min((MAX_CQ_PAGES * 4096 / CQE_BYTES) as u32 - 1);
+            .min((MAX_CQ_PAGES * MAX_RING_PAGE / CQE_BYTES) as u32 - 1);
         if cqe > max {
             return Err(Error::ExceedsLimit {
                 limit: Limit::CqEntries,
@@ -107,7 +118,7 @@ impl<H: Hal> Device<H> {
     /// A CQE ring of `1 << log_size` entries (at least a page), every entry empty.
     fn cq_ring(&self, log_size: u8) -> Result<SharedDma<H::Dma>, Error> {
         let len = (CQE_BYTES << log_size).max(4096);
-        let mut ring = self.hal.dma_alloc(len, 4096)?;
+        let mut ring = self.hal.dma_alloc(len, ring_pages(len).0)?;
         for e in ring.as_mut_slice().chunks_mut(CQE_BYTES) {
             e[CQE_BYTES - 1] = OP_OWN_INIT;
         }
@@ -374,7 +385,8 @@ impl<H: Hal> Cq<'_, H> {
             });
         }
         let new = dev.cq_ring(log_size)?;
-        let pages = new.len() / 4096;
+        let (page, log_page) = ring_pages(new.len());
+        let pages = new.len() / page;
         let mut i = [0u8; MAX_MESSAGE];
         let ilen = ModifyCqIn::BYTES + 8 * pages;
         {
@@ -389,10 +401,10 @@ impl<H: Hal> Cq<'_, H> {
                 );
             v.sub(modify_cq_in::cq_context)
                 .set(cqc::log_cq_size, log_size)
-                .set(cqc::log_page_size, 0u8)
+                .set(cqc::log_page_size, log_page)
                 .set(cqc::page_offset, 0u8);
             for k in 0..pages {
-                v.set_array(modify_cq_in::pas, k, new.iova().0 + (k * 4096) as u64)?;
+                v.set_array(modify_cq_in::pas, k, new.iova().0 + (k * page) as u64)?;
             }
         }
         let mut o = [0u8; ModifyCqOut::BYTES];
