@@ -20,10 +20,15 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "tests (layouts, model, driver against the model)"
 cargo test --workspace --locked
 
-step "no_std crates for x86_64-unknown-none (default, log, defmt)"
+step "driver tests with the tables on the heap (feature alloc)"
+cargo clippy --locked -p bareverbs --all-targets --features alloc -- -D warnings
+cargo test --locked -p bareverbs --features alloc
+
+step "no_std crates for x86_64-unknown-none (default, log, defmt, alloc)"
 cargo build --locked --target x86_64-unknown-none -p bareverbs-hal -p bareverbs-firmware-cmd -p bareverbs
 cargo build --locked --target x86_64-unknown-none -p bareverbs --features log
 cargo build --locked --target x86_64-unknown-none -p bareverbs --features defmt
+cargo build --locked --target x86_64-unknown-none -p bareverbs --features alloc
 
 step "examples"
 cargo run --locked -q -p bareverbs-examples --bin devinfo -- -v --trace >/dev/null

@@ -119,7 +119,7 @@ impl<H: Hal> Device<H> {
                 health: HealthMonitor::default(),
                 progress: Progress::default(),
                 key_byte: 0,
-                cq_users: heapless::FnvIndexMap::new(),
+                cq_users: crate::table::Table::new(),
             }),
             books: spin::RwLock::new(crate::verbs::book::Books::new()),
         };

@@ -144,7 +144,7 @@ pub(crate) struct Control<H: Hal> {
     /// The variant byte of the next memory key, so a reused key index gives a new key.
     pub(crate) key_byte: u8,
     /// How many QPs complete into each CQ (a CQ in use cannot be destroyed).
-    pub(crate) cq_users: heapless::FnvIndexMap<u32, u32, 256>,
+    pub(crate) cq_users: crate::table::Table<u32, { 2 * crate::verbs::book::INLINE_QPS }>,
 }
 
 /// A zeroed input buffer viewed as a command's input layout.

@@ -1,6 +1,7 @@
 //! bareverbs: a `no_std`, no-alloc driver for mlx5 (ConnectX) HCAs. It brings the device up
 //! itself through the firmware command interface, over any [`Hal`](bareverbs_hal::Hal): Linux
-//! VFIO, bare metal, or the in-process model.
+//! VFIO, bare metal, or the in-process model. The `alloc` feature keeps the per-QP tables on
+//! the heap instead of inline (lifting their limit of 64 QPs); nothing else allocates.
 //!
 //! Where things are: the command queue and mailboxes in [`cmdq`], bring-up and teardown in
 //! `bringup.rs`, the generic `exec`, page requests and events in [`device`], firmware pages in
@@ -32,6 +33,7 @@ pub mod error;
 pub mod health;
 mod pages;
 pub mod port;
+mod table;
 pub mod trace;
 pub mod uar;
 pub mod verbs;

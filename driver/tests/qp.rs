@@ -222,3 +222,86 @@ fn sizes_past_the_device_limits_are_refused() {
     });
     assert!(matches!(r, Err(Error::ExceedsLimit { .. })));
 }
+
+#[test]
+fn the_qp_table_holds_max_qps_and_cq_uses_come_and_go() {
+    use bareverbs::error::Limit;
+    use bareverbs::verbs::{Cq, MAX_QPS};
+
+    let hal = SimHal::synchronous();
+    let m = hal.model();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(4).unwrap();
+    let small = QpCap {
+        max_send_wr: 1,
+        max_recv_wr: 1,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    fn init<'c, 'd, 'h>(cq: &'c Cq<'d, &'h SimHal>, cap: QpCap) -> QpInitAttr<'c, 'd, &'h SimHal> {
+        QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: cq,
+            recv_cq: cq,
+            cap,
+            sq_sig_all: false,
+        }
+    }
+    // Inline tables hold 64 QPs; with `alloc` the table takes as many as the device does.
+    let n = MAX_QPS.unwrap_or(300);
+    let mut qps: Vec<_> = (0..n)
+        .map(|_| pd.create_qp(&init(&cq, small)).unwrap())
+        .collect();
+    let before = m.trace().len();
+    match (MAX_QPS, pd.create_qp(&init(&cq, small))) {
+        // One more is refused, before any command.
+        (
+            Some(limit),
+            Err(Error::ExceedsLimit {
+                limit: Limit::QpCount,
+                max,
+                ..
+            }),
+        ) => {
+            assert_eq!(max, limit as u64);
+            assert_eq!(m.trace().len(), before);
+        }
+        (None, Ok(q)) => drop(q),
+        (_, Err(e)) => panic!("{e}"),
+        (Some(_), Ok(_)) => panic!("QP {} accepted", n + 1),
+    }
+    // A destroyed QP makes room for another.
+    if qps.pop().unwrap().destroy().is_err() {
+        panic!("DESTROY_QP failed");
+    }
+    qps.push(pd.create_qp(&init(&cq, small)).unwrap());
+    drop(qps);
+    // The table of CQs in use keeps only those in use: more live CQs than it holds, each used
+    // by a QP that is then destroyed, never fill it; each CQ can then be destroyed.
+    let cqs: Vec<_> = (0..3 * MAX_QPS.unwrap_or(64))
+        .map(|_| dev.create_cq(2).unwrap())
+        .collect();
+    for c in &cqs {
+        drop(pd.create_qp(&init(c, small)).unwrap());
+    }
+    for c in cqs {
+        if c.destroy().is_err() {
+            panic!("DESTROY_CQ of a CQ no QP uses failed");
+        }
+    }
+    // And a CQ in use is still protected, until its last QP goes.
+    let c = dev.create_cq(2).unwrap();
+    let (q1, q2) = (
+        pd.create_qp(&init(&c, small)).unwrap(),
+        pd.create_qp(&init(&c, small)).unwrap(),
+    );
+    let (e, c) = c.destroy().err().unwrap();
+    assert_eq!(e, Error::Busy);
+    drop(q1);
+    let (e, c) = c.destroy().err().unwrap();
+    assert_eq!(e, Error::Busy);
+    drop(q2);
+    assert!(c.destroy().is_ok());
+}

@@ -6,51 +6,31 @@
 //! Posting and polling take the table's read lock once per call; creating and destroying QPs
 //! take the write lock. Commands never touch it, so a slow command cannot stall the data path.
 
-use core::hash::Hasher;
 use core::sync::atomic::{AtomicU16, Ordering};
 
 use bareverbs_hal::{Hal, SharedDma, Slots};
-use hash32::BuildHasherDefault;
 
-/// Most QPs with posted work at once.
-pub const MAX_QPS: usize = 64;
+use crate::table::Table;
+
+/// Most QPs a device holds at once: 64, with the tables inline in `Device`; `None` (only the
+/// device's own limit) with the `alloc` feature, which keeps them on the heap.
+pub const MAX_QPS: Option<usize> = Table::<(), INLINE_QPS>::capacity();
+
+/// Entries of the inline book table (the CQ-use table has twice as many).
+pub(crate) const INLINE_QPS: usize = 64;
 
 /// The table of books, by QP number.
-pub type Books<H> = heapless::IndexMap<u32, Book<H>, BuildHasherDefault<QpnHasher>, MAX_QPS>;
-
-/// Hashes a QP number to itself. QPNs are distinct 24-bit numbers, mostly consecutive, so
-/// their low bits already spread over the table; FNV's byte loop cost 30-odd instructions on
-/// every post and poll.
-#[derive(Default)]
-pub struct QpnHasher(u64);
-
-impl Hasher for QpnHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 << 8) | u64::from(b);
-        }
-    }
-
-    fn write_u32(&mut self, n: u32) {
-        self.0 = u64::from(n);
-    }
-}
+pub(crate) type Books<H> = Table<Book<H>, INLINE_QPS>;
 
 /// One QP's book.
 pub struct Book<H: Hal> {
-    /// Per send WQEBB index: the request's `wr_id` (u64) at 16·i and the WQEBB counter after
-    /// the request (u16) at 16·i + 8.
-    pub(crate) sq: SharedDma<H::Dma>,
-    /// Per receive index: the request's `wr_id`.
-    pub(crate) rq: SharedDma<H::Dma>,
-    /// Send WQEBBs (entries of `sq`), a power of two.
-    pub(crate) sq_count: usize,
-    /// Receive entries of `rq`, a power of two.
-    pub(crate) rq_count: usize,
+    /// Per send WQEBB index i: the request's `wr_id` (u64) at 16·i and the WQEBB counter after
+    /// the request (u16) at 16·i + 8; then per receive index j: the request's `wr_id` at
+    /// 16·`sq_count` + 8·j.
+    pub(crate) mem: SharedDma<H::Dma>,
+    /// log2 of the send WQEBBs and of the receive entries.
+    pub(crate) log_sq: u8,
+    pub(crate) log_rq: u8,
     /// WQEBB counter up to which send requests have completed.
     pub(crate) sq_tail: AtomicU16,
     /// Receive requests completed.
@@ -58,13 +38,19 @@ pub struct Book<H: Hal> {
 }
 
 impl<H: Hal> Book<H> {
+    /// Bytes of the book of a QP with `1 << log_sq` send WQEBBs and `1 << log_rq` receives.
+    pub(crate) fn bytes(log_sq: u8, log_rq: u8) -> usize {
+        (16 << log_sq) + (8 << log_rq)
+    }
+
     /// Views for one post or poll call: the bounds are checked here, once, not per entry.
-    /// `None` only if the book's memory is shorter than its counts (never, as created).
+    /// `None` only if the book's memory is shorter than its sizes (never, as created).
     #[inline]
     pub(crate) fn view(&self) -> Option<BookView<'_>> {
+        let sq_count = 1usize << self.log_sq;
         Some(BookView {
-            sq: self.sq.slots(0, self.sq_count).ok()?,
-            rq: self.rq.slots(0, self.rq_count).ok()?,
+            sq: self.mem.slots(0, sq_count).ok()?,
+            rq: self.mem.slots(16 * sq_count, 1 << self.log_rq).ok()?,
             sq_tail: &self.sq_tail,
             rq_tail: &self.rq_tail,
         })

@@ -12,6 +12,7 @@ pub mod send_batch;
 pub mod wc;
 
 pub use ah::Ah;
+pub use book::MAX_QPS;
 pub use cq::Cq;
 pub use mr::{AccessFlags, Mr};
 pub use pd::{Pd, TransportDomain};

@@ -195,7 +195,7 @@ impl<H: Hal> Qp<'_, '_, H> {
         let dev = self.device();
         let books = dev.books.read();
         let (Some(book), Some(ring), Some(dbr)) = (
-            books.get(&self.qpn().raw()),
+            books.get(&self.qpn().raw()).and_then(|b| b.view()),
             self.buf.as_ref(),
             self.dbr.as_ref(),
         ) else {
@@ -206,10 +206,7 @@ impl<H: Hal> Qp<'_, '_, H> {
         let rq = ring
             .slots::<16>(0, usize::from(size) << units_log)
             .map_err(|e| at(0)(e.into()))?;
-        let ids = book
-            .rq
-            .slots::<8>(0, usize::from(size))
-            .map_err(|e| at(0)(e.into()))?;
+        let ids = book.rq;
         let max_sge = self.cap().max_recv_sge as usize;
         let stride_units = 1usize << units_log;
         let mut tail = book.rq_tail.load(Ordering::Acquire);

@@ -10,7 +10,9 @@ use bareverbs_hal::{Hal, SharedDma};
 
 use crate::cmdq::MAX_MESSAGE;
 use crate::device::input;
+use crate::device::Device;
 use crate::error::{Error, Invalid, Limit};
+use crate::verbs::book::{Book, INLINE_QPS};
 use crate::verbs::cq::Cq;
 use crate::verbs::mr::AccessFlags;
 use crate::verbs::pd::Pd;
@@ -266,15 +268,13 @@ impl<'d, H: Hal> Pd<'d, H> {
         }
         let buf = dev.hal.dma_alloc(bytes, 4096)?.share();
         let dbr = dev.hal.dma_alloc(64, 64)?.share();
-        let book_sq = dev.hal.dma_alloc(16 << log_sq_bbs, 64)?.share();
-        let book_rq = dev.hal.dma_alloc(8 << log_rq, 64)?.share();
-        if dev.books.read().len() >= crate::verbs::book::MAX_QPS {
-            let max = crate::verbs::book::MAX_QPS as u64;
-            return Err(Error::ExceedsLimit {
-                limit: Limit::QpCount,
-                requested: max + 1,
-                max,
-            });
+        let book_mem = dev
+            .hal
+            .dma_alloc(Book::<H>::bytes(log_sq_bbs, log_rq), 64)?
+            .share();
+        // Refused before any command when the table is full; `register` decides for good.
+        if !dev.books.read().has_room(1) {
+            return Err(qp_count_exceeded());
         }
         let uar = dev.uar().ok_or(Error::NotUp)?;
         let (scqn, rcqn) = (attr.send_cq.cqn().raw(), attr.recv_cq.cqn().raw());
@@ -301,21 +301,17 @@ impl<'d, H: Hal> Pd<'d, H> {
         let [buf, dbr] =
             dev.exec_handing_over::<CreateQp, 2>(&mut i[..ilen], &mut o, [buf, dbr])?;
         let qpn = Qpn(View::<CreateQpOut>::new_checked(&o)?.get32(create_qp_out::qpn));
-        let book = crate::verbs::book::Book {
-            sq: book_sq,
-            rq: book_rq,
-            sq_count: 1 << log_sq_bbs,
-            rq_count: 1 << log_rq,
+        let book = Book {
+            mem: book_mem,
+            log_sq: log_sq_bbs,
+            log_rq,
             sq_tail: core::sync::atomic::AtomicU16::new(0),
             rq_tail: core::sync::atomic::AtomicU16::new(0),
         };
-        let _ = dev.books.write().insert(qpn.raw(), book);
-        {
-            let mut ctl = dev.ctl.lock();
-            for cqn in [scqn, rcqn] {
-                let n = ctl.cq_users.get(&cqn).copied().unwrap_or(0);
-                let _ = ctl.cq_users.insert(cqn, n + 1);
-            }
+        if let Err(e) = register(dev, qpn, book, [scqn, rcqn]) {
+            // Another thread filled the table after the check above: the QP goes again.
+            destroy_unregistered(dev, qpn, [buf, dbr]);
+            return Err(e);
         }
         let cap = QpCap {
             max_send_wr: (1u32 << log_sq_bbs) / bbs_per_wr,
@@ -347,6 +343,61 @@ impl<'d, H: Hal> Pd<'d, H> {
             bf_half: (1usize << caps.log_bf_reg_size) / 2,
             bf_register: uar.bf_register(),
         })
+    }
+}
+
+fn qp_count_exceeded() -> Error {
+    let max = INLINE_QPS as u64;
+    Error::ExceedsLimit {
+        limit: Limit::QpCount,
+        requested: max + 1,
+        max,
+    }
+}
+
+/// Enters a created QP's book and its uses of its CQs, all or nothing.
+fn register<H: Hal>(dev: &Device<H>, qpn: Qpn, book: Book<H>, cqns: [u32; 2]) -> Result<(), Error> {
+    if dev.books.write().insert(qpn.raw(), book).is_err() {
+        return Err(qp_count_exceeded());
+    }
+    let mut ctl = dev.ctl.lock();
+    let distinct = if cqns[0] == cqns[1] {
+        &cqns[..1]
+    } else {
+        &cqns[..]
+    };
+    let missing = distinct
+        .iter()
+        .filter(|c| !ctl.cq_users.contains_key(c))
+        .count();
+    if !ctl.cq_users.has_room(missing) {
+        drop(ctl);
+        dev.books.write().remove(&qpn.raw());
+        return Err(qp_count_exceeded());
+    }
+    // One use per queue (two when both use one CQ); room was checked above.
+    for cqn in cqns {
+        let n = ctl.cq_users.get(&cqn).copied().unwrap_or(0);
+        let _ = ctl.cq_users.insert(cqn, n + 1);
+    }
+    Ok(())
+}
+
+/// DESTROY_QP for a QP that never made it into the tables; its rings are leaked if the
+/// command fails (the device may still use them).
+fn destroy_unregistered<H: Hal>(dev: &Device<H>, qpn: Qpn, rings: [SharedDma<H::Dma>; 2]) {
+    let mut i = [0u8; DestroyQpIn::BYTES];
+    let mut o = [0u8; DestroyQpOut::BYTES];
+    let done = input::<DestroyQp>(&mut i)
+        .map(|mut v| {
+            v.set(destroy_qp_in::qpn, qpn.raw());
+        })
+        .and_then(|()| dev.exec::<DestroyQp>(&mut i, &mut o));
+    if let Err(e) = done {
+        warn!("DESTROY_QP {}: {}; leaking its memory", qpn, e);
+        for r in rings {
+            r.leak();
+        }
     }
 }
 
@@ -721,8 +772,13 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
         dev.books.write().remove(&self.qpn.raw());
         let mut ctl = dev.ctl.lock();
         for cqn in [self.cqns.0, self.cqns.1] {
-            if let Some(n) = ctl.cq_users.get_mut(&cqn) {
-                *n = n.saturating_sub(1);
+            match ctl.cq_users.get_mut(&cqn) {
+                Some(n) if *n > 1 => *n -= 1,
+                // The last use goes, and so does its entry: the table holds CQs in use only.
+                Some(_) => {
+                    ctl.cq_users.remove(&cqn);
+                }
+                None => {}
             }
         }
         Ok(())

@@ -460,7 +460,7 @@ impl<H: Hal> Qp<'_, '_, H> {
         let dev = self.device();
         let books = dev.books.read();
         let (Some(book), Some(ring), Some(dbr)) = (
-            books.get(&self.qpn().raw()),
+            books.get(&self.qpn().raw()).and_then(|b| b.view()),
             self.buf.as_ref(),
             self.dbr.as_ref(),
         ) else {
@@ -469,12 +469,11 @@ impl<H: Hal> Qp<'_, '_, H> {
         let size = 1u16 << self.log_sq_bbs;
         let sq_base = (1usize << self.log_rq) << self.rq_shift;
         let sq = ring.slots::<WQEBB>(sq_base, usize::from(size))?;
-        let book_sq = book.sq.slots::<16>(0, usize::from(size))?;
         let cap = self.cap();
         let mut b = SendBatch {
             sq,
-            book: book_sq,
-            tail: &book.sq_tail,
+            book: book.sq,
+            tail: book.sq_tail,
             cur: self.sq_cur,
             room: 0,
             size,
