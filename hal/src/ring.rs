@@ -107,11 +107,7 @@ unsafe fn copy_chunks(dst: *mut u8, src: &[u8]) {
     #[inline(always)]
     unsafe fn mv<const N: usize>(dst: *mut u8, src: *const u8, at: usize) {
         // SAFETY: the caller's, for N bytes from `at` at each pointer.
-        unsafe {
-            dst.add(at)
-                .cast::<[u8; N]>()
-                .write_unaligned(src.add(at).cast::<[u8; N]>().read_unaligned())
-        }
+        unsafe { core::ptr::copy_nonoverlapping(src.add(at), dst.add(at), N) }
     }
     let (mut d, mut s, mut n) = (dst, src.as_ptr(), src.len());
     // SAFETY: every move lies inside the `n` bytes left at `s` and `d`, which stay inside
