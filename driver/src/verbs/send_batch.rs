@@ -107,10 +107,11 @@ impl SendBatch<'_> {
     /// [`Error::QueueFull`] when the send queue has no room.
     #[inline]
     pub fn post(&mut self, wr: &SendWr<'_>) -> Result<(), Error> {
-        let mut r = Req {
+        let inline = wr.flags.contains(SendFlags::INLINE);
+        let base = |opcode| Req {
             wr_id: wr.wr_id,
             flags: wr.flags,
-            opcode: 0,
+            opcode,
             imm: 0,
             raddr: 0,
             rkey: 0,
@@ -119,63 +120,73 @@ impl SendBatch<'_> {
             data: wr.inline_data,
             ud: wr.ud.as_ref(),
         };
-        let class = match wr.op {
-            SendOp::Send => {
-                r.opcode = wqe_opcode::SEND;
-                SEND
+        // Each operation goes straight to its writer, decided once here.
+        match wr.op {
+            SendOp::Send | SendOp::SendWithImm(_) => {
+                let r = match wr.op {
+                    SendOp::SendWithImm(imm) => Req {
+                        imm,
+                        ..base(wqe_opcode::SEND_IMM)
+                    },
+                    _ => base(wqe_opcode::SEND),
+                };
+                if inline {
+                    self.emit::<SEND, true>(&r)
+                } else {
+                    self.emit::<SEND, false>(&r)
+                }
             }
-            SendOp::SendWithImm(imm) => {
-                (r.opcode, r.imm) = (wqe_opcode::SEND_IMM, imm);
-                SEND
-            }
-            SendOp::RdmaWrite { remote_addr, rkey } => {
-                (r.opcode, r.raddr, r.rkey) = (wqe_opcode::RDMA_WRITE, remote_addr, rkey);
-                WRITE
-            }
-            SendOp::RdmaWriteWithImm {
-                remote_addr,
-                rkey,
-                imm,
+            SendOp::RdmaWrite { remote_addr, rkey }
+            | SendOp::RdmaWriteWithImm {
+                remote_addr, rkey, ..
             } => {
-                (r.opcode, r.raddr, r.rkey, r.imm) =
-                    (wqe_opcode::RDMA_WRITE_IMM, remote_addr, rkey, imm);
-                WRITE
+                let r = match wr.op {
+                    SendOp::RdmaWriteWithImm { imm, .. } => Req {
+                        imm,
+                        raddr: remote_addr,
+                        rkey,
+                        ..base(wqe_opcode::RDMA_WRITE_IMM)
+                    },
+                    _ => Req {
+                        raddr: remote_addr,
+                        rkey,
+                        ..base(wqe_opcode::RDMA_WRITE)
+                    },
+                };
+                if inline {
+                    self.emit::<WRITE, true>(&r)
+                } else {
+                    self.emit::<WRITE, false>(&r)
+                }
             }
-            SendOp::RdmaRead { remote_addr, rkey } => {
-                (r.opcode, r.raddr, r.rkey) = (wqe_opcode::RDMA_READ, remote_addr, rkey);
-                READ
-            }
+            // READ and atomics carry no inline data.
+            _ if inline => Err(invalid(Invalid::OpcodeForQpType)),
+            SendOp::RdmaRead { remote_addr, rkey } => self.emit::<READ, false>(&Req {
+                raddr: remote_addr,
+                rkey,
+                ..base(wqe_opcode::RDMA_READ)
+            }),
             SendOp::AtomicCmpAndSwp {
                 remote_addr,
                 rkey,
                 compare,
                 swap,
-            } => {
-                (r.opcode, r.raddr, r.rkey, r.operands) =
-                    (wqe_opcode::ATOMIC_CS, remote_addr, rkey, (swap, compare));
-                ATOMIC
-            }
+            } => self.emit::<ATOMIC, false>(&Req {
+                raddr: remote_addr,
+                rkey,
+                operands: (swap, compare),
+                ..base(wqe_opcode::ATOMIC_CS)
+            }),
             SendOp::AtomicFetchAndAdd {
                 remote_addr,
                 rkey,
                 add,
-            } => {
-                (r.opcode, r.raddr, r.rkey, r.operands) =
-                    (wqe_opcode::ATOMIC_FA, remote_addr, rkey, (add, 0));
-                ATOMIC
-            }
-        };
-        let inline = wr.flags.contains(SendFlags::INLINE);
-        if inline && matches!(class, READ | ATOMIC) {
-            return Err(invalid(Invalid::OpcodeForQpType));
-        }
-        match (class, inline) {
-            (SEND, false) => self.emit::<SEND, false>(&r),
-            (SEND, true) => self.emit::<SEND, true>(&r),
-            (WRITE, false) => self.emit::<WRITE, false>(&r),
-            (WRITE, true) => self.emit::<WRITE, true>(&r),
-            (READ, _) => self.emit::<READ, false>(&r),
-            _ => self.emit::<ATOMIC, false>(&r),
+            } => self.emit::<ATOMIC, false>(&Req {
+                raddr: remote_addr,
+                rkey,
+                operands: (add, 0),
+                ..base(wqe_opcode::ATOMIC_FA)
+            }),
         }
     }
 
