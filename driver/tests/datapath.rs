@@ -1113,3 +1113,91 @@ fn cqs_past_a_thousand_4k_pages_take_2_mib_pages_and_resize_across_sizes() {
     assert_eq!((scq.capacity(), pages(&scq)), (524_288, (2 << 20, 16)));
     round(&mut a, &mut scq);
 }
+
+#[test]
+fn a_qp_buffer_past_a_thousand_4k_pages_takes_2_mib_pages() {
+    // 32 768 receives of 16 SGEs (256 bytes each, 8 MiB) and 16 384 send WQEBBs (1 MiB): nine
+    // MiB in 2 MiB pages, where 4 KiB pages would take 2304 addresses, more than one command
+    // carries. Receives past the first page land where they should.
+    let hal = SimHal::synchronous();
+    let m = hal.model();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let (mut scq, mut rcq) = (dev.create_cq(9000).unwrap(), dev.create_cq(9000).unwrap());
+    let big = QpCap {
+        max_send_wr: 16_384,
+        max_recv_wr: 32_768,
+        max_send_sge: 1,
+        max_recv_sge: 16,
+        max_inline_data: 0,
+    };
+    let init = |cap| QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: &scq,
+        recv_cq: &rcq,
+        cap,
+        sq_sig_all: true,
+    };
+    let sender = QpCap {
+        max_send_wr: 128,
+        ..cap()
+    };
+    let mut a = pd.create_qp(&init(sender)).unwrap();
+    let mut b = pd.create_qp(&init(big)).unwrap();
+    connect(&mut a, &mut b, 7);
+    let (page_size, pages) = m
+        .with(|h| h.qp(b.qpn().raw()).map(|q| (q.page_size, q.pas.len())))
+        .unwrap();
+    assert_eq!((page_size, pages), (2 << 20, 5));
+    let access = AccessFlags::LOCAL_WRITE;
+    let mr = pd
+        .reg_mr(hal.dma_alloc(1 << 20, 4096).unwrap().share(), access)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    // 8200 receives reach 2 MiB + 2 KiB into the receive queue: past its first page.
+    let n = 8200u64;
+    for chunk in (0..n).collect::<Vec<_>>().chunks(100) {
+        let sgs: Vec<[Sge; 1]> = chunk.iter().map(|&i| [sge(&mr, 8 * i, 8)]).collect();
+        let wrs: Vec<RecvWr<'_>> = chunk
+            .iter()
+            .zip(&sgs)
+            .map(|(&i, sg)| RecvWr {
+                wr_id: i,
+                sg_list: sg,
+            })
+            .collect();
+        b.post_recv(&wrs).unwrap();
+    }
+    mr.buf().write_bytes(0x10_0000 - 8, b"tail msg").unwrap();
+    let src = [sge(&mr, 0x10_0000 - 8, 8)];
+    let mut wc = vec![Wc::EMPTY; 200];
+    for chunk in (0..n).collect::<Vec<_>>().chunks(100) {
+        let wrs: Vec<_> = chunk
+            .iter()
+            .map(|&i| send_wr(i, &src, SendOp::Send))
+            .collect();
+        a.post_send(&wrs).unwrap();
+        let mut got = 0;
+        while got < chunk.len() {
+            let k = scq.poll(&mut wc);
+            assert!(k > 0 && wc[..k].iter().all(|w| w.status == WcStatus::Success));
+            got += k;
+        }
+        let mut got = 0;
+        while got < chunk.len() {
+            let k = rcq.poll(&mut wc[..chunk.len() - got]);
+            assert!(k > 0);
+            for (j, w) in wc[..k].iter().enumerate() {
+                assert_eq!((w.status, w.byte_len), (WcStatus::Success, 8));
+                assert_eq!(w.wr_id, chunk[got + j]);
+            }
+            got += k;
+        }
+    }
+    // Every receive buffer holds the message, the last ones (in the queue's second page) too.
+    let mut got = [0u8; 8];
+    for i in [0, n / 2, n - 1] {
+        mr.buf().read_bytes(8 * i as usize, &mut got).unwrap();
+        assert_eq!(&got, b"tail msg", "receive {i}");
+    }
+}

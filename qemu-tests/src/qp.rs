@@ -81,6 +81,8 @@ pub struct Qp {
     pub no_sq: bool,
     /// Buffer pages (RQ first, then SQ).
     pub pas: Vec<u64>,
+    /// Bytes per buffer page (`4096 << log_page_size`).
+    pub page_size: u64,
     /// Doorbell record address.
     pub dbr: u64,
     /// Port (1-based).
@@ -148,7 +150,7 @@ impl Qp {
 
     /// Device address of byte `off` of the work buffer.
     pub fn buf_iova(&self, off: u64) -> u64 {
-        self.pas[(off / 4096) as usize] + off % 4096
+        self.pas[(off / self.page_size) as usize] + off % self.page_size
     }
 }
 

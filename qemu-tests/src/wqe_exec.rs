@@ -818,6 +818,7 @@ mod tests {
             rq_wqe_shift: 4,
             no_sq: true,
             pas: Vec::new(),
+            page_size: 4096,
             dbr: 0,
             port: 1,
             pkey_index: 0,

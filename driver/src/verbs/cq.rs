@@ -12,22 +12,13 @@ use crate::device::{input, Device};
 use crate::error::{Error, Invalid, Limit};
 use crate::uar::Uar;
 use crate::verbs::book::{BookView, Books};
+use crate::verbs::ring_pages::{ring_pages, RingPages, MAX_PAGE};
 use crate::verbs::wc::{Wc, WcFlags, WcOpcode, WcStatus};
 
 /// Size of a CQE.
 pub const CQE_BYTES: usize = 64;
 /// Most buffer pages one CREATE_CQ carries (so at most 63 488 CQEs).
 const MAX_CQ_PAGES: usize = (MAX_MESSAGE - CreateCqIn::BYTES) / 8;
-/// Largest page of a CQ ring: what every HAL can align an allocation to (a hugepage).
-const MAX_RING_PAGE: usize = 2 << 20;
-
-/// The pages of a CQ ring of `len` bytes (a power of two, at least 4 KiB): as large as the
-/// ring up to 2 MiB, so most rings are one page (rdma-core's `mlx5_vfio` gives firmware one
-/// contiguous buffer likewise). Returns the page size and `log_page_size` (relative to 4 KiB).
-fn ring_pages(len: usize) -> (usize, u8) {
-    let page = len.min(MAX_RING_PAGE);
-    (page, (page.trailing_zeros() - 12) as u8)
-}
 /// `op_own` of an empty entry: opcode INVALID, owner 0 (mlx5_ib's initial value).
 const OP_OWN_INIT: u8 = 0xf0;
 /// Byte offset of the QPN word (`sop_drop_qpn`; `s_wqe_opcode_qpn` of error CQEs, the same
@@ -59,8 +50,12 @@ impl<H: Hal> Device<H> {
         let eqn = self.async_eqn().ok_or(Error::NotUp)?;
         let buf = self.cq_ring(log_size)?;
         let dbr = self.hal.dma_alloc(64, 64)?.share();
-        let (page, log_page) = ring_pages(buf.len());
-        let pages = buf.len() / page;
+        let RingPages {
+            page,
+            log_page,
+            count: pages,
+            ..
+        } = ring_pages(buf.len());
         let mut i = [0u8; MAX_MESSAGE];
         let ilen = CreateCqIn::BYTES + 8 * pages;
         {
@@ -104,7 +99,7 @@ impl<H: Hal> Device<H> {
             .info
             .caps
             .max_cqe
-            .min((MAX_CQ_PAGES * MAX_RING_PAGE / CQE_BYTES) as u32 - 1);
+            .min((MAX_CQ_PAGES * MAX_PAGE / CQE_BYTES) as u32 - 1);
         if cqe > max {
             return Err(Error::ExceedsLimit {
                 limit: Limit::CqEntries,
@@ -118,7 +113,7 @@ impl<H: Hal> Device<H> {
     /// A CQE ring of `1 << log_size` entries (at least a page), every entry empty.
     fn cq_ring(&self, log_size: u8) -> Result<SharedDma<H::Dma>, Error> {
         let len = (CQE_BYTES << log_size).max(4096);
-        let mut ring = self.hal.dma_alloc(len, ring_pages(len).0)?;
+        let mut ring = self.hal.dma_alloc(len, ring_pages(len).page)?;
         for e in ring.as_mut_slice().chunks_mut(CQE_BYTES) {
             e[CQE_BYTES - 1] = OP_OWN_INIT;
         }
@@ -385,8 +380,12 @@ impl<H: Hal> Cq<'_, H> {
             });
         }
         let new = dev.cq_ring(log_size)?;
-        let (page, log_page) = ring_pages(new.len());
-        let pages = new.len() / page;
+        let RingPages {
+            page,
+            log_page,
+            count: pages,
+            ..
+        } = ring_pages(new.len());
         let mut i = [0u8; MAX_MESSAGE];
         let ilen = ModifyCqIn::BYTES + 8 * pages;
         {

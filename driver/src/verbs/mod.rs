@@ -8,6 +8,7 @@ pub mod pd;
 pub mod post;
 pub mod qp;
 pub mod qp_state;
+mod ring_pages;
 pub mod send_batch;
 pub mod wc;
 

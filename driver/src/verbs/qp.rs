@@ -17,6 +17,7 @@ use crate::verbs::cq::Cq;
 use crate::verbs::mr::AccessFlags;
 use crate::verbs::pd::Pd;
 use crate::verbs::qp_state::{check_modify, next_state, QpAttrMask, QpState, QpType};
+use crate::verbs::ring_pages::{ring_pages, RingPages};
 
 /// Bytes of a send WQE basic block.
 const WQEBB: u32 = 64;
@@ -257,16 +258,21 @@ impl<'d, H: Hal> Pd<'d, H> {
         let log_rq = log2_ceil(c.max_recv_wr.max(1));
         limit(Limit::QpWr, 1 << log_sq_bbs.max(log_rq), caps.max_qp_wr)?;
         let rq_bytes = (1usize << log_rq) << rq_shift;
-        let bytes = (rq_bytes + ((WQEBB as usize) << log_sq_bbs)).next_multiple_of(4096);
-        let pages = bytes / 4096;
+        let RingPages {
+            page,
+            log_page,
+            bytes,
+            count: pages,
+        } = ring_pages(rq_bytes + ((WQEBB as usize) << log_sq_bbs));
+        // Never past the device's sizes above: a command carries 992 pages of 2 MiB.
         if CreateQpIn::BYTES + 8 * pages > MAX_MESSAGE {
             return Err(Error::ExceedsLimit {
                 limit: Limit::QpWr,
-                requested: pages as u64,
-                max: 0,
+                requested: bytes as u64,
+                max: ((MAX_MESSAGE - CreateQpIn::BYTES) / 8 * page) as u64,
             });
         }
-        let buf = dev.hal.dma_alloc(bytes, 4096)?.share();
+        let buf = dev.hal.dma_alloc(bytes, page)?.share();
         let dbr = dev.hal.dma_alloc(64, 64)?.share();
         let book_mem = dev
             .hal
@@ -289,12 +295,13 @@ impl<'d, H: Hal> Pd<'d, H> {
                 .set(qpc::log_rq_size, log_rq)
                 .set(qpc::log_rq_stride, rq_shift - 4)
                 .set(qpc::log_sq_size, log_sq_bbs)
+                .set(qpc::log_page_size, log_page)
                 .set(qpc::uar_page, uar.index().raw())
                 .set(qpc::cqn_snd, scqn)
                 .set(qpc::cqn_rcv, rcqn)
                 .set(qpc::dbr_addr, dbr.iova().0);
             for k in 0..pages {
-                v.set_array(create_qp_in::pas, k, buf.iova().0 + (k * 4096) as u64)?;
+                v.set_array(create_qp_in::pas, k, buf.iova().0 + (k * page) as u64)?;
             }
         }
         let mut o = [0u8; CreateQpOut::BYTES];

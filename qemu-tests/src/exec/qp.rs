@@ -36,10 +36,9 @@ impl Hca {
         let log_sq_size = c.get(qpc::log_sq_size) as u8;
         let log_rq_size = c.get(qpc::log_rq_size) as u8;
         let max_wq = self.cap(cmd_hca_cap::log_max_qp_sz);
-        if u64::from(log_sq_size) > max_wq
-            || u64::from(log_rq_size) > max_wq
-            || c.get(qpc::log_page_size) != 0
-        {
+        // Pages of 4 KiB up to 4 GiB, as for CQs (log_page_size relative to 4 KiB).
+        let log_page = c.get32(qpc::log_page_size);
+        if u64::from(log_sq_size) > max_wq || u64::from(log_rq_size) > max_wq || log_page > 20 {
             return Err(bad_param(syndrome::OUT_OF_RANGE));
         }
         let mut qp = Qp {
@@ -55,6 +54,7 @@ impl Hca {
             rq_wqe_shift: c.get(qpc::log_rq_stride) as u8 + 4,
             no_sq: c.get(qpc::no_sq) != 0,
             pas: Vec::new(),
+            page_size: 4096 << log_page,
             dbr: c.get(qpc::dbr_addr),
             port: 1,
             pkey_index: 0,
@@ -79,14 +79,14 @@ impl Hca {
             retry_tries: 0,
             transport_retries: 0,
         };
-        let pages = qp.buffer_bytes().div_ceil(4096) as usize;
+        let pages = qp.buffer_bytes().div_ceil(qp.page_size) as usize;
         if v.array_len(create_qp_in::pas) < pages {
             return Err(fail(CmdStatus::BadInputLength, syndrome::SHORT_INPUT));
         }
         qp.pas = (0..pages)
             .filter_map(|k| v.array(create_qp_in::pas, k))
             .collect();
-        if qp.pas.iter().any(|p| p % 4096 != 0) || qp.dbr % 8 != 0 {
+        if qp.pas.iter().any(|p| p % qp.page_size != 0) || qp.dbr % 8 != 0 {
             return Err(bad_param(syndrome::BAD_PAGE));
         }
         let max = 1u32 << self.cap(cmd_hca_cap::log_max_qp);
