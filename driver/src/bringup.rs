@@ -9,7 +9,7 @@ use bareverbs_firmware_cmd::ifc::*;
 use bareverbs_firmware_cmd::init_seg::{
     self, cmd_exec_to, cmd_q_init_to, cmdif_rev_fw_sub, cmdq_addr_l_sz, fw_rev, initializing,
 };
-use bareverbs_firmware_cmd::{Eqn, Layout, UarIndex, View};
+use bareverbs_firmware_cmd::{Eqn, Layout, UarIndex, View, ViewMut};
 use bareverbs_hal::{Deadline, Hal, Mmio};
 use heapless::{Deque, Vec};
 
@@ -246,12 +246,56 @@ impl<H: Hal> Device<H> {
     }
 
     fn query_cap(&mut self, mode: u16, out: &mut [u8; QueryHcaCapOut::BYTES]) -> Result<(), Error> {
+        self.query_cap_group(hca_cap_op_mod::GENERAL, mode, out)
+    }
+
+    fn query_cap_group(
+        &mut self,
+        group: u16,
+        mode: u16,
+        out: &mut [u8; QueryHcaCapOut::BYTES],
+    ) -> Result<(), Error> {
         let mut inp = [0u8; QueryHcaCapIn::BYTES];
-        input::<QueryHcaCap>(&mut inp)?.set(
-            query_hca_cap_in::op_mod,
-            hca_cap_op_mod::query(hca_cap_op_mod::GENERAL, mode),
-        );
+        input::<QueryHcaCap>(&mut inp)?
+            .set(query_hca_cap_in::op_mod, hca_cap_op_mod::query(group, mode));
         self.exec::<QueryHcaCap>(&mut inp, out)
+    }
+
+    /// The current atomic capabilities (group 3), from a QUERY_HCA_CAP output buffer.
+    fn atomic_view(out: &[u8; QueryHcaCapOut::BYTES]) -> Result<View<'_, AtomicCaps>, Error> {
+        let at = query_hca_cap_out::capability.bit / 8;
+        Ok(View::<AtomicCaps>::new_checked(
+            &out[at..at + AtomicCaps::BYTES],
+        )?)
+    }
+
+    /// Linux `handle_hca_cap_atomic`: when the device has atomics and can answer them in host
+    /// byte order, SET_HCA_CAP (atomic) asks it to — the mode IB atomics need (mlx5_ib reports
+    /// none otherwise). The block is zero but for the mode, as Linux sends it.
+    fn set_atomic_caps(&mut self, general_cur_atomic: bool) -> Result<(), Error> {
+        if !general_cur_atomic {
+            return Ok(());
+        }
+        let mut cur = [0u8; QueryHcaCapOut::BYTES];
+        self.query_cap_group(hca_cap_op_mod::ATOMIC, hca_cap_op_mod::CUR, &mut cur)?;
+        let mut max = [0u8; QueryHcaCapOut::BYTES];
+        self.query_cap_group(hca_cap_op_mod::ATOMIC, hca_cap_op_mod::MAX, &mut max)?;
+        if Self::atomic_view(&cur)?.get(atomic_caps::supported_atomic_req_8b_endianness_mode_1) == 0
+        {
+            return Ok(());
+        }
+        let mut set = [0u8; SetHcaCapIn::BYTES];
+        input::<SetHcaCap>(&mut set)?.set(
+            set_hca_cap_in::op_mod,
+            hca_cap_op_mod::set(hca_cap_op_mod::ATOMIC),
+        );
+        let at = set_hca_cap_in::capability.bit / 8;
+        ViewMut::<AtomicCaps>::new_checked(&mut set[at..at + AtomicCaps::BYTES])?.set(
+            atomic_caps::atomic_req_8b_endianness_mode,
+            atomic::REQ_MODE_HOST_ENDIANNESS,
+        );
+        let mut out = [0u8; SetHcaCapOut::BYTES];
+        self.exec::<SetHcaCap>(&mut set, &mut out)
     }
 
     /// QUERY_HCA_CAP (max, cur) and SET_HCA_CAP of the general capabilities, changing what
@@ -261,6 +305,7 @@ impl<H: Hal> Device<H> {
         self.query_cap(hca_cap_op_mod::MAX, &mut max)?;
         let mut set = [0u8; SetHcaCapIn::BYTES];
         self.query_cap(hca_cap_op_mod::CUR, &mut set)?;
+        let atomic = cap_view(&set)?.get(cmd_hca_cap::atomic) != 0;
         let max_v = cap_view(&max)?;
         let (max_qp, max_drain, max_release, max_ports) = (
             max_v.get(cmd_hca_cap::log_max_qp),
@@ -286,13 +331,19 @@ impl<H: Hal> Device<H> {
             .set(cmd_hca_cap::release_all_pages, max_release)
             .set(cmd_hca_cap::num_vhca_ports, max_ports);
         let mut out = [0u8; SetHcaCapOut::BYTES];
-        self.exec::<SetHcaCap>(&mut set, &mut out)
+        self.exec::<SetHcaCap>(&mut set, &mut out)?;
+        self.set_atomic_caps(atomic)
     }
 
     fn query_caps(&mut self) -> Result<(), Error> {
         let mut out = [0u8; QueryHcaCapOut::BYTES];
         self.query_cap(hca_cap_op_mod::CUR, &mut out)?;
-        self.info.caps = Caps::from_cap(&cap_view(&out)?);
+        let mut caps = Caps::from_cap(&cap_view(&out)?);
+        if caps.atomic {
+            self.query_cap_group(hca_cap_op_mod::ATOMIC, hca_cap_op_mod::CUR, &mut out)?;
+            caps = caps.with_atomic_caps(&Self::atomic_view(&out)?);
+        }
+        self.info.caps = caps;
         let mut inp = [0u8; QueryAdapterIn::BYTES];
         input::<QueryAdapter>(&mut inp)?;
         let mut out = [0u8; QueryAdapterOut::BYTES];

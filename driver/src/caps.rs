@@ -1,7 +1,7 @@
 //! What the device can do, decoded from its general capabilities (mlx5-reference 03 §6.1).
 //! Limits come from here; the driver hard-codes none of them.
 
-use bareverbs_firmware_cmd::ifc::{cmd_hca_cap as c, CmdHcaCap};
+use bareverbs_firmware_cmd::ifc::{atomic, atomic_caps, cmd_hca_cap as c, AtomicCaps, CmdHcaCap};
 use bareverbs_firmware_cmd::View;
 
 /// Link layer of the ports.
@@ -72,8 +72,13 @@ pub struct Caps {
     pub ud: bool,
     /// eXtended reliable connected.
     pub xrc: bool,
-    /// Atomic operations.
+    /// The device has an atomic capability group (`atomic`).
     pub atomic: bool,
+    /// 8-byte compare-and-swap and fetch-and-add with IB semantics: operands and the returned
+    /// value in the host's byte order (`atomic_req_8b_endianness_mode` set to host endianness
+    /// at bring-up). mlx5_ib reports `IB_ATOMIC_HCA` exactly then, `IB_ATOMIC_NONE` otherwise;
+    /// without it, atomic requests are refused.
+    pub ib_atomics: bool,
     /// CQs can be resized.
     pub cq_resize: bool,
     /// BlueFlame registers.
@@ -131,6 +136,8 @@ impl Caps {
             ud: g(c::ud) != 0,
             xrc: g(c::xrc) != 0,
             atomic: g(c::atomic) != 0,
+            // Known after the atomic group is read (`with_atomic_caps`).
+            ib_atomics: false,
             cq_resize: g(c::cq_resize) != 0,
             bf: g(c::bf) != 0,
             log_bf_reg_size: g(c::log_bf_reg_size) as u8,
@@ -139,6 +146,20 @@ impl Caps {
             fast_teardown: g(c::fast_teardown) != 0,
             driver_version: g(c::driver_version) != 0,
         }
+    }
+
+    /// Adds what the atomic capabilities (group 3, current) allow: IB atomics need both
+    /// 8-byte operations on QPs and host-endian requests (mlx5_ib `get_atomic_caps`).
+    pub fn with_atomic_caps(mut self, v: &View<'_, AtomicCaps>) -> Self {
+        let both = atomic::OPS_CMP_SWAP | atomic::OPS_FETCH_ADD;
+        let ops = v.get(atomic_caps::atomic_operations) as u16;
+        let size = v.get(atomic_caps::atomic_size_qp) as u16;
+        let mode = v.get(atomic_caps::atomic_req_8b_endianness_mode) as u8;
+        self.ib_atomics = self.atomic
+            && ops & both == both
+            && size & atomic::SIZE_QP_8_BYTES != 0
+            && mode == atomic::REQ_MODE_HOST_ENDIANNESS;
+        self
     }
 
     /// The ports' link layer.

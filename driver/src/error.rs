@@ -174,6 +174,11 @@ pub enum Invalid {
     OpcodeForQpType,
     /// A UD send without a destination, or a connected-QP send with one.
     Destination,
+    /// An atomic operation on a device without IB atomics ([`Caps::ib_atomics`]: 8-byte
+    /// compare-and-swap and fetch-and-add answered in host byte order).
+    ///
+    /// [`Caps::ib_atomics`]: crate::caps::Caps::ib_atomics
+    AtomicsUnsupported,
     /// An address vector the device cannot use (SL over 15, LID 0 without GRH, GID index).
     AddressVector,
     /// A CQ resize to fewer entries than completions waiting to be polled.

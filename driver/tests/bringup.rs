@@ -101,11 +101,27 @@ fn driver_trace_matches_the_model_and_linux_order() {
         Opcode::QUERY_HCA_CAP,
         Opcode::QUERY_HCA_CAP,
         Opcode::SET_HCA_CAP,
+        // Linux handle_hca_cap_atomic: the atomic group (current, maximum), then host-endian
+        // requests.
+        Opcode::QUERY_HCA_CAP,
+        Opcode::QUERY_HCA_CAP,
+        Opcode::SET_HCA_CAP,
         Opcode::QUERY_PAGES,
         Opcode::MANAGE_PAGES,
         Opcode::INIT_HCA,
     ];
     assert_eq!(&driver[..want.len()], &want);
+    let op_mods: Vec<u16> = dev
+        .trace()
+        .iter()
+        .skip(6)
+        .take(6)
+        .map(|r| r.op_mod)
+        .collect();
+    // (group << 1) | mode: general max, general current, set general; atomic (group 3)
+    // current, maximum, set.
+    assert_eq!(op_mods, [0, 1, 0, 7, 6, 6]);
+    assert!(dev.info().caps.ib_atomics, "host-endian atomics enabled");
     assert!(dev.trace().iter().all(|r| r.to_string().ends_with("OK")));
 }
 

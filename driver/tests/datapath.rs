@@ -206,8 +206,10 @@ fn rc_send_write_read_atomics_and_inline() {
     src.buf().read_bytes(2000, &mut got).unwrap();
     assert_eq!(&got, b"hello");
 
-    // Atomics: fetch-and-add, then a compare-and-swap that matches and one that does not.
-    dst.buf().write64(512, 40);
+    // Atomics: fetch-and-add, then a compare-and-swap that matches and one that does not. The
+    // target and the returned value are in the host's byte order (IB semantics; the driver
+    // set the device's atomic requests to host endianness, as Linux does).
+    dst.buf().write_bytes(512, &40u64.to_ne_bytes()).unwrap();
     let res = [sge(&src, 3000, 8)];
     a.post_send(&[send_wr(
         1,
@@ -222,8 +224,8 @@ fn rc_send_write_read_atomics_and_inline() {
     assert_eq!(
         (
             poll_one(&mut scq).opcode,
-            src.buf().read64(3000),
-            dst.buf().read64(512)
+            src.buf().read_ne64(3000),
+            dst.buf().read_ne64(512)
         ),
         (WcOpcode::FetchAdd, 40, 42)
     );
@@ -241,8 +243,8 @@ fn rc_send_write_read_atomics_and_inline() {
     assert_eq!(
         (
             poll_one(&mut scq).opcode,
-            src.buf().read64(3000),
-            dst.buf().read64(512)
+            src.buf().read_ne64(3000),
+            dst.buf().read_ne64(512)
         ),
         (WcOpcode::CompSwap, 42, 7)
     );
@@ -258,7 +260,10 @@ fn rc_send_write_read_atomics_and_inline() {
     )])
     .unwrap();
     poll_one(&mut scq);
-    assert_eq!((src.buf().read64(3000), dst.buf().read64(512)), (7, 7));
+    assert_eq!(
+        (src.buf().read_ne64(3000), dst.buf().read_ne64(512)),
+        (7, 7)
+    );
 
     // Unsignaled requests complete silently; the signaled one after them frees their room.
     for round in 0..4 {
@@ -1200,4 +1205,67 @@ fn a_qp_buffer_past_a_thousand_4k_pages_takes_2_mib_pages() {
         mr.buf().read_bytes(8 * i as usize, &mut got).unwrap();
         assert_eq!(&got, b"tail msg", "receive {i}");
     }
+}
+
+#[test]
+fn a_device_without_host_endian_atomics_refuses_atomics_before_the_ring() {
+    // A device that can answer atomics only big-endian: the driver leaves the mode alone (as
+    // Linux does, which then reports IB_ATOMIC_NONE) and refuses atomic requests.
+    let cfg = bareverbs_model::ModelConfig {
+        atomic_host_endianness: false,
+        ..bareverbs_model::ModelConfig::default()
+    };
+    let hal = SimHal::new(cfg, bareverbs_model::Drive::Synchronous);
+    let m = hal.model();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    assert!(dev.info().caps.atomic && !dev.info().caps.ib_atomics);
+    let sets = m
+        .trace()
+        .iter()
+        .filter(|t| t.opcode == bareverbs::firmware_cmd::Opcode::SET_HCA_CAP)
+        .count();
+    assert_eq!(sets, 1, "only the general SET_HCA_CAP");
+    let pd = dev.alloc_pd().unwrap();
+    let (mut scq, rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
+    let init = QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: &scq,
+        recv_cq: &rcq,
+        cap: cap(),
+        sq_sig_all: true,
+    };
+    let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
+    connect(&mut a, &mut b, 7);
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
+    let mr = pd
+        .reg_mr(hal.dma_alloc(4096, 4096).unwrap().share(), access)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let res = [sge(&mr, 0, 8)];
+    let write = SendOp::RdmaWrite {
+        remote_addr: mr.addr() + 64,
+        rkey: mr.rkey().raw(),
+    };
+    let fa = SendOp::AtomicFetchAndAdd {
+        remote_addr: mr.addr() + 512,
+        rkey: mr.rkey().raw(),
+        add: 1,
+    };
+    let e = a
+        .post_send(&[send_wr(1, &res, write), send_wr(2, &res, fa)])
+        .unwrap_err();
+    assert_eq!(
+        (e.index, e.error),
+        (
+            1,
+            Error::InvalidArgument {
+                what: bareverbs::error::Invalid::AtomicsUnsupported
+            }
+        )
+    );
+    // The WRITE before it went out; the atomic left no trace.
+    assert_eq!(poll_one(&mut scq).wr_id, 1);
+    let mut wc = [Wc::EMPTY; 2];
+    assert_eq!(scq.poll(&mut wc), 0);
+    assert_eq!(mr.buf().read64(512), 0);
 }

@@ -37,6 +37,10 @@ for trace in "$work/hca0.trace" "$work/hca1.trace"; do
   grep -q '^END state=Disabled pages_held=0 eqs=0 uars=0 dma_faults=0$' "$trace" ||
     bad "model not clean at the end of $trace: $(grep '^END' "$trace" || echo 'no END line')"
   [ "$(grep -c 'CMD slot  0 INIT_HCA' "$trace")" = 2 ] || bad "$trace: expected two bring-ups"
+  # The model offers atomics answerable in host byte order: Linux asks for that mode
+  # (handle_hca_cap_atomic) on each bring-up, as bareverbs does.
+  [ "$(grep -cE 'SET_HCA_CAP +op_mod 0x0006 OK' "$trace")" = 2 ] ||
+    bad "$trace: expected Linux to set host-endian atomics on both bring-ups"
 done
 
 echo "== commands Linux issued to HCA 0 (both probes)"

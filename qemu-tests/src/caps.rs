@@ -1,7 +1,9 @@
 //! The capabilities the model reports: a believable ConnectX-5 on InfiniBand, and the rules of
 //! SET_HCA_CAP (which general fields the driver may change, mlx5-reference 03 §6).
 
-use bareverbs_firmware_cmd::ifc::{cmd_hca_cap as c, CmdHcaCap};
+use bareverbs_firmware_cmd::ifc::{
+    atomic, atomic_caps as a, cmd_hca_cap as c, AtomicCaps, CmdHcaCap,
+};
 use bareverbs_firmware_cmd::layout::{Field, Layout, ViewMut};
 
 use crate::config::ModelConfig;
@@ -33,8 +35,8 @@ pub const WRITABLE: &[Field<CmdHcaCap>] = &[
 /// Maximum (supported) and current general capabilities, as QUERY_HCA_CAP returns them.
 ///
 /// Bits that make Linux query another capability group (`mlx5_query_hca_caps`: `event_cap`,
-/// `atomic`, `roce`, `pg`, `qos`, `hca_cap_2`, `debug`, `eth_net_offloads`, …) stay clear until
-/// the model implements that group.
+/// `roce`, `pg`, `qos`, `hca_cap_2`, `debug`, `eth_net_offloads`, …) stay clear until the model
+/// implements that group; `atomic` is set, its group is [`atomic_caps`].
 pub fn general_caps(cfg: &ModelConfig) -> (Vec<u8>, Vec<u8>) {
     let mut max = vec![0u8; CAP_BYTES];
     {
@@ -58,6 +60,7 @@ pub fn general_caps(cfg: &ModelConfig) -> (Vec<u8>, Vec<u8>) {
             (c::force_teardown, 1),
             (c::null_mkey, 1),
             (c::log_max_klm_list_size, 16),
+            (c::atomic, 1),
             (c::log_max_ra_req_qp, 4),
             (c::log_max_ra_res_qp, 4),
             (c::release_all_pages, 1),
@@ -116,6 +119,53 @@ pub fn general_caps(cfg: &ModelConfig) -> (Vec<u8>, Vec<u8>) {
     (max, cur)
 }
 
+/// Maximum and current atomic capabilities (group 3): 8-byte compare-and-swap and
+/// fetch-and-add on QPs, big-endian until the driver asks for host endianness, which it may.
+pub fn atomic_caps(cfg: &ModelConfig) -> (Vec<u8>, Vec<u8>) {
+    let mut cur = vec![0u8; CAP_BYTES];
+    {
+        let mut v = ViewMut::<AtomicCaps>::new_checked(&mut cur[..AtomicCaps::BYTES])
+            .unwrap_or_else(|_| unreachable!("the capability area holds atomic_caps"));
+        v.set(
+            a::supported_atomic_req_8b_endianness_mode_1,
+            cfg.atomic_host_endianness,
+        )
+        .set(
+            a::atomic_operations,
+            atomic::OPS_CMP_SWAP | atomic::OPS_FETCH_ADD,
+        )
+        .set(a::atomic_size_qp, atomic::SIZE_QP_8_BYTES)
+        .set(a::atomic_size_dc, atomic::SIZE_QP_8_BYTES)
+        .set(a::atomic_req_8b_endianness_mode, atomic::REQ_MODE_BE);
+    }
+    let mut max = cur.clone();
+    if cfg.atomic_host_endianness {
+        ViewMut::<AtomicCaps>::new_checked(&mut max[..AtomicCaps::BYTES])
+            .unwrap_or_else(|_| unreachable!("the capability area holds atomic_caps"))
+            .set(
+                a::atomic_req_8b_endianness_mode,
+                atomic::REQ_MODE_HOST_ENDIANNESS,
+            );
+    }
+    (max, cur)
+}
+
+/// Applies a SET_HCA_CAP atomic block to the current one: only the endianness mode is taken,
+/// big-endian or (when supported) host endianness; the other fields are read-only and what the
+/// block holds there is ignored — Linux `handle_hca_cap_atomic` sends them zeroed.
+pub fn set_atomic(req: &[u8], cur: &mut [u8]) -> Result<(), &'static str> {
+    use bareverbs_firmware_cmd::layout::{get_bits, set_bits};
+    let f = a::atomic_req_8b_endianness_mode;
+    let s = a::supported_atomic_req_8b_endianness_mode_1;
+    let mode = get_bits(req, f.bit, f.width);
+    let host = u64::from(atomic::REQ_MODE_HOST_ENDIANNESS);
+    if mode > host || (mode == host && get_bits(cur, s.bit, s.width) == 0) {
+        return Err(f.name);
+    }
+    set_bits(cur, f.bit, f.width, mode);
+    Ok(())
+}
+
 /// Checks a SET_HCA_CAP general block against the current and maximum ones: only writable
 /// fields may differ, each within its maximum. Returns the offending field name on failure.
 pub fn check_set_general(req: &[u8], cur: &[u8], max: &[u8]) -> Result<(), &'static str> {
@@ -149,14 +199,13 @@ mod tests {
     use bareverbs_firmware_cmd::layout::get_bits;
 
     /// Linux `mlx5_query_hca_caps` queries another capability group for each of these bits;
-    /// the model answers only GENERAL, so they must be clear (found when Linux 6.12 asked for
-    /// DEV_EVENT because `event_cap` was set).
+    /// the model answers only GENERAL and ATOMIC, so they must be clear (found when Linux 6.12
+    /// asked for DEV_EVENT because `event_cap` was set).
     #[test]
     fn no_bit_asks_linux_for_a_group_the_model_lacks() {
         let (max, cur) = general_caps(&ModelConfig::default());
         for f in [
             c::event_cap,
-            c::atomic,
             c::roce,
             c::pg,
             c::qos,
@@ -170,5 +219,33 @@ mod tests {
             assert_eq!(get_bits(&cur, f.bit, f.width), 0, "{}", f.name);
             assert_eq!(get_bits(&max, f.bit, f.width), 0, "{}", f.name);
         }
+    }
+
+    /// Linux `handle_hca_cap_atomic` sends a zeroed block with only the mode set: accepted,
+    /// and only the mode changes.
+    #[test]
+    fn atomic_set_takes_the_mode_alone() {
+        use bareverbs_firmware_cmd::layout::set_bits;
+        let f = a::atomic_req_8b_endianness_mode;
+        let (_, cur) = atomic_caps(&ModelConfig::default());
+        let mut now = cur.clone();
+        let mut req = vec![0u8; CAP_BYTES];
+        set_bits(&mut req, f.bit, f.width, 1);
+        set_atomic(&req, &mut now).unwrap();
+        assert_eq!(get_bits(&now, f.bit, f.width), 1);
+        set_bits(&mut now, f.bit, f.width, 0);
+        assert_eq!(now, cur, "nothing but the mode changed");
+        // Modes past host endianness are refused, and host endianness where unsupported.
+        set_bits(&mut req, f.bit, f.width, 2);
+        assert!(set_atomic(&req, &mut now).is_err());
+        let cfg = ModelConfig {
+            atomic_host_endianness: false,
+            ..ModelConfig::default()
+        };
+        let (_, mut be_only) = atomic_caps(&cfg);
+        set_bits(&mut req, f.bit, f.width, 1);
+        assert!(set_atomic(&req, &mut be_only).is_err());
+        set_bits(&mut req, f.bit, f.width, 0);
+        assert!(set_atomic(&req, &mut be_only).is_ok());
     }
 }

@@ -36,6 +36,10 @@ pub struct ModelConfig {
     pub bar0_size: usize,
     /// Number of MSI-X vectors.
     pub msix_vectors: u16,
+    /// Atomic requests can be answered in host byte order
+    /// (`supported_atomic_req_8b_endianness_mode_1`); without it a driver gets big-endian
+    /// atomics, which Linux reports as no atomics at all.
+    pub atomic_host_endianness: bool,
     /// Faults to inject.
     pub faults: Faults,
 }
@@ -56,6 +60,7 @@ impl Default for ModelConfig {
             command_latency: Duration::ZERO,
             bar0_size: 32 << 20,
             msix_vectors: 64,
+            atomic_host_endianness: true,
             faults: Faults::default(),
         }
     }

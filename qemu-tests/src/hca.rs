@@ -91,6 +91,8 @@ pub struct Hca {
     pub(crate) host_endianness: Option<u8>,
     pub(crate) caps_max: Vec<u8>,
     pub(crate) caps_cur: Vec<u8>,
+    pub(crate) atomic_caps_max: Vec<u8>,
+    pub(crate) atomic_caps_cur: Vec<u8>,
     pub(crate) uars: BTreeSet<u32>,
     pub(crate) eqs: BTreeMap<u8, Eq>,
     pub(crate) pds: BTreeSet<u32>,
@@ -115,6 +117,7 @@ impl Hca {
     /// A device in its power-on state.
     pub fn new(cfg: ModelConfig, clock: Arc<SimClock>, dma: Arc<dyn AddressSpace>) -> Self {
         let (caps_max, caps_cur) = caps::general_caps(&cfg);
+        let (atomic_caps_max, atomic_caps_cur) = caps::atomic_caps(&cfg);
         let ports = (0..cfg.num_ports)
             .map(|i| Port {
                 up: true,
@@ -145,6 +148,8 @@ impl Hca {
             host_endianness: None,
             caps_max,
             caps_cur,
+            atomic_caps_max,
+            atomic_caps_cur,
             uars: BTreeSet::new(),
             eqs: BTreeMap::new(),
             pds: BTreeSet::new(),

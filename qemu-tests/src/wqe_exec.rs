@@ -617,7 +617,7 @@ impl Hca {
                 let Some(&(target, _)) = t.first() else {
                     return Response::Nak(synd::REMOTE_ACCESS);
                 };
-                let old = self.dma.read_be64(target).unwrap_or(0);
+                let old = self.atomic_load(target);
                 let new = if duplicate {
                     old
                 } else if fetch_add {
@@ -628,10 +628,48 @@ impl Hca {
                     old
                 };
                 if !duplicate {
-                    let _ = self.dma.write(target, &new.to_be_bytes());
+                    let _ = self.dma.write(target, &self.atomic_bytes(new));
                 }
+                // On the wire the original value is big-endian, as every IB field.
                 Response::Ack(old.to_be_bytes().to_vec())
             }
+        }
+    }
+
+    /// Whether 8-byte atomic operands sit in memory little-endian, at the responder, and the
+    /// original value is written back so, at the requester: in the host's order once the
+    /// driver set `atomic_req_8b_endianness_mode` to host endianness (Linux does whenever it
+    /// is supported, and otherwise reports no IB atomics), big-endian before. The host's order
+    /// is what the HOST_ENDIANNESS register says, little-endian if it was never written.
+    fn atomic_little_endian(&self) -> bool {
+        use bareverbs_firmware_cmd::ifc::{atomic, atomic_caps, HOST_ENDIANNESS_BIG};
+        let f = atomic_caps::atomic_req_8b_endianness_mode;
+        let mode = bareverbs_firmware_cmd::layout::get_bits(&self.atomic_caps_cur, f.bit, f.width);
+        mode == u64::from(atomic::REQ_MODE_HOST_ENDIANNESS)
+            && self.host_endianness != Some(HOST_ENDIANNESS_BIG)
+    }
+
+    /// `v` as an 8-byte atomic operand in memory.
+    fn atomic_bytes(&self, v: u64) -> [u8; 8] {
+        if self.atomic_little_endian() {
+            v.to_le_bytes()
+        } else {
+            v.to_be_bytes()
+        }
+    }
+
+    /// The 8-byte atomic operand at `target`.
+    fn atomic_load(&self, target: u64) -> u64 {
+        let b: [u8; 8] = self
+            .dma
+            .read_vec(target, 8)
+            .ok()
+            .and_then(|v| v.try_into().ok())
+            .unwrap_or([0; 8]);
+        if self.atomic_little_endian() {
+            u64::from_le_bytes(b)
+        } else {
+            u64::from_be_bytes(b)
         }
     }
 
@@ -735,6 +773,12 @@ impl Hca {
             let out = match resp {
                 Response::Ack(data) => match kind {
                     Kind::Read | Kind::Atomic { .. } => {
+                        let data = match (kind, <[u8; 8]>::try_from(&data[..])) {
+                            (Kind::Atomic { .. }, Ok(wire)) => {
+                                self.atomic_bytes(u64::from_be_bytes(wire)).to_vec()
+                            }
+                            _ => data,
+                        };
                         match self.scatter(qp.pd, &w.sges, 0, &data) {
                             Ok(()) => Outcome::Done(data.len() as u32),
                             Err(s) => Outcome::Failed(s),

@@ -56,6 +56,9 @@ const READ: u8 = 2;
 const ATOMIC: u8 = 3;
 /// In [`SendBatch::refuse`]: the QP is UD.
 const UD: u8 = 1 << 4;
+/// In [`SendBatch::refuse`]: atomics are refused because the device has no IB atomics, not
+/// because of the QP type.
+const NO_ATOMICS: u8 = 1 << 5;
 
 /// One request's operands, as [`SendBatch::emit`] writes them.
 struct Req<'a> {
@@ -275,10 +278,12 @@ impl SendBatch<'_> {
         // One test when the class is allowed and the destination matches the QP type.
         let expect = if r.ud.is_some() { UD } else { 0 };
         if (self.refuse & ((1 << CLASS) | UD)) != expect {
-            return Err(invalid(if self.refuse & (1 << CLASS) != 0 {
-                Invalid::OpcodeForQpType
-            } else {
+            return Err(invalid(if self.refuse & (1 << CLASS) == 0 {
                 Invalid::Destination
+            } else if CLASS == ATOMIC && self.refuse & NO_ATOMICS != 0 {
+                Invalid::AtomicsUnsupported
+            } else {
+                Invalid::OpcodeForQpType
             }));
         }
         let data_units = if INLINE {
@@ -493,6 +498,7 @@ impl<H: Hal> Qp<'_, '_, H> {
             refuse: match self.qp_type() {
                 QpType::Ud => UD | (1 << WRITE) | (1 << READ) | (1 << ATOMIC),
                 QpType::Uc => (1 << READ) | (1 << ATOMIC),
+                _ if !dev.info().caps.ib_atomics => (1 << ATOMIC) | NO_ATOMICS,
                 _ => 0,
             },
             max_inline: cap.max_inline_data as usize,

@@ -107,7 +107,18 @@ crate::ifc! {
         0x61e sw_owner_id: 1,
     }
 
-    /// The 4 KiB capability area of QUERY/SET_HCA_CAP; general caps sit at its start.
+    /// Atomic capabilities (capability type 3, `atomic_caps`), present when the general
+    /// `atomic` bit is set.
+    pub struct AtomicCaps => atomic_caps: 0x800 bits {
+        0x40 atomic_req_8b_endianness_mode: 2,
+        0x46 supported_atomic_req_8b_endianness_mode_1: 1,
+        0x90 atomic_operations: 16,
+        0xb0 atomic_size_qp: 16,
+        0xd0 atomic_size_dc: 16,
+    }
+
+    /// The 4 KiB capability area of QUERY/SET_HCA_CAP; general caps sit at its start (other
+    /// groups, such as [`AtomicCaps`], sit there in their own messages).
     pub struct HcaCapUnion => hca_cap_union: 0x8000 bits {
         0x0 cmd_hca_cap: CmdHcaCap,
     }
@@ -168,6 +179,21 @@ pub mod hca_cap_op_mod {
     }
 }
 
+/// `atomic_caps` values (device.h `MLX5_ATOMIC_*`, mlx5_ifc.h `MLX5_ATOMIC_CAPS_*`).
+pub mod atomic {
+    /// `atomic_operations`: 8-byte compare-and-swap.
+    pub const OPS_CMP_SWAP: u16 = 1 << 0;
+    /// `atomic_operations`: 8-byte fetch-and-add.
+    pub const OPS_FETCH_ADD: u16 = 1 << 1;
+    /// `atomic_size_qp`: 8-byte operands on QPs.
+    pub const SIZE_QP_8_BYTES: u16 = 0x8;
+    /// `atomic_req_8b_endianness_mode`: big-endian (the reset value).
+    pub const REQ_MODE_BE: u8 = 0;
+    /// `atomic_req_8b_endianness_mode`: host endianness. Linux sets it when supported and
+    /// otherwise reports no IB-spec atomics (mlx5_ib `get_atomic_caps`).
+    pub const REQ_MODE_HOST_ENDIANNESS: u8 = 1;
+}
+
 /// `cmd_hca_cap.port_type` values (`MLX5_CAP_PORT_TYPE_*`).
 pub mod port_type {
     /// InfiniBand.
@@ -218,5 +244,35 @@ mod tests {
         assert_eq!(caps.get(cmd_hca_cap::log_bf_reg_size), 9);
         assert_eq!(caps.get(cmd_hca_cap::fast_teardown), 1);
         assert_eq!(caps.get(cmd_hca_cap::log_max_eq), 0);
+    }
+
+    #[test]
+    fn atomic_cap_fields_sit_where_mlx5_ifc_puts_them() {
+        // mlx5_ifc.h `atomic_caps`: endianness mode at bit 0x40 (2 bits), its support bit at
+        // 0x46, atomic_operations at 0x90, atomic_size_qp at 0xb0 (16 bits each).
+        let mut out = [0u8; 4112];
+        out[0x10 + 0x08] = 0x42; // mode 1, mode 1 supported
+        out[0x10 + 0x13] = 0x03; // compare-and-swap, fetch-and-add
+        out[0x10 + 0x17] = 0x08; // 8-byte operands on QPs
+        out[0x10 + 0x1b] = 0x08; // 8-byte operands on DCs
+        let at = query_hca_cap_out::capability.bit / 8;
+        let a = View::<AtomicCaps>::new_checked(&out[at..at + AtomicCaps::BYTES]).unwrap();
+        assert_eq!(
+            a.get(atomic_caps::atomic_req_8b_endianness_mode),
+            u64::from(atomic::REQ_MODE_HOST_ENDIANNESS)
+        );
+        assert_eq!(
+            a.get(atomic_caps::supported_atomic_req_8b_endianness_mode_1),
+            1
+        );
+        assert_eq!(
+            a.get(atomic_caps::atomic_operations),
+            u64::from(atomic::OPS_CMP_SWAP | atomic::OPS_FETCH_ADD)
+        );
+        assert_eq!(
+            a.get(atomic_caps::atomic_size_qp),
+            u64::from(atomic::SIZE_QP_8_BYTES)
+        );
+        assert_eq!(a.get(atomic_caps::atomic_size_dc), 8);
     }
 }

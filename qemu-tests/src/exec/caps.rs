@@ -4,7 +4,7 @@ use bareverbs_firmware_cmd::ifc::*;
 use bareverbs_firmware_cmd::CmdStatus;
 
 use super::{bad_param, fail, input, output, syndrome, CmdResult};
-use crate::caps::{check_set_general, CAP_BYTES};
+use crate::caps::{check_set_general, set_atomic, CAP_BYTES};
 use crate::hca::{Hca, HcaState};
 
 impl Hca {
@@ -23,14 +23,13 @@ impl Hca {
         if v.get(query_hca_cap_in::other_function) != 0 {
             return Err(bad_param(syndrome::OUT_OF_RANGE));
         }
-        let (cap_type, mode) = (op_mod >> 1, op_mod & 1);
-        if cap_type != hca_cap_op_mod::GENERAL {
-            return Err(bad_param(syndrome::BAD_OP_MOD));
-        }
-        let src = if mode == hca_cap_op_mod::CUR {
-            &self.caps_cur
-        } else {
-            &self.caps_max
+        let (cap_type, cur) = (op_mod >> 1, op_mod & 1 == hca_cap_op_mod::CUR);
+        let src = match (cap_type, cur) {
+            (hca_cap_op_mod::GENERAL, true) => &self.caps_cur,
+            (hca_cap_op_mod::GENERAL, false) => &self.caps_max,
+            (hca_cap_op_mod::ATOMIC, true) => &self.atomic_caps_cur,
+            (hca_cap_op_mod::ATOMIC, false) => &self.atomic_caps_max,
+            _ => return Err(bad_param(syndrome::BAD_OP_MOD)),
         };
         out.as_bytes_mut()[16..16 + CAP_BYTES].copy_from_slice(src);
         Ok(())
@@ -47,15 +46,20 @@ impl Hca {
         if v.get(set_hca_cap_in::other_function) != 0 {
             return Err(bad_param(syndrome::OUT_OF_RANGE));
         }
-        if op_mod >> 1 != hca_cap_op_mod::GENERAL || op_mod & 1 != 0 {
+        if op_mod & 1 != 0 {
             return Err(bad_param(syndrome::BAD_OP_MOD));
         }
         let req = &v.as_bytes()[16..16 + CAP_BYTES];
-        if let Err(field) = check_set_general(req, &self.caps_cur, &self.caps_max) {
+        let done = match op_mod >> 1 {
+            hca_cap_op_mod::GENERAL => check_set_general(req, &self.caps_cur, &self.caps_max)
+                .map(|()| self.caps_cur.copy_from_slice(req)),
+            hca_cap_op_mod::ATOMIC => set_atomic(req, &mut self.atomic_caps_cur),
+            _ => return Err(bad_param(syndrome::BAD_OP_MOD)),
+        };
+        if let Err(field) = done {
             log::warn!("model: SET_HCA_CAP refused: {field}");
             return Err(bad_param(syndrome::READ_ONLY_CAP));
         }
-        self.caps_cur.copy_from_slice(req);
         Ok(())
     }
 }

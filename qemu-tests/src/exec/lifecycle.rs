@@ -48,6 +48,7 @@ impl Hca {
         self.pages_before_done = false;
         let (_, cur) = crate::caps::general_caps(&self.cfg);
         self.caps_cur = cur;
+        self.atomic_caps_cur = crate::caps::atomic_caps(&self.cfg).1;
         Ok(())
     }
 
