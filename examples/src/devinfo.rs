@@ -66,7 +66,8 @@ fn print_device<H: Hal>(dev: &Device<H>, vendor_part_id: u16, verbose: bool) {
         println!("\tmax_msg_sz:\t\t\t{:#x}", c.max_msg_size);
         println!(
             "\tatomic_cap:\t\t\t{}",
-            if c.atomic {
+            // mlx5_ib `get_atomic_caps`: HCA atomics only with host-endian requests.
+            if c.ib_atomics {
                 "ATOMIC_HCA (1)"
             } else {
                 "ATOMIC_NONE (0)"
