@@ -161,7 +161,8 @@ impl<H: Hal> Qp<'_, '_, H> {
     ///
     /// # Errors
     /// [`PostError`] with the index of the first request refused (state, opcode for the QP
-    /// type, SGE count, inline size, [`Error::QueueFull`]); those before it are posted.
+    /// type or the device, SGE count, inline size, [`Error::QueueFull`]); those before it are
+    /// posted.
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
         if wrs.is_empty() {
             return Ok(());

@@ -39,8 +39,9 @@ pub struct SendBatch<'b> {
     /// the word. A word rather than an array keeps the batch in registers: an array indexed at
     /// run time would pin the whole batch in memory.
     fm_ce_se: u64,
-    /// What the QP refuses: a bit per operation class its type does not have, and [`UD`] for
-    /// a UD QP, whose requests (and only those) name their destination.
+    /// What the QP refuses: a bit per operation class its type (or, for atomics, the device:
+    /// [`NO_ATOMICS`]) does not have, and [`UD`] for a UD QP, whose requests (and only those)
+    /// name their destination.
     refuse: u8,
     max_inline: usize,
     max_sge: usize,
@@ -106,8 +107,9 @@ impl SendBatch<'_> {
     /// # Errors
     /// [`Error::InvalidArgument`] for an opcode the QP type does not have, a missing or
     /// superfluous UD destination, inline data past `max_inline_data` or with READ/atomics,
-    /// more SGEs than `max_send_sge`, an atomic without one 8-byte SGE;
-    /// [`Error::QueueFull`] when the send queue has no room.
+    /// more SGEs than `max_send_sge`, an atomic without one 8-byte SGE or on a device without
+    /// IB atomics ([`Invalid::AtomicsUnsupported`]); [`Error::QueueFull`] when the send queue
+    /// has no room.
     #[inline]
     pub fn post(&mut self, wr: &SendWr<'_>) -> Result<(), Error> {
         let inline = wr.flags.contains(SendFlags::INLINE);
