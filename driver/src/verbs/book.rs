@@ -43,6 +43,12 @@ impl<H: Hal> Book<H> {
         (16 << log_sq) + (8 << log_rq)
     }
 
+    /// The send half of the book, for one send batch (bounds checked here, once).
+    #[inline]
+    pub(crate) fn send_view(&self) -> Option<(Slots<'_, 16>, &AtomicU16)> {
+        Some((self.mem.slots(0, 1 << self.log_sq).ok()?, &self.sq_tail))
+    }
+
     /// Views for one post or poll call: the bounds are checked here, once, not per entry.
     /// `None` only if the book's memory is shorter than its sizes (never, as created).
     #[inline]

@@ -477,8 +477,8 @@ impl<H: Hal> Qp<'_, '_, H> {
         }
         let dev = self.device();
         let books = dev.books.read();
-        let (Some(book), Some(ring), Some(dbr)) = (
-            books.get(&self.qpn().raw()).and_then(|b| b.view()),
+        let (Some((book_sq, sq_tail)), Some(ring), Some(dbr)) = (
+            books.get(&self.qpn().raw()).and_then(|b| b.send_view()),
             self.buf.as_ref(),
             self.dbr.as_ref(),
         ) else {
@@ -490,8 +490,8 @@ impl<H: Hal> Qp<'_, '_, H> {
         let cap = self.cap();
         let mut b = SendBatch {
             sq,
-            book: book.sq,
-            tail: book.sq_tail,
+            book: book_sq,
+            tail: sq_tail,
             cur: self.sq_cur,
             room: 0,
             size,
