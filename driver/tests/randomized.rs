@@ -1,0 +1,505 @@
+//! Seeded random traffic against the model: SEND (gathered or inline, with and without
+//! immediate), RDMA WRITE (gathered or inline, with and without immediate) and RDMA READ over
+//! three RC pairs that share one send CQ and one receive CQ, posted through `post_send` or
+//! the batch API in batches of one to four, signaled or not, polled now and then in slices of
+//! random length. Every byte moved and every completion is checked against what was asked.
+
+use std::collections::VecDeque;
+
+use bareverbs::verbs::*;
+use bareverbs::{Config, Device};
+use bareverbs_hal::Hal;
+use bareverbs_model::SimHal;
+
+/// xorshift64*: reproducible without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn coin(&mut self) -> bool {
+        self.next() & 1 == 0
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Send,
+    SendImm,
+    Write,
+    WriteImm,
+    Read,
+}
+
+/// One planned request: `len` bytes from `src` offset `from` to the destination slot `slot`.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    kind: Kind,
+    wr_id: u64,
+    len: u32,
+    inline: bool,
+    signaled: bool,
+    from: u64,
+    slot: u64,
+    imm: u32,
+}
+
+const PAIRS: usize = 3;
+/// Each request of a batch has its own 1 KiB destination slot, so a batch's requests never
+/// touch each other's bytes.
+const SLOT: u64 = 1024;
+const MAX_LEN: u64 = 300;
+const MAX_INLINE: u32 = 128;
+
+/// A send completion the test expects: wr_id, opcode, byte_len.
+type SendExp = (u64, WcOpcode, u32);
+/// A receive completion the test expects: wr_id, opcode, byte_len, immediate.
+type RecvExp = (u64, WcOpcode, u32, Option<u32>);
+
+fn connect<'p, 'd, H: Hal>(a: &mut Qp<'p, 'd, H>, b: &mut Qp<'p, 'd, H>) {
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    let (an, bn) = (a.qpn().raw(), b.qpn().raw());
+    for (q, peer) in [(a, bn), (b, an)] {
+        q.to_init(1, 0, access, 0).unwrap();
+        let path = AhAttr {
+            dlid: 1,
+            port_num: 1,
+            ..AhAttr::default()
+        };
+        q.to_rtr(peer, 0, path, Mtu::Mtu1024).unwrap();
+        q.to_rts(0).unwrap();
+    }
+}
+
+/// The gather (or scatter) list of `len` bytes at `base + off` of `mr`, split in up to three
+/// pieces.
+fn split<H: Hal>(rng: &mut Rng, mr: &Mr<'_, '_, H>, off: u64, len: u32) -> Vec<Sge> {
+    let pieces = 1 + rng.below(3) as u32;
+    let mut out = Vec::new();
+    let mut at = 0u32;
+    for k in 0..pieces {
+        let n = if k + 1 == pieces {
+            len - at
+        } else {
+            rng.below(u64::from(len - at) + 1) as u32
+        };
+        if n > 0 || (len == 0 && k == 0) {
+            out.push(Sge {
+                addr: mr.addr() + off + u64::from(at),
+                length: n,
+                lkey: mr.lkey(),
+            });
+        }
+        at += n;
+    }
+    if len == 0 {
+        out.clear();
+    }
+    out
+}
+
+/// What the test still expects to be polled, per pair, and what it has seen.
+struct Expect {
+    sqpn: Vec<u32>,
+    rqpn: Vec<u32>,
+    send: Vec<VecDeque<SendExp>>,
+    recv: Vec<VecDeque<RecvExp>>,
+    sends: usize,
+    recvs: usize,
+}
+
+impl Expect {
+    fn check_send(&mut self, w: &Wc) {
+        assert_eq!(w.status, WcStatus::Success, "{w:?}");
+        let k = self.sqpn.iter().position(|&q| q == w.qp_num).unwrap();
+        let (id, op, len) = self.send[k].pop_front().expect("unexpected send CQE");
+        assert_eq!((w.wr_id, w.opcode), (id, op), "send on pair {k}");
+        if op == WcOpcode::RdmaRead {
+            assert_eq!(w.byte_len, len);
+        }
+        self.sends += 1;
+    }
+
+    fn check_recv(&mut self, w: &Wc) {
+        assert_eq!(w.status, WcStatus::Success, "{w:?}");
+        let k = self.rqpn.iter().position(|&q| q == w.qp_num).unwrap();
+        let (id, op, len, imm) = self.recv[k].pop_front().expect("unexpected receive CQE");
+        assert_eq!(
+            (w.wr_id, w.opcode, w.byte_len),
+            (id, op, len),
+            "receive on pair {k}"
+        );
+        assert_eq!(w.wc_flags.contains(WcFlags::WITH_IMM), imm.is_some());
+        if let Some(imm) = imm {
+            assert_eq!(w.imm_data, imm);
+        }
+        self.recvs += 1;
+    }
+
+    /// Polls both CQs dry in slices of random length; everything expected must have come.
+    fn drain<H: Hal>(&mut self, rng: &mut Rng, scq: &mut Cq<'_, H>, rcq: &mut Cq<'_, H>) {
+        loop {
+            let mut wc = vec![Wc::EMPTY; 1 + rng.below(7) as usize];
+            let n = scq.poll(&mut wc);
+            wc[..n].iter().for_each(|w| self.check_send(w));
+            if n == 0 {
+                break;
+            }
+        }
+        loop {
+            let mut wc = vec![Wc::EMPTY; 1 + rng.below(7) as usize];
+            let n = rcq.poll(&mut wc);
+            wc[..n].iter().for_each(|w| self.check_recv(w));
+            if n == 0 {
+                break;
+            }
+        }
+        assert!(self.send.iter().all(|q| q.is_empty()), "{:?}", self.send);
+        assert!(self.recv.iter().all(|q| q.is_empty()), "{:?}", self.recv);
+    }
+}
+
+#[test]
+fn random_traffic_on_three_pairs_sharing_cqs_moves_every_byte_and_completes_in_order() {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let hal = SimHal::synchronous();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let (mut scq, mut rcq) = (dev.create_cq(1024).unwrap(), dev.create_cq(1024).unwrap());
+    let cap = QpCap {
+        max_send_wr: 64,
+        max_recv_wr: 64,
+        max_send_sge: 3,
+        max_recv_sge: 3,
+        max_inline_data: MAX_INLINE,
+    };
+    let init = QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: &scq,
+        recv_cq: &rcq,
+        cap,
+        sq_sig_all: false,
+    };
+    let mut tx: Vec<_> = (0..PAIRS).map(|_| pd.create_qp(&init).unwrap()).collect();
+    let mut rx: Vec<_> = (0..PAIRS).map(|_| pd.create_qp(&init).unwrap()).collect();
+    for (a, b) in tx.iter_mut().zip(rx.iter_mut()) {
+        connect(a, b);
+    }
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    let region = |len: usize| {
+        pd.reg_mr(hal.dma_alloc(len, 4096).unwrap().share(), access)
+            .map_err(|(e, _)| e)
+            .unwrap()
+    };
+    // Sources hold a random pattern; destinations and READ landing areas get 4 KiB per pair.
+    let (src, dst, rd) = (region(16 << 10), region(16 << 10), region(16 << 10));
+    let pattern: Vec<u8> = (0..16 << 10).map(|_| rng.next() as u8).collect();
+    src.buf().write_bytes(0, &pattern).unwrap();
+    dst.buf()
+        .write_bytes(
+            0,
+            &(0..16 << 10).map(|_| rng.next() as u8).collect::<Vec<_>>(),
+        )
+        .unwrap();
+
+    let mut e = Expect {
+        sqpn: tx.iter().map(|q| q.qpn().raw()).collect(),
+        rqpn: rx.iter().map(|q| q.qpn().raw()).collect(),
+        send: vec![VecDeque::new(); PAIRS],
+        recv: vec![VecDeque::new(); PAIRS],
+        sends: 0,
+        recvs: 0,
+    };
+    let mut undrained = [0usize; PAIRS];
+    let mut next_id = 1u64;
+
+    for _ in 0..6000 {
+        let k = rng.below(PAIRS as u64) as usize;
+        if undrained[k] >= 3 {
+            e.drain(&mut rng, &mut scq, &mut rcq);
+            undrained = [0; PAIRS];
+        }
+        // A batch of one to four requests; the last is signaled so that the queue drains.
+        let n = 1 + rng.below(4) as usize;
+        let plans: Vec<Plan> = (0..n)
+            .map(|j| {
+                let kind = match rng.below(5) {
+                    0 => Kind::Send,
+                    1 => Kind::SendImm,
+                    2 => Kind::Write,
+                    3 => Kind::WriteImm,
+                    _ => Kind::Read,
+                };
+                let len = rng.below(MAX_LEN + 1) as u32;
+                let inline = kind != Kind::Read && len <= MAX_INLINE && rng.below(3) == 0;
+                let plan = Plan {
+                    kind,
+                    wr_id: next_id,
+                    len,
+                    inline,
+                    signaled: j + 1 == n || rng.coin(),
+                    from: k as u64 * 4096 + rng.below(4096 - MAX_LEN),
+                    slot: k as u64 * 4096 + j as u64 * SLOT + rng.below(SLOT - MAX_LEN),
+                    imm: rng.next() as u32,
+                };
+                next_id += 1;
+                plan
+            })
+            .collect();
+        // Receives for the requests that consume one, in order.
+        for p in &plans {
+            let op = match p.kind {
+                Kind::Send => WcOpcode::Recv,
+                Kind::SendImm => WcOpcode::Recv,
+                Kind::WriteImm => WcOpcode::RecvRdmaWithImm,
+                _ => continue,
+            };
+            let sg = if p.kind == Kind::WriteImm {
+                Vec::new()
+            } else {
+                split(&mut rng, &dst, p.slot, p.len)
+            };
+            rx[k]
+                .post_recv(&[RecvWr {
+                    wr_id: p.wr_id | 1 << 40,
+                    sg_list: &sg,
+                }])
+                .unwrap();
+            let imm = (p.kind != Kind::Send).then_some(p.imm);
+            e.recv[k].push_back((p.wr_id | 1 << 40, op, p.len, imm));
+        }
+        // The requests, through post_send or the batch API.
+        let sgs: Vec<Vec<Sge>> = plans
+            .iter()
+            .map(|p| match p.kind {
+                Kind::Read => split(&mut rng, &rd, p.slot, p.len),
+                _ if p.inline => Vec::new(),
+                _ => split(&mut rng, &src, p.from, p.len),
+            })
+            .collect();
+        let data = |p: &Plan| &pattern[p.from as usize..(p.from + u64::from(p.len)) as usize];
+        let flags = |p: &Plan| {
+            let mut f = if p.signaled {
+                SendFlags::SIGNALED
+            } else {
+                SendFlags::empty()
+            };
+            if p.inline {
+                f |= SendFlags::INLINE;
+            }
+            f
+        };
+        if rng.coin() {
+            let wrs: Vec<SendWr<'_>> = plans
+                .iter()
+                .zip(&sgs)
+                .map(|(p, sg)| {
+                    let remote_addr = dst.addr() + p.slot;
+                    let rkey = dst.rkey().raw();
+                    SendWr {
+                        wr_id: p.wr_id,
+                        sg_list: sg,
+                        inline_data: if p.inline { data(p) } else { &[] },
+                        op: match p.kind {
+                            Kind::Send => SendOp::Send,
+                            Kind::SendImm => SendOp::SendWithImm(p.imm),
+                            Kind::Write => SendOp::RdmaWrite { remote_addr, rkey },
+                            Kind::WriteImm => SendOp::RdmaWriteWithImm {
+                                remote_addr,
+                                rkey,
+                                imm: p.imm,
+                            },
+                            Kind::Read => SendOp::RdmaRead { remote_addr, rkey },
+                        },
+                        flags: flags(p),
+                        ud: None,
+                    }
+                })
+                .collect();
+            tx[k].post_send(&wrs).unwrap();
+        } else {
+            tx[k]
+                .send_batch(|b| {
+                    for (p, sg) in plans.iter().zip(&sgs) {
+                        let (raddr, rkey) = (dst.addr() + p.slot, dst.rkey().raw());
+                        let r = match (p.kind, p.inline) {
+                            (Kind::Send, true) => b.send_inline(p.wr_id, flags(p), data(p)),
+                            (Kind::Send, false) => b.send(p.wr_id, flags(p), sg),
+                            (Kind::Write, true) => {
+                                b.rdma_write_inline(p.wr_id, flags(p), raddr, rkey, data(p))
+                            }
+                            (Kind::Write, false) => {
+                                b.rdma_write(p.wr_id, flags(p), raddr, rkey, sg)
+                            }
+                            (Kind::Read, _) => b.rdma_read(p.wr_id, flags(p), raddr, rkey, sg),
+                            // The methods have no immediate: post the request itself.
+                            (kind, _) => b.post(&SendWr {
+                                wr_id: p.wr_id,
+                                sg_list: sg,
+                                inline_data: if p.inline { data(p) } else { &[] },
+                                op: if kind == Kind::SendImm {
+                                    SendOp::SendWithImm(p.imm)
+                                } else {
+                                    SendOp::RdmaWriteWithImm {
+                                        remote_addr: raddr,
+                                        rkey,
+                                        imm: p.imm,
+                                    }
+                                },
+                                flags: flags(p),
+                                ud: None,
+                            }),
+                        };
+                        r.unwrap();
+                    }
+                })
+                .unwrap();
+        }
+        for p in &plans {
+            if p.signaled {
+                let op = match p.kind {
+                    Kind::Send | Kind::SendImm => WcOpcode::Send,
+                    Kind::Write | Kind::WriteImm => WcOpcode::RdmaWrite,
+                    Kind::Read => WcOpcode::RdmaRead,
+                };
+                e.send[k].push_back((p.wr_id, op, p.len));
+            }
+        }
+        undrained[k] += 1;
+        // The model executed the batch at its doorbell: every byte is where it belongs.
+        for p in &plans {
+            let mut got = vec![0u8; p.len as usize];
+            let (buf, off, want) = match p.kind {
+                Kind::Read => {
+                    let mut want = vec![0u8; p.len as usize];
+                    dst.buf().read_bytes(p.slot as usize, &mut want).unwrap();
+                    (&rd, p.slot, want)
+                }
+                _ => (&dst, p.slot, data(p).to_vec()),
+            };
+            buf.buf().read_bytes(off as usize, &mut got).unwrap();
+            assert_eq!(got, want, "{p:?}");
+        }
+        if rng.below(3) == 0 {
+            e.drain(&mut rng, &mut scq, &mut rcq);
+            undrained = [0; PAIRS];
+        }
+    }
+    e.drain(&mut rng, &mut scq, &mut rcq);
+    // Enough of each to mean something.
+    assert!(
+        e.sends > 6000 && e.recvs > 4000,
+        "{} sends, {} receives",
+        e.sends,
+        e.recvs
+    );
+}
+
+#[test]
+fn random_lists_past_a_full_queue_stop_at_their_index_and_resume_without_loss() {
+    // Lists of up to 80 requests of one to three WQEBBs against a 128-WQEBB queue: a list
+    // that does not fit stops at a QueueFull index, the completions are polled, and the rest
+    // of the list is posted again. Every signaled request completes exactly once, in order;
+    // at most three unsignaled ones run in a row, so a poll always frees room.
+    let mut rng = Rng(0x0123_4567_89ab_cdef);
+    let hal = SimHal::synchronous();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let (mut scq, rcq) = (dev.create_cq(256).unwrap(), dev.create_cq(16).unwrap());
+    let init = QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: &scq,
+        recv_cq: &rcq,
+        cap: QpCap {
+            max_send_wr: 32,
+            max_recv_wr: 1,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: MAX_INLINE,
+        },
+        sq_sig_all: false,
+    };
+    let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
+    connect(&mut a, &mut b);
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    let mr = pd
+        .reg_mr(hal.dma_alloc(8192, 4096).unwrap().share(), access)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let payload: Vec<u8> = (0..MAX_INLINE as usize).map(|_| rng.next() as u8).collect();
+    let (mut expected, mut seen) = (Vec::new(), Vec::new());
+    let (mut next_id, mut fulls, mut run) = (1u64, 0usize, 0usize);
+    let mut poll = |scq: &mut Cq<'_, &SimHal>, seen: &mut Vec<u64>| loop {
+        let mut wc = [Wc::EMPTY; 8];
+        let n = scq.poll(&mut wc);
+        for w in &wc[..n] {
+            assert_eq!(w.status, WcStatus::Success, "{w:?}");
+            seen.push(w.wr_id);
+        }
+        if n == 0 {
+            break;
+        }
+    };
+    for _ in 0..400 {
+        let len = 1 + rng.below(80) as usize;
+        let wrs: Vec<SendWr<'_>> = (0..len)
+            .map(|_| {
+                let n = rng.below(u64::from(MAX_INLINE) + 1) as usize;
+                let signaled = run == 3 || rng.coin();
+                run = if signaled { 0 } else { run + 1 };
+                let w = SendWr {
+                    wr_id: next_id,
+                    sg_list: &[],
+                    inline_data: &payload[..n],
+                    op: SendOp::RdmaWrite {
+                        remote_addr: mr.addr() + 4096,
+                        rkey: mr.rkey().raw(),
+                    },
+                    flags: if signaled {
+                        SendFlags::INLINE | SendFlags::SIGNALED
+                    } else {
+                        SendFlags::INLINE
+                    },
+                    ud: None,
+                };
+                next_id += 1;
+                w
+            })
+            .collect();
+        let mut rest = &wrs[..];
+        loop {
+            let r = a.post_send(rest);
+            let posted = match r {
+                Ok(()) => rest.len(),
+                Err(e) => {
+                    assert_eq!(e.error, bareverbs::Error::QueueFull);
+                    fulls += 1;
+                    e.index
+                }
+            };
+            expected.extend(
+                rest[..posted]
+                    .iter()
+                    .filter(|w| w.flags.contains(SendFlags::SIGNALED))
+                    .map(|w| w.wr_id),
+            );
+            rest = &rest[posted..];
+            poll(&mut scq, &mut seen);
+            if rest.is_empty() {
+                break;
+            }
+        }
+    }
+    poll(&mut scq, &mut seen);
+    assert_eq!(seen, expected);
+    assert!(fulls > 50, "the queue filled only {fulls} times");
+}
