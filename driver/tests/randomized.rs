@@ -438,7 +438,7 @@ fn random_lists_past_a_full_queue_stop_at_their_index_and_resume_without_loss() 
     let payload: Vec<u8> = (0..MAX_INLINE as usize).map(|_| rng.next() as u8).collect();
     let (mut expected, mut seen) = (Vec::new(), Vec::new());
     let (mut next_id, mut fulls, mut run) = (1u64, 0usize, 0usize);
-    let mut poll = |scq: &mut Cq<'_, &SimHal>, seen: &mut Vec<u64>| loop {
+    let poll = |scq: &mut Cq<'_, &SimHal>, seen: &mut Vec<u64>| loop {
         let mut wc = [Wc::EMPTY; 8];
         let n = scq.poll(&mut wc);
         for w in &wc[..n] {
