@@ -503,3 +503,93 @@ fn random_lists_past_a_full_queue_stop_at_their_index_and_resume_without_loss() 
     assert_eq!(seen, expected);
     assert!(fulls > 50, "the queue filled only {fulls} times");
 }
+
+#[test]
+fn one_thread_posts_while_another_polls_against_a_model_on_its_own_thread() {
+    // The QP and its CQ live on different threads and the model executes on a third: the
+    // poster sees room only through the completions the poller consumes (the book's tail),
+    // so every request must complete once, in order, with its bytes in place.
+    let hal = SimHal::new(
+        bareverbs_model::ModelConfig::default(),
+        bareverbs_model::Drive::Background,
+    );
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let (mut scq, rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(16).unwrap());
+    let init = QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: &scq,
+        recv_cq: &rcq,
+        cap: QpCap {
+            max_send_wr: 16,
+            max_recv_wr: 1,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 16,
+        },
+        sq_sig_all: false,
+    };
+    let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
+    connect(&mut a, &mut b);
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    let mr = pd
+        .reg_mr(hal.dma_alloc(1 << 16, 4096).unwrap().share(), access)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    const N: u64 = 3000;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let seen = std::thread::scope(|s| {
+        let poller = s.spawn(|| {
+            let mut seen = Vec::new();
+            let mut wc = [Wc::EMPTY; 8];
+            while (seen.len() as u64) < N / 2 {
+                assert!(std::time::Instant::now() < deadline, "poller stalled");
+                let n = scq.poll(&mut wc);
+                for w in &wc[..n] {
+                    assert_eq!(w.status, WcStatus::Success, "{w:?}");
+                    seen.push(w.wr_id);
+                }
+            }
+            seen
+        });
+        // Every other request signaled; each writes its id into its own 8 bytes.
+        for id in 0..N {
+            let bytes = id.to_le_bytes();
+            let flags = if id % 2 == 1 {
+                SendFlags::INLINE | SendFlags::SIGNALED
+            } else {
+                SendFlags::INLINE
+            };
+            let wr = SendWr {
+                wr_id: id,
+                sg_list: &[],
+                inline_data: &bytes,
+                op: SendOp::RdmaWrite {
+                    remote_addr: mr.addr() + 8 * (id % 8192),
+                    rkey: mr.rkey().raw(),
+                },
+                flags,
+                ud: None,
+            };
+            loop {
+                match a.post_send(std::slice::from_ref(&wr)) {
+                    Ok(()) => break,
+                    Err(e) if e.error == bareverbs::Error::QueueFull => {
+                        assert!(std::time::Instant::now() < deadline, "poster stalled");
+                        std::thread::yield_now();
+                    }
+                    Err(e) => panic!("{e:?}"),
+                }
+            }
+        }
+        poller.join().unwrap()
+    });
+    assert_eq!(seen, (0..N).filter(|i| i % 2 == 1).collect::<Vec<_>>());
+    for id in [0, 1, N / 2, N - 1] {
+        let mut got = [0u8; 8];
+        mr.buf()
+            .read_bytes(8 * (id % 8192) as usize, &mut got)
+            .unwrap();
+        assert_eq!(u64::from_le_bytes(got), id);
+    }
+}
