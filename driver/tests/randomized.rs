@@ -733,3 +733,175 @@ fn random_errors_flush_what_follows_and_reset_queues_start_over_cleanly() {
     }
     assert!(errors > 50, "only {errors} errors");
 }
+
+#[test]
+fn random_datagrams_arrive_when_they_should_with_the_grh_area_and_are_dropped_otherwise() {
+    // Three UD QPs send to each other (and to themselves) at random: any length 0–1024, inline
+    // or gathered, any SL, with or without a GRH; a wrong Q_Key, an unknown QPN or a receiver
+    // with nothing posted drops the message silently. Every send completes; every message
+    // that arrives lands after the 40-byte GRH area of the oldest receive, which reports it.
+    let mut rng = Rng(0xdead_beef_cafe_f00d);
+    let hal = SimHal::synchronous();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
+    const QKEY: u32 = 0x1111;
+    let init = QpInitAttr {
+        qp_type: QpType::Ud,
+        send_cq: &scq,
+        recv_cq: &rcq,
+        cap: QpCap {
+            max_send_wr: 8,
+            max_recv_wr: 8,
+            max_send_sge: 2,
+            max_recv_sge: 1,
+            max_inline_data: 64,
+        },
+        sq_sig_all: true,
+    };
+    let mut qps: Vec<_> = (0..3).map(|_| pd.create_qp(&init).unwrap()).collect();
+    for q in qps.iter_mut() {
+        q.to_init(1, 0, AccessFlags::empty(), QKEY).unwrap();
+        q.to_rtr(0, 0, AhAttr::default(), Mtu::Mtu4096).unwrap();
+        q.to_rts(1).unwrap();
+    }
+    let qpns: Vec<u32> = qps.iter().map(|q| q.qpn().raw()).collect();
+    let port_guid = dev.ports()[0].port_guid;
+    let mr = pd
+        .reg_mr(
+            hal.dma_alloc(64 << 10, 4096).unwrap().share(),
+            AccessFlags::LOCAL_WRITE,
+        )
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let pattern: Vec<u8> = (0..2048).map(|_| rng.next() as u8).collect();
+    mr.buf().write_bytes(0, &pattern).unwrap();
+    // Receive buffers: 40 + 1024 bytes each, in slots from 4 KiB on.
+    const RBUF: u64 = 40 + 1024;
+    let mut posted: Vec<VecDeque<u64>> = vec![VecDeque::new(); 3];
+    let (mut next_recv, mut arrived, mut dropped) = (0u64, 0usize, 0usize);
+    for id in 0..1500u64 {
+        let (s, r) = (rng.below(3) as usize, rng.below(3) as usize);
+        if posted[r].len() < 4 && rng.below(5) != 0 {
+            let slot = next_recv % 48;
+            let sg = [Sge {
+                addr: mr.addr() + 4096 + slot * RBUF,
+                length: RBUF as u32,
+                lkey: mr.lkey(),
+            }];
+            qps[r]
+                .post_recv(&[RecvWr {
+                    wr_id: next_recv,
+                    sg_list: &sg,
+                }])
+                .unwrap();
+            posted[r].push_back(next_recv);
+            next_recv += 1;
+        }
+        let len = rng.below(1025) as usize;
+        let from = rng.below(1024) as usize;
+        let inline = len <= 64 && rng.coin();
+        let qkey = if rng.below(4) == 0 { QKEY + 1 } else { QKEY };
+        let known = rng.below(10) != 0;
+        let sl = rng.below(16) as u8;
+        let global = rng.coin();
+        let ah = AhAttr {
+            dlid: 1,
+            sl,
+            port_num: 1,
+            is_global: global,
+            grh: GlobalRoute {
+                dgid: [
+                    0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 2, 0xc9, 3, 0, 0xa1, 0xb2, 0xc1,
+                ],
+                hop_limit: 1,
+                ..GlobalRoute::default()
+            },
+            ..AhAttr::default()
+        };
+        let half = len / 2;
+        let sg = [
+            Sge {
+                addr: mr.addr() + from as u64,
+                length: half as u32,
+                lkey: mr.lkey(),
+            },
+            Sge {
+                addr: mr.addr() + (from + half) as u64,
+                length: (len - half) as u32,
+                lkey: mr.lkey(),
+            },
+        ];
+        let wr = SendWr {
+            wr_id: id,
+            sg_list: if inline { &[] } else { &sg },
+            inline_data: if inline {
+                &pattern[from..from + len]
+            } else {
+                &[]
+            },
+            op: SendOp::Send,
+            flags: if inline {
+                SendFlags::INLINE
+            } else {
+                SendFlags::empty()
+            },
+            ud: Some(UdDest {
+                ah,
+                remote_qpn: if known { qpns[r] } else { 0xff_fff0 },
+                remote_qkey: qkey,
+            }),
+        };
+        qps[s].post_send(&[wr]).unwrap();
+        let mut wc = [Wc::EMPTY; 4];
+        assert_eq!(scq.poll(&mut wc), 1);
+        assert_eq!((wc[0].wr_id, wc[0].status), (id, WcStatus::Success));
+        let delivered = qkey == QKEY && known && !posted[r].is_empty();
+        let n = rcq.poll(&mut wc);
+        if !delivered {
+            assert_eq!(n, 0, "message {id} should have been dropped");
+            dropped += 1;
+            continue;
+        }
+        assert_eq!(n, 1, "message {id} should have arrived");
+        let w = wc[0];
+        let recv_id = posted[r].pop_front().unwrap();
+        assert_eq!(
+            (w.wr_id, w.status, w.byte_len, w.qp_num, w.src_qp, w.sl),
+            (
+                recv_id,
+                WcStatus::Success,
+                40 + len as u32,
+                qpns[r],
+                qpns[s],
+                sl
+            ),
+            "message {id}"
+        );
+        assert_eq!(w.wc_flags.contains(WcFlags::GRH), global, "message {id}");
+        let start = 4096 + (recv_id % 48) * RBUF;
+        if global {
+            // The GRH the HCA wrote (IBA 8.3): version 6, payload length (BTH, DETH, the
+            // message padded to 4, ICRC), next header IBA transport, the hop limit, the
+            // sender's port GID and the destination GID.
+            let mut h = [0u8; 40];
+            mr.buf().read_bytes(start as usize, &mut h).unwrap();
+            let pay_len = 12 + 8 + len.next_multiple_of(4) + 4;
+            assert_eq!(h[0] >> 4, 6, "message {id}");
+            assert_eq!(u16::from_be_bytes([h[4], h[5]]) as usize, pay_len);
+            assert_eq!((h[6], h[7]), (0x1b, 1));
+            assert_eq!(&h[8..16], &[0xfe, 0x80, 0, 0, 0, 0, 0, 0]);
+            assert_eq!(&h[16..24], &port_guid.to_be_bytes());
+            assert_eq!(&h[24..40], &ah.grh.dgid);
+        }
+        let mut got = vec![0u8; len];
+        let at = start + 40;
+        mr.buf().read_bytes(at as usize, &mut got).unwrap();
+        assert_eq!(got, &pattern[from..from + len], "message {id}");
+        arrived += 1;
+    }
+    assert!(
+        arrived > 500 && dropped > 300,
+        "{arrived} arrived, {dropped} dropped"
+    );
+}

@@ -81,8 +81,20 @@ struct SendWqe {
     ud_sl: u8,
     /// Destination LID from the UD address vector.
     ud_rlid: u16,
+    /// The UD address vector's global route, when its GRH flag is set.
+    ud_grh: Option<AvGrh>,
     inline: Option<Vec<u8>>,
     sges: Vec<Sge>,
+}
+
+/// The global route of a UD address vector (`mlx5_av` bytes 26–47).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct AvGrh {
+    tclass: u8,
+    hop_limit: u8,
+    flow_label: u32,
+    sgid_index: u8,
+    dgid: [u8; 16],
 }
 
 /// What a request asks of the responder.
@@ -115,6 +127,9 @@ pub(crate) struct Request {
     swap_add: u64,
     compare: u64,
     qkey: u32,
+    /// The 40-byte GRH the packet carries (UD with a global route), as the receiver's HCA
+    /// writes it into the start of the receive buffer.
+    grh: Option<[u8; 40]>,
 }
 
 /// The responder's answer.
@@ -300,6 +315,7 @@ impl Hca {
             ud_qkey: 0,
             ud_sl: 0,
             ud_rlid: 0,
+            ud_grh: None,
             inline: None,
             sges: Vec::new(),
         };
@@ -309,6 +325,19 @@ impl Hca {
             w.ud_dqpn = be32(off + 8) & 0x00ff_ffff;
             w.ud_sl = raw[off + 12] & 0xf;
             w.ud_rlid = u16::from_be_bytes([raw[off + 14], raw[off + 15]]);
+            // grh_gid_fl: bit 30 says a GRH follows; source GID index 27:20, flow label 19:0.
+            let gid_fl = be32(off + 28);
+            if gid_fl & (1 << 30) != 0 {
+                let mut dgid = [0u8; 16];
+                dgid.copy_from_slice(&raw[off + 32..off + 48]);
+                w.ud_grh = Some(AvGrh {
+                    tclass: raw[off + 26],
+                    hop_limit: raw[off + 27],
+                    flow_label: gid_fl & 0xf_ffff,
+                    sgid_index: (gid_fl >> 20) as u8,
+                    dgid,
+                });
+            }
             off += 48;
         } else if matches!(
             opcode,
@@ -466,10 +495,16 @@ impl Hca {
         }
         let ud = req.st == ServiceType::Ud;
         let skip = if ud { 40 } else { 0 };
+        // A UD message with a GRH fills the 40-byte area first; without one the area keeps
+        // what it held.
+        let grh = match (ud, &req.grh) {
+            (true, Some(h)) => self.scatter(rqp.pd, &sges, 0, h),
+            _ => Ok(()),
+        };
         let r = if rdma_imm {
             Ok(())
         } else {
-            self.scatter(rqp.pd, &sges, skip, &req.payload)
+            grh.and_then(|()| self.scatter(rqp.pd, &sges, skip, &req.payload))
         };
         let mut c = [0u8; 64];
         c[0x38..0x3c].copy_from_slice(&rqp.qpn.to_be_bytes());
@@ -485,8 +520,14 @@ impl Hca {
         // ml_path: the DLID's path bits, the low LMC bits (rdma-core: ml_path & 0x7f).
         c[0x11] = self.path_bits(req.dlid);
         c[0x16..0x18].copy_from_slice(&req.slid.to_be_bytes());
+        // flags_rqpn: bits 29:28 say a GRH arrived (1: IB GRH), 27:24 the SL, 23:0 the QPN.
+        let g = if ud && req.grh.is_some() {
+            1u32 << 28
+        } else {
+            0
+        };
         c[0x18..0x1c]
-            .copy_from_slice(&((u32::from(req.sl & 0xf) << 24) | req.src_qpn).to_be_bytes());
+            .copy_from_slice(&(g | (u32::from(req.sl & 0xf) << 24) | req.src_qpn).to_be_bytes());
         c[0x24..0x28].copy_from_slice(&req.imm.unwrap_or(u32::from(rqp.pkey_index)).to_be_bytes());
         c[0x2c..0x30].copy_from_slice(&bytes.to_be_bytes());
         let op = match (rdma_imm, req.imm.is_some()) {
@@ -673,6 +714,25 @@ impl Hca {
         }
     }
 
+    /// The GRH a UD packet from `port` carries for route `g` (IBA 8.3): IP version 6, the
+    /// traffic class and flow label, the payload length (BTH, DETH, immediate data, the message
+    /// padded to 4 bytes, ICRC), next header 0x1B (IBA transport), the hop limit, the port's
+    /// GID (subnet prefix fe80::/64 and port GUID; the model's ports have that one GID), and the
+    /// destination GID.
+    fn grh(&self, port: u8, g: &AvGrh, len: u64, imm: bool) -> [u8; 40] {
+        let mut h = [0u8; 40];
+        let word0 = (6u32 << 28) | (u32::from(g.tclass) << 20) | (g.flow_label & 0xf_ffff);
+        h[0..4].copy_from_slice(&word0.to_be_bytes());
+        let pay_len = 12 + 8 + if imm { 4 } else { 0 } + len.next_multiple_of(4) + 4;
+        h[4..6].copy_from_slice(&(pay_len as u16).to_be_bytes());
+        h[6] = 0x1b;
+        h[7] = g.hop_limit;
+        h[8..16].copy_from_slice(&0xfe80_0000_0000_0000u64.to_be_bytes());
+        h[16..24].copy_from_slice(&(self.cfg.node_guid + u64::from(port)).to_be_bytes());
+        h[24..40].copy_from_slice(&g.dgid);
+        h
+    }
+
     /// The path bits of `dlid` at this HCA: its low LMC bits.
     fn path_bits(&self, dlid: u16) -> u8 {
         (dlid & ((1u16 << self.cfg.lmc.min(7)) - 1)) as u8
@@ -764,6 +824,9 @@ impl Hca {
             } else {
                 w.ud_qkey
             },
+            grh: w
+                .ud_grh
+                .map(|g| self.grh(qp.port, &g, msg_len, imm.is_some())),
         };
         loop {
             let Some(resp) = self.route(dlid, &req) else {
@@ -910,6 +973,7 @@ mod tests {
             swap_add: 0,
             compare: 0,
             qkey: 0,
+            grh: None,
         }
     }
 
