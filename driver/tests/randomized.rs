@@ -905,3 +905,154 @@ fn random_datagrams_arrive_when_they_should_with_the_grh_area_and_are_dropped_ot
         "{arrived} arrived, {dropped} dropped"
     );
 }
+
+#[test]
+fn random_uc_traffic_drops_what_finds_no_receive_and_delivers_the_rest() {
+    // One UC pair: SENDs and RDMA WRITEs with immediate consume a receive and are dropped
+    // silently without one (the sender still completes successfully); plain WRITEs need none.
+    let mut rng = Rng(0x00c0_ffee_1234_5678);
+    let hal = SimHal::synchronous();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
+    let init = QpInitAttr {
+        qp_type: QpType::Uc,
+        send_cq: &scq,
+        recv_cq: &rcq,
+        cap: QpCap {
+            max_send_wr: 8,
+            max_recv_wr: 8,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 64,
+        },
+        sq_sig_all: true,
+    };
+    let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let (an, bn) = (a.qpn().raw(), b.qpn().raw());
+    for (q, peer) in [(&mut a, bn), (&mut b, an)] {
+        q.to_init(1, 0, access, 0).unwrap();
+        let path = AhAttr {
+            dlid: 1,
+            port_num: 1,
+            ..AhAttr::default()
+        };
+        q.to_rtr(peer, 0, path, Mtu::Mtu1024).unwrap();
+        q.to_rts(0).unwrap();
+    }
+    let mr = pd
+        .reg_mr(hal.dma_alloc(16 << 10, 4096).unwrap().share(), access)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let pattern: Vec<u8> = (0..4096).map(|_| rng.next() as u8).collect();
+    mr.buf().write_bytes(0, &pattern).unwrap();
+    let mut posted: VecDeque<(u64, u64)> = VecDeque::new();
+    let (mut next_recv, mut delivered, mut dropped) = (0u64, 0usize, 0usize);
+    for id in 0..1500u64 {
+        if posted.len() < 4 && rng.below(3) != 0 {
+            let at = 4096 + (next_recv % 8) * 1024;
+            b.post_recv(&[RecvWr {
+                wr_id: next_recv,
+                sg_list: &[Sge {
+                    addr: mr.addr() + at,
+                    length: 1024,
+                    lkey: mr.lkey(),
+                }],
+            }])
+            .unwrap();
+            posted.push_back((next_recv, at));
+            next_recv += 1;
+        }
+        let len = rng.below(1025) as u32;
+        let from = rng.below(3000);
+        let dst = 12288 + rng.below(4096 - 1024);
+        let (op, consumes, wc_op) = match rng.below(3) {
+            0 => (SendOp::Send, true, WcOpcode::Send),
+            1 => (
+                SendOp::RdmaWriteWithImm {
+                    remote_addr: mr.addr() + dst,
+                    rkey: mr.rkey().raw(),
+                    imm: id as u32,
+                },
+                true,
+                WcOpcode::RdmaWrite,
+            ),
+            _ => (
+                SendOp::RdmaWrite {
+                    remote_addr: mr.addr() + dst,
+                    rkey: mr.rkey().raw(),
+                },
+                false,
+                WcOpcode::RdmaWrite,
+            ),
+        };
+        let sg = [Sge {
+            addr: mr.addr() + from,
+            length: len,
+            lkey: mr.lkey(),
+        }];
+        a.post_send(&[SendWr {
+            wr_id: id,
+            sg_list: &sg,
+            inline_data: &[],
+            op,
+            flags: SendFlags::SIGNALED,
+            ud: None,
+        }])
+        .unwrap();
+        let mut wc = [Wc::EMPTY; 4];
+        assert_eq!(scq.poll(&mut wc), 1);
+        assert_eq!(
+            (wc[0].wr_id, wc[0].status, wc[0].opcode),
+            (id, WcStatus::Success, wc_op)
+        );
+        let n = rcq.poll(&mut wc);
+        let landed_at = match (consumes, posted.front().copied()) {
+            (true, None) => {
+                assert_eq!(
+                    n, 0,
+                    "request {id}: nothing to receive it, nothing reported"
+                );
+                dropped += 1;
+                None
+            }
+            (true, Some((recv_id, at))) => {
+                posted.pop_front();
+                assert_eq!(n, 1, "request {id}");
+                let w = wc[0];
+                assert_eq!(
+                    (w.wr_id, w.status, w.byte_len),
+                    (recv_id, WcStatus::Success, len)
+                );
+                delivered += 1;
+                if matches!(op, SendOp::Send) {
+                    assert_eq!(w.opcode, WcOpcode::Recv);
+                    Some(at)
+                } else {
+                    assert_eq!(
+                        (w.opcode, w.imm_data),
+                        (WcOpcode::RecvRdmaWithImm, id as u32)
+                    );
+                    Some(dst)
+                }
+            }
+            (false, _) => {
+                assert_eq!(n, 0, "request {id}: a plain WRITE consumes no receive");
+                Some(dst)
+            }
+        };
+        if let Some(at) = landed_at {
+            let mut got = vec![0u8; len as usize];
+            mr.buf().read_bytes(at as usize, &mut got).unwrap();
+            assert_eq!(
+                got,
+                &pattern[from as usize..(from + u64::from(len)) as usize]
+            );
+        }
+    }
+    assert!(
+        delivered > 400 && dropped > 50,
+        "{delivered} delivered, {dropped} dropped"
+    );
+}
