@@ -3,6 +3,8 @@
 
 use bareverbs::verbs::qp_state::QpState;
 use bareverbs::verbs::*;
+use std::time::Duration;
+
 use bareverbs::{Config, Device, Error};
 use bareverbs_hal::Hal;
 use bareverbs_model::SimHal;
@@ -739,7 +741,8 @@ fn rnr_waits_then_delivers_and_bad_keys_and_destroy_with_work_outstanding() {
         .unwrap();
     let one = [sge(&mr, 0, 8)];
 
-    // rnr_retry 7: the SEND waits for a receive, then completes.
+    // rnr_retry 7: the SEND waits for a receive, then goes again once the responder's RNR
+    // timer has run out (min_rnr_timer 12, 0.64 ms, as `to_rtr` sets it) and completes.
     a.post_send(&[send_wr(1, &one, SendOp::Send)]).unwrap();
     assert_eq!(scq.poll(&mut [Wc::EMPTY; 2]), 0);
     b.post_recv(&[RecvWr {
@@ -747,15 +750,24 @@ fn rnr_waits_then_delivers_and_bad_keys_and_destroy_with_work_outstanding() {
         sg_list: &one,
     }])
     .unwrap();
-    hal.relax(); // the engine's next round retries the stalled send queue
+    hal.delay(Duration::from_micros(600));
+    assert_eq!(
+        scq.poll(&mut [Wc::EMPTY; 2]),
+        0,
+        "still inside the RNR timer"
+    );
+    hal.delay(Duration::from_micros(50));
     assert_eq!(poll_one(&mut scq).wr_id, 1);
     assert_eq!(poll_one(&mut rcq).wr_id, 2);
 
-    // rnr_retry 3: three retries, then RNR retries exceeded.
+    // rnr_retry 3: three retries, one RNR timer apart; the third is NAKed too and the
+    // request completes with RNR retries exceeded.
     c.post_send(&[send_wr(3, &one, SendOp::Send)]).unwrap();
-    for _ in 0..5 {
-        hal.relax();
+    for _ in 0..2 {
+        hal.delay(Duration::from_micros(650));
+        assert_eq!(scq.poll(&mut [Wc::EMPTY; 2]), 0);
     }
+    hal.delay(Duration::from_micros(650));
     assert_eq!(poll_one(&mut scq).status, WcStatus::RnrRetryExcErr);
 
     // A local key that does not exist: local protection error.

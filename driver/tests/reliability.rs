@@ -1,6 +1,7 @@
 //! The model's transport as a user sees it: PSNs that advance and wrap, RC retransmission on
 //! PSN sequence errors and on missing responders (counted against `retry_cnt`, or never timing
-//! out with `timeout` 0), duplicates acknowledged without delivery, UC resynchronising, the SQE
+//! out with `timeout` 0), RNR retries spaced by the responder's RNR timer, duplicates
+//! acknowledged without delivery, UC resynchronising, the SQE
 //! state of UC and UD send queues, SQD refused, DLID path bits, and remote invalid requests.
 
 use bareverbs::error::Invalid;
@@ -42,6 +43,8 @@ struct Link {
     retry_cnt: u8,
     timeout: u8,
     max_dest_rd_atomic: u8,
+    /// The RNR NAK timer this QP, as a responder, asks requesters to wait.
+    min_rnr_timer: u8,
 }
 
 impl Default for Link {
@@ -60,6 +63,7 @@ impl Link {
             retry_cnt: 7,
             timeout: 14,
             max_dest_rd_atomic: 1,
+            min_rnr_timer: 12,
         }
     }
 }
@@ -83,7 +87,7 @@ fn up<H: Hal>(q: &mut Qp<'_, '_, H>, l: Link) {
         },
         path_mtu: Mtu::Mtu1024,
         max_dest_rd_atomic: l.max_dest_rd_atomic,
-        min_rnr_timer: 12,
+        min_rnr_timer: l.min_rnr_timer,
         ..QpAttr::default()
     };
     let mut mask = QpAttrMask::STATE
@@ -830,4 +834,34 @@ fn a_message_over_the_qps_limit_fails_locally() {
     .unwrap();
     assert_eq!(drain(&mut scq), [(1, WcStatus::LocLenErr)]);
     assert_eq!(b.query().unwrap().rq_psn, 0x10, "it went on the wire");
+}
+
+#[test]
+fn rnr_retries_wait_out_the_responders_rnr_timer() {
+    // A SEND that finds no receive is NAKed with the responder's min_rnr_timer and goes again
+    // only once it has run out (IBA table 45: 1 is 0.01 ms, 14 is 1.28 ms, 20 is 10.24 ms),
+    // however early the receive is posted.
+    let hal = SimHal::synchronous();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let (mut scq, mut rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
+    let m = mr(&hal, &pd);
+    let one = [sge(&m, 0, 8)];
+    for (timer, us) in [(1u8, 10u64), (14, 1280), (20, 10240)] {
+        let responder = Link {
+            min_rnr_timer: timer,
+            ..Link::default()
+        };
+        let (mut a, mut b) = pair(&pd, QpType::Rc, (&scq, &rcq), Link::default(), responder);
+        a.post_send(&[send_wr(1, &one, SendOp::Send)]).unwrap();
+        b.post_recv(&[recv(2, &one)]).unwrap();
+        hal.delay(std::time::Duration::from_micros(us - 5));
+        assert!(
+            drain(&mut scq).is_empty(),
+            "timer {timer}: sent again too early"
+        );
+        hal.delay(std::time::Duration::from_micros(10));
+        assert_eq!(drain(&mut scq), [(1, WcStatus::Success)], "timer {timer}");
+        assert_eq!(poll_one(&mut rcq).wr_id, 2);
+    }
 }

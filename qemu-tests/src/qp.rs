@@ -125,6 +125,9 @@ pub struct Qp {
     pub rq_consumed: u16,
     /// RNR NAKs received for the request at the head of the SQ.
     pub rnr_tries: u8,
+    /// After an RNR NAK, the model time (ns) before which the request is not sent again: the
+    /// responder's `min_rnr_nak` timer.
+    pub rnr_ready_ns: u64,
     /// Transport retries spent on the request at the head of the SQ (no response, or a PSN
     /// sequence error NAK).
     pub retry_tries: u32,
@@ -152,6 +155,17 @@ impl Qp {
     pub fn buf_iova(&self, off: u64) -> u64 {
         self.pas[(off / self.page_size) as usize] + off % self.page_size
     }
+}
+
+/// The RNR NAK timer of encoding `t` (`min_rnr_nak`, IBA table 45, Linux `ib_rnr_timeout`),
+/// in nanoseconds: 0 is 655.36 ms, 1–31 run from 0.01 ms to 491.52 ms.
+pub fn rnr_timer_ns(t: u8) -> u64 {
+    // In units of 10 µs.
+    const UNITS: [u64; 32] = [
+        65536, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024,
+        1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152,
+    ];
+    UNITS[usize::from(t & 31)] * 10_000
 }
 
 impl Hca {

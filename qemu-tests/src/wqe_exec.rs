@@ -138,8 +138,8 @@ pub(crate) enum Response {
     Ack(Vec<u8>),
     /// Refused with a requester syndrome.
     Nak(u8),
-    /// No receive posted (RC).
-    Rnr,
+    /// No receive posted (RC), with the responder's RNR timer encoding.
+    Rnr(u8),
     /// Silently dropped (UC, UD) or unanswered.
     Dropped,
     /// No such QP behind that LID, or not one that answers: no response at all (RC: the
@@ -227,6 +227,11 @@ impl Hca {
                 }
             };
             if qp.sq_consumed == head {
+                return;
+            }
+            if qp.rnr_ready_ns > self.now_ns() {
+                // Waiting out an RNR NAK's timer.
+                self.stalled_sqs.insert(qpn);
                 return;
             }
             let Some(w) = self.read_send_wqe(&qp) else {
@@ -612,7 +617,7 @@ impl Hca {
         let needs_recv = matches!(req.kind, Kind::Send)
             || (matches!(req.kind, Kind::Write) && req.imm.is_some());
         if needs_recv && self.next_recv(r).is_none() {
-            return dropped(Response::Rnr);
+            return dropped(Response::Rnr(r.min_rnr_nak));
         }
         match req.kind {
             Kind::Send => match self.deliver(r, req, false) {
@@ -871,12 +876,15 @@ impl Hca {
                     }
                 }
                 // rnr_retry 7 retries forever; 0–6 that many times (one retry per engine round).
-                Response::Rnr if qp.rnr_retry != 7 && qp.rnr_tries >= qp.rnr_retry => {
+                Response::Rnr(_) if qp.rnr_retry != 7 && qp.rnr_tries >= qp.rnr_retry => {
                     Outcome::Failed(synd::RNR_RETRY_EXC)
                 }
-                Response::Rnr => {
+                // The request goes again once the responder's RNR timer has run out.
+                Response::Rnr(timer) => {
+                    let ready = self.now_ns() + crate::qp::rnr_timer_ns(timer);
                     if let Some(q) = self.qps.get_mut(&qp.qpn) {
                         q.rnr_tries = q.rnr_tries.saturating_add(1);
+                        q.rnr_ready_ns = ready;
                     }
                     Outcome::Wait
                 }
@@ -947,6 +955,7 @@ mod tests {
             sq_consumed: 0,
             rq_consumed: 0,
             rnr_tries: 0,
+            rnr_ready_ns: 0,
             retry_tries: 0,
             transport_retries: 0,
         }

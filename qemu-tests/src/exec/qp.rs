@@ -76,6 +76,7 @@ impl Hca {
             sq_consumed: 0,
             rq_consumed: 0,
             rnr_tries: 0,
+            rnr_ready_ns: 0,
             retry_tries: 0,
             transport_retries: 0,
         };
@@ -156,6 +157,7 @@ impl Hca {
                     q.sq_consumed = 0;
                     q.rq_consumed = 0;
                     q.rnr_tries = 0;
+                    q.rnr_ready_ns = 0;
                     q.retry_tries = 0;
                 }
                 return Ok(());
