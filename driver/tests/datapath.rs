@@ -712,7 +712,15 @@ fn rc_and_ud_between_two_hcas_on_a_fabric() {
         x.to_rts(PSN).unwrap();
         x.post_send(&[send_wr(4, &[sge(&m1, 0, 1)], SendOp::Send)])
             .unwrap();
-        assert_eq!(wait(&mut c1).status, WcStatus::RetryExcErr);
+        // Eight ACK timeouts of 4.096 µs << 14 (the first send and seven retries).
+        let mut wc = [Wc::EMPTY; 1];
+        let mut waited = 0;
+        while c1.poll(&mut wc) == 0 {
+            assert!(waited < 20, "no completion ({drive:?})");
+            h1.delay(Duration::from_micros(67_200));
+            waited += 1;
+        }
+        assert_eq!(wc[0].status, WcStatus::RetryExcErr);
     }
 }
 

@@ -125,9 +125,13 @@ pub struct Qp {
     pub rq_consumed: u16,
     /// RNR NAKs received for the request at the head of the SQ.
     pub rnr_tries: u8,
-    /// After an RNR NAK, the model time (ns) before which the request is not sent again: the
-    /// responder's `min_rnr_nak` timer.
-    pub rnr_ready_ns: u64,
+    /// The model time (ns) before which the request at the head of the SQ is not sent again:
+    /// after an RNR NAK, the responder's `min_rnr_nak` timer; after no response, the local ACK
+    /// timeout (`u64::MAX` when `ack_timeout` 0 makes it infinite).
+    pub resend_at_ns: u64,
+    /// The head request went unanswered and waits for its ACK timeout: when it runs out, the
+    /// request is retransmitted or, with its retries spent, fails.
+    pub ack_pending: bool,
     /// Transport retries spent on the request at the head of the SQ (no response, or a PSN
     /// sequence error NAK).
     pub retry_tries: u32,
@@ -154,6 +158,16 @@ impl Qp {
     /// Device address of byte `off` of the work buffer.
     pub fn buf_iova(&self, off: u64) -> u64 {
         self.pas[(off / self.page_size) as usize] + off % self.page_size
+    }
+}
+
+/// The local ACK timeout of exponent `t` in nanoseconds: 4.096 µs × 2^t (IBA 9.7.6.1.3);
+/// 0 means infinite.
+pub fn ack_timeout_ns(t: u8) -> u64 {
+    if t == 0 {
+        u64::MAX
+    } else {
+        4096u64 << t.min(31)
     }
 }
 

@@ -229,8 +229,8 @@ impl Hca {
             if qp.sq_consumed == head {
                 return;
             }
-            if qp.rnr_ready_ns > self.now_ns() {
-                // Waiting out an RNR NAK's timer.
+            if qp.resend_at_ns > self.now_ns() {
+                // Waiting out an RNR NAK's timer or an ACK timeout.
                 self.stalled_sqs.insert(qpn);
                 return;
             }
@@ -767,6 +767,19 @@ impl Hca {
     /// The requester: builds the request for `w`, routes it and turns the answer into the
     /// send completion.
     fn execute(&mut self, qp: &Qp, w: &SendWqe) -> Outcome {
+        // The ACK timeout of an unanswered request ran out: retransmit it, counting against
+        // `retry_count`, or fail it once the retries are spent.
+        if qp.ack_pending {
+            let Some(q) = self.qps.get_mut(&qp.qpn) else {
+                return Outcome::Wait;
+            };
+            q.ack_pending = false;
+            if q.retry_tries >= u32::from(q.retry_count) {
+                return Outcome::Failed(synd::TRANSPORT_RETRY_EXC);
+            }
+            q.retry_tries = q.retry_tries.saturating_add(1);
+            q.transport_retries = q.transport_retries.saturating_add(1);
+        }
         let imm =
             matches!(w.opcode, wqe_opcode::SEND_IMM | wqe_opcode::RDMA_WRITE_IMM).then_some(w.imm);
         let kind = match (qp.st, w.opcode) {
@@ -837,7 +850,6 @@ impl Hca {
             let Some(resp) = self.route(dlid, &req) else {
                 return Outcome::Wait;
             };
-            let no_response = matches!(resp, Response::NoQp);
             let out = match resp {
                 Response::Ack(data) => match kind {
                     Kind::Read | Kind::Atomic { .. } => {
@@ -856,24 +868,31 @@ impl Hca {
                 },
                 Response::Dropped => Outcome::Done(0),
                 Response::Nak(s) => Outcome::Failed(s),
-                // No response, or a PSN sequence error NAK: retransmit, `retry_count` times.
-                // ack_timeout 0 is the IB "infinite" local ACK timeout: without a response the
-                // request is sent again every engine round and never times out.
-                Response::NoQp | Response::NakSeq => {
-                    let infinite = no_response && qp.ack_timeout == 0;
+                // A PSN sequence error NAK: retransmitted at once, counting against
+                // `retry_count`.
+                Response::NakSeq => {
                     let Some(q) = self.qps.get_mut(&qp.qpn) else {
                         return Outcome::Wait;
                     };
-                    if !infinite && q.retry_tries >= u32::from(q.retry_count) {
+                    if q.retry_tries >= u32::from(q.retry_count) {
                         Outcome::Failed(synd::TRANSPORT_RETRY_EXC)
                     } else {
                         q.retry_tries = q.retry_tries.saturating_add(1);
                         q.transport_retries = q.transport_retries.saturating_add(1);
-                        if infinite {
-                            return Outcome::Wait;
-                        }
                         continue;
                     }
+                }
+                // No response: the request waits for the local ACK timeout (never, with
+                // `ack_timeout` 0), then goes again or fails (see the start of `execute`).
+                Response::NoQp => {
+                    let at = self
+                        .now_ns()
+                        .saturating_add(crate::qp::ack_timeout_ns(qp.ack_timeout));
+                    if let Some(q) = self.qps.get_mut(&qp.qpn) {
+                        q.resend_at_ns = at;
+                        q.ack_pending = true;
+                    }
+                    Outcome::Wait
                 }
                 // rnr_retry 7 retries forever; 0–6 that many times (one retry per engine round).
                 Response::Rnr(_) if qp.rnr_retry != 7 && qp.rnr_tries >= qp.rnr_retry => {
@@ -884,7 +903,7 @@ impl Hca {
                     let ready = self.now_ns() + crate::qp::rnr_timer_ns(timer);
                     if let Some(q) = self.qps.get_mut(&qp.qpn) {
                         q.rnr_tries = q.rnr_tries.saturating_add(1);
-                        q.rnr_ready_ns = ready;
+                        q.resend_at_ns = ready;
                     }
                     Outcome::Wait
                 }
@@ -955,7 +974,8 @@ mod tests {
             sq_consumed: 0,
             rq_consumed: 0,
             rnr_tries: 0,
-            rnr_ready_ns: 0,
+            resend_at_ns: 0,
+            ack_pending: false,
             retry_tries: 0,
             transport_retries: 0,
         }

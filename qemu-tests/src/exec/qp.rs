@@ -76,7 +76,8 @@ impl Hca {
             sq_consumed: 0,
             rq_consumed: 0,
             rnr_tries: 0,
-            rnr_ready_ns: 0,
+            resend_at_ns: 0,
+            ack_pending: false,
             retry_tries: 0,
             transport_retries: 0,
         };
@@ -157,7 +158,8 @@ impl Hca {
                     q.sq_consumed = 0;
                     q.rq_consumed = 0;
                     q.rnr_tries = 0;
-                    q.rnr_ready_ns = 0;
+                    q.resend_at_ns = 0;
+                    q.ack_pending = false;
                     q.retry_tries = 0;
                 }
                 return Ok(());
