@@ -30,6 +30,15 @@ cargo build --locked --target x86_64-unknown-none -p bareverbs --features log
 cargo build --locked --target x86_64-unknown-none -p bareverbs --features defmt
 cargo build --locked --target x86_64-unknown-none -p bareverbs --features alloc
 
+step "data-path cost benchmark still runs (instruction counts, no thresholds; README table)"
+if ! command -v valgrind >/dev/null || ! command -v gcc >/dev/null ||
+  [ ! -f /usr/include/infiniband/mlx5dv.h ]; then
+  apt-get update -q >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+    valgrind gcc libc6-dev libibverbs-dev >/dev/null
+fi
+qemu-tests/bench/wqe-cost.sh 20
+
 step "examples"
 cargo run --locked -q -p bareverbs-examples --bin devinfo -- -v --trace >/dev/null
 cargo run --locked -q -p bareverbs-examples --bin devinfo -- --background >/dev/null
