@@ -1056,3 +1056,107 @@ fn random_uc_traffic_drops_what_finds_no_receive_and_delivers_the_rest() {
         "{delivered} delivered, {dropped} dropped"
     );
 }
+
+#[test]
+fn random_atomics_agree_with_a_shadow_of_the_counters() {
+    // Fetch-and-add and compare-and-swap on eight 8-byte counters, each checked against a
+    // shadow copy: the value returned and the value left, both native u64s.
+    let mut rng = Rng(0x7777_aaaa_5555_3333);
+    let hal = SimHal::synchronous();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let (mut scq, rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(16).unwrap());
+    let init = QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: &scq,
+        recv_cq: &rcq,
+        cap: QpCap {
+            max_send_wr: 8,
+            max_recv_wr: 1,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        sq_sig_all: true,
+    };
+    let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
+    let (an, bn) = (a.qpn().raw(), b.qpn().raw());
+    for (q, peer) in [(&mut a, bn), (&mut b, an)] {
+        q.to_init(1, 0, access, 0).unwrap();
+        let path = AhAttr {
+            dlid: 1,
+            port_num: 1,
+            ..AhAttr::default()
+        };
+        q.to_rtr(peer, 0, path, Mtu::Mtu1024).unwrap();
+        q.to_rts(0).unwrap();
+    }
+    let mr = pd
+        .reg_mr(hal.dma_alloc(4096, 4096).unwrap().share(), access)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let mut shadow = [0u64; 8];
+    for (k, v) in shadow.iter_mut().enumerate() {
+        *v = rng.next();
+        mr.buf().write_bytes(8 * k, &v.to_ne_bytes()).unwrap();
+    }
+    for id in 0..2000u64 {
+        let k = rng.below(8) as usize;
+        let target = mr.addr() + 8 * k as u64;
+        let rkey = mr.rkey().raw();
+        let old = shadow[k];
+        let op = if rng.coin() {
+            let add = rng.next() >> rng.below(64);
+            shadow[k] = old.wrapping_add(add);
+            SendOp::AtomicFetchAndAdd {
+                remote_addr: target,
+                rkey,
+                add,
+            }
+        } else {
+            // Half the compares match.
+            let compare = if rng.coin() { old } else { rng.next() };
+            let swap = rng.next();
+            if compare == old {
+                shadow[k] = swap;
+            }
+            SendOp::AtomicCmpAndSwp {
+                remote_addr: target,
+                rkey,
+                compare,
+                swap,
+            }
+        };
+        let result = [Sge {
+            addr: mr.addr() + 2048,
+            length: 8,
+            lkey: mr.lkey(),
+        }];
+        a.post_send(&[SendWr {
+            wr_id: id,
+            sg_list: &result,
+            inline_data: &[],
+            op,
+            flags: SendFlags::SIGNALED,
+            ud: None,
+        }])
+        .unwrap();
+        let mut wc = [Wc::EMPTY; 2];
+        assert_eq!(scq.poll(&mut wc), 1);
+        assert_eq!(
+            (wc[0].wr_id, wc[0].status, wc[0].byte_len),
+            (id, WcStatus::Success, 8)
+        );
+        assert_eq!(
+            mr.buf().read_ne64(2048),
+            old,
+            "returned value, request {id}"
+        );
+        assert_eq!(
+            mr.buf().read_ne64(8 * k),
+            shadow[k],
+            "counter {k}, request {id}"
+        );
+    }
+}
