@@ -468,6 +468,11 @@ impl<H: Hal> Qp<'_, '_, H> {
     /// one request, and when `f` returns one doorbell publishes everything written. Requests
     /// refused inside the batch leave no trace; the others are posted.
     ///
+    /// `f` runs with the device's table of QP books read-locked (the batch writes this QP's
+    /// book): posting and polling anything is fine inside it, but creating or destroying a QP
+    /// of the same device there would wait for that lock forever. Nothing is written to the
+    /// device if `f` panics.
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] when the QP is not in RTS or SQD; [`Error::NotUp`] for a QP
     /// whose device is gone. `f` is not run then.
