@@ -34,6 +34,7 @@ struct Arena {
     bytes: usize,
     limit: Option<usize>,
     fail_after: Option<usize>,
+    max_align: Option<usize>,
 }
 
 /// The arena of DMA memory shared by the driver (through [`SimDma`]) and the model (through
@@ -69,6 +70,12 @@ impl HostMemory {
         self.lock().limit = limit;
     }
 
+    /// Refuses alignments past `align` with `BadAlignment`, as a backend that keeps only the
+    /// HAL's promise of 4 KiB would (`None`: up to 2 MiB, as VFIO hugepages give).
+    pub fn set_max_align(&self, align: Option<usize>) {
+        self.lock().max_align = align;
+    }
+
     /// Makes every allocation after the next `n` fail (`None`: never).
     pub fn fail_after(&self, n: Option<usize>) {
         self.lock().fail_after = n;
@@ -89,10 +96,10 @@ impl HostMemory {
     /// # Errors
     /// [`DmaError::NoMemory`] over the limit, [`DmaError::BadAlignment`] for a bad alignment.
     pub fn alloc(&self, len: usize, align: usize) -> Result<SimDma, DmaError> {
-        if !align.is_power_of_two() || align > 1 << 21 {
+        let mut a = self.lock();
+        if !align.is_power_of_two() || align > a.max_align.unwrap_or(1 << 21) {
             return Err(DmaError::BadAlignment { align });
         }
-        let mut a = self.lock();
         if let Some(n) = a.fail_after.as_mut() {
             if *n == 0 {
                 return Err(DmaError::NoMemory { len });

@@ -12,7 +12,7 @@ use crate::device::{input, Device};
 use crate::error::{Error, Invalid, Limit};
 use crate::uar::Uar;
 use crate::verbs::book::{BookView, Books};
-use crate::verbs::ring_pages::{ring_pages, RingPages, MAX_PAGE};
+use crate::verbs::ring_pages::{alloc_ring, RingPages, MAX_PAGE};
 use crate::verbs::wc::{Wc, WcFlags, WcOpcode, WcStatus};
 
 /// Size of a CQE.
@@ -48,14 +48,14 @@ impl<H: Hal> Device<H> {
         let log_size = self.cq_log_size(cqe)?;
         let uar = self.uar().ok_or(Error::NotUp)?;
         let eqn = self.async_eqn().ok_or(Error::NotUp)?;
-        let buf = self.cq_ring(log_size)?;
+        let (buf, pages) = self.cq_ring(log_size)?;
         let dbr = self.hal.dma_alloc(64, 64)?.share();
         let RingPages {
             page,
             log_page,
             count: pages,
             ..
-        } = ring_pages(buf.len());
+        } = pages;
         let mut i = [0u8; MAX_MESSAGE];
         let ilen = CreateCqIn::BYTES + 8 * pages;
         {
@@ -110,14 +110,26 @@ impl<H: Hal> Device<H> {
         Ok((cqe + 1).next_power_of_two().max(2).trailing_zeros() as u8)
     }
 
-    /// A CQE ring of `1 << log_size` entries (at least a page), every entry empty.
-    fn cq_ring(&self, log_size: u8) -> Result<SharedDma<H::Dma>, Error> {
+    /// A CQE ring of `1 << log_size` entries (at least a page), every entry empty, and its
+    /// pages.
+    ///
+    /// # Errors
+    /// [`Error::ExceedsLimit`] when the pages the HAL could align are more than one command
+    /// carries; a DMA error.
+    fn cq_ring(&self, log_size: u8) -> Result<(SharedDma<H::Dma>, RingPages), Error> {
         let len = (CQE_BYTES << log_size).max(4096);
-        let mut ring = self.hal.dma_alloc(len, ring_pages(len).page)?;
+        let (mut ring, pages) = alloc_ring(&self.hal, len)?;
+        if pages.count > MAX_CQ_PAGES {
+            return Err(Error::ExceedsLimit {
+                limit: Limit::CqEntries,
+                requested: 1 << log_size,
+                max: (MAX_CQ_PAGES * pages.page / CQE_BYTES - 1) as u64,
+            });
+        }
         for e in ring.as_mut_slice().chunks_mut(CQE_BYTES) {
             e[CQE_BYTES - 1] = OP_OWN_INIT;
         }
-        Ok(ring.share())
+        Ok((ring.share(), pages))
     }
 }
 
@@ -379,13 +391,13 @@ impl<H: Hal> Cq<'_, H> {
                 what: Invalid::FewerEntriesThanUnpolled,
             });
         }
-        let new = dev.cq_ring(log_size)?;
+        let (new, pages) = dev.cq_ring(log_size)?;
         let RingPages {
             page,
             log_page,
             count: pages,
             ..
-        } = ring_pages(new.len());
+        } = pages;
         let mut i = [0u8; MAX_MESSAGE];
         let ilen = ModifyCqIn::BYTES + 8 * pages;
         {

@@ -17,7 +17,7 @@ use crate::verbs::cq::Cq;
 use crate::verbs::mr::AccessFlags;
 use crate::verbs::pd::Pd;
 use crate::verbs::qp_state::{check_modify, next_state, QpAttrMask, QpState, QpType};
-use crate::verbs::ring_pages::{ring_pages, RingPages};
+use crate::verbs::ring_pages::{alloc_ring, RingPages};
 
 /// Bytes of a send WQE basic block.
 const WQEBB: u32 = 64;
@@ -258,13 +258,15 @@ impl<'d, H: Hal> Pd<'d, H> {
         let log_rq = log2_ceil(c.max_recv_wr.max(1));
         limit(Limit::QpWr, 1 << log_sq_bbs.max(log_rq), caps.max_qp_wr)?;
         let rq_bytes = (1usize << log_rq) << rq_shift;
+        let (buf, pages) = alloc_ring(&dev.hal, rq_bytes + ((WQEBB as usize) << log_sq_bbs))?;
         let RingPages {
             page,
             log_page,
             bytes,
             count: pages,
-        } = ring_pages(rq_bytes + ((WQEBB as usize) << log_sq_bbs));
-        // Never past the device's sizes above: a command carries 992 pages of 2 MiB.
+        } = pages;
+        // A command carries 992 page addresses: past the device's sizes with 2 MiB pages, but
+        // not with the 4 KiB pages of a HAL that aligns no further.
         if CreateQpIn::BYTES + 8 * pages > MAX_MESSAGE {
             return Err(Error::ExceedsLimit {
                 limit: Limit::QpWr,
@@ -272,7 +274,7 @@ impl<'d, H: Hal> Pd<'d, H> {
                 max: ((MAX_MESSAGE - CreateQpIn::BYTES) / 8 * page) as u64,
             });
         }
-        let buf = dev.hal.dma_alloc(bytes, page)?.share();
+        let buf = buf.share();
         let dbr = dev.hal.dma_alloc(64, 64)?.share();
         let book_mem = dev
             .hal
