@@ -10,7 +10,7 @@ use bareverbs_hal::Hal;
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{poll_one, send_wr, sge};
+use common::{poll_one, region, send_wr, sge};
 
 const PSN: u32 = 0x10;
 
@@ -85,14 +85,8 @@ fn rc_send_write_read_atomics_and_inline() {
         | AccessFlags::REMOTE_WRITE
         | AccessFlags::REMOTE_READ
         | AccessFlags::REMOTE_ATOMIC;
-    let src = pd
-        .reg_mr(hal.dma_alloc(8192, 4096).unwrap().share(), all)
-        .map_err(|(e, _)| e)
-        .unwrap();
-    let dst = pd
-        .reg_mr(hal.dma_alloc(8192, 4096).unwrap().share(), all)
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let src = region(&hal, &pd, 8192, all);
+    let dst = region(&hal, &pd, 8192, all);
     src.buf().write_bytes(0, b"hello, verbs! ").unwrap();
     src.buf().write_bytes(4096, b"second sge").unwrap();
 
@@ -304,13 +298,7 @@ fn bad_requests_stop_at_their_index_and_nothing_is_sent() {
     };
     let mut a = pd.create_qp(&init(QpType::Rc)).unwrap();
     let mut b = pd.create_qp(&init(QpType::Rc)).unwrap();
-    let mr = pd
-        .reg_mr(
-            hal.dma_alloc(4096, 4096).unwrap().share(),
-            AccessFlags::LOCAL_WRITE,
-        )
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let mr = region(&hal, &pd, 4096, AccessFlags::LOCAL_WRITE);
     let one = [sge(&mr, 0, 8)];
     // Not in RTS yet.
     let e = a.post_send(&[send_wr(1, &one, SendOp::Send)]).unwrap_err();
@@ -410,13 +398,12 @@ fn errors_flush_outstanding_requests() {
     connect(&mut a, &mut b, 0);
     connect(&mut c, &mut d, 0);
     connect(&mut e, &mut f, 0);
-    let mr = pd
-        .reg_mr(
-            hal.dma_alloc(4096, 4096).unwrap().share(),
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
-        )
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let mr = region(
+        &hal,
+        &pd,
+        4096,
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+    );
     let one = [sge(&mr, 0, 8)];
 
     // No receive posted and rnr_retry 0: RNR retries exceeded, the QP goes to ERR and the
@@ -515,13 +502,7 @@ fn ud_checks_the_qkey_and_leaves_room_for_the_grh() {
         q.to_rtr(0, 0, AhAttr::default(), Mtu::Mtu4096).unwrap();
         q.to_rts(1).unwrap();
     }
-    let mr = pd
-        .reg_mr(
-            hal.dma_alloc(4096, 4096).unwrap().share(),
-            AccessFlags::LOCAL_WRITE,
-        )
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let mr = region(&hal, &pd, 4096, AccessFlags::LOCAL_WRITE);
     mr.buf().write_bytes(2048, b"datagram").unwrap();
     b.post_recv(&[RecvWr {
         wr_id: 5,
@@ -740,13 +721,7 @@ fn rnr_waits_then_delivers_and_bad_keys_and_destroy_with_work_outstanding() {
     let [mut a, mut b, mut c, mut d] = [(); 4].map(|()| pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b, 7);
     connect(&mut c, &mut d, 3);
-    let mr = pd
-        .reg_mr(
-            hal.dma_alloc(4096, 4096).unwrap().share(),
-            AccessFlags::LOCAL_WRITE,
-        )
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let mr = region(&hal, &pd, 4096, AccessFlags::LOCAL_WRITE);
     let one = [sge(&mr, 0, 8)];
 
     // rnr_retry 7: the SEND waits for a receive, then goes again once the responder's RNR
@@ -856,10 +831,7 @@ fn resize_cq_keeps_unpolled_completions_in_order() {
     let mut b = pd.create_qp(&init).unwrap();
     connect(&mut a, &mut b, 7);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let mr = pd
-        .reg_mr(hal.dma_alloc(8192, 4096).unwrap().share(), access)
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let mr = region(&hal, &pd, 8192, access);
     let sg = [sge(&mr, 0, 64)];
     let write = SendOp::RdmaWrite {
         remote_addr: mr.addr() + 4096,
@@ -953,13 +925,7 @@ fn completions_of_qps_sharing_a_cq_keep_their_order_and_wr_ids() {
     for (a, b) in tx.iter_mut().zip(rx.iter_mut()) {
         connect(a, b, 7);
     }
-    let mr = pd
-        .reg_mr(
-            hal.dma_alloc(4096, 4096).unwrap().share(),
-            AccessFlags::LOCAL_WRITE,
-        )
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let mr = region(&hal, &pd, 4096, AccessFlags::LOCAL_WRITE);
     let order: Vec<usize> = [0, 1, 2, 0, 1, 2, 0, 0, 0, 2, 2, 1].to_vec();
     let mut sent = Vec::new();
     let mut received = Vec::new();
@@ -1029,14 +995,8 @@ fn a_region_past_a_thousand_4k_pages_takes_one_or_two_translation_pages() {
     connect(&mut a, &mut b, 7);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
     let len = 24usize << 20;
-    let big = pd
-        .reg_mr(hal.dma_alloc(len, 4096).unwrap().share(), access)
-        .map_err(|(e, _)| e)
-        .unwrap();
-    let small = pd
-        .reg_mr(hal.dma_alloc(4096, 4096).unwrap().share(), access)
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let big = region(&hal, &pd, len, access);
+    let small = region(&hal, &pd, 4096, access);
     let t = hal
         .model()
         .with(|h| h.mkey(big.lkey().raw() >> 8).map(|k| k.translation.clone()))
@@ -1108,10 +1068,7 @@ fn cqs_past_a_thousand_4k_pages_take_2_mib_pages_and_resize_across_sizes() {
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b, 7);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let mr = pd
-        .reg_mr(hal.dma_alloc(8192, 4096).unwrap().share(), access)
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let mr = region(&hal, &pd, 8192, access);
     let sg = [sge(&mr, 0, 64)];
     let write = SendOp::RdmaWrite {
         remote_addr: mr.addr() + 4096,
@@ -1175,10 +1132,7 @@ fn a_qp_buffer_past_a_thousand_4k_pages_takes_2_mib_pages() {
         .unwrap();
     assert_eq!((page_size, pages), (2 << 20, 5));
     let access = AccessFlags::LOCAL_WRITE;
-    let mr = pd
-        .reg_mr(hal.dma_alloc(1 << 20, 4096).unwrap().share(), access)
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let mr = region(&hal, &pd, 1 << 20, access);
     // 8200 receives reach 2 MiB + 2 KiB into the receive queue: past its first page.
     let n = 8200u64;
     for chunk in (0..n).collect::<Vec<_>>().chunks(100) {
@@ -1257,10 +1211,7 @@ fn a_device_without_host_endian_atomics_refuses_atomics_before_the_ring() {
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b, 7);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
-    let mr = pd
-        .reg_mr(hal.dma_alloc(4096, 4096).unwrap().share(), access)
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let mr = region(&hal, &pd, 4096, access);
     let res = [sge(&mr, 0, 8)];
     let write = SendOp::RdmaWrite {
         remote_addr: mr.addr() + 64,
@@ -1356,13 +1307,7 @@ fn a_hal_that_aligns_only_4k_gets_queues_in_4k_pages_and_typed_limits_past_them(
         .unwrap();
     assert_eq!(qp_pages.0, 4096);
     assert!(qp_pages.1 > 200, "{qp_pages:?}");
-    let mr = pd
-        .reg_mr(
-            hal.dma_alloc(4096, 4096).unwrap().share(),
-            AccessFlags::LOCAL_WRITE,
-        )
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let mr = region(&hal, &pd, 4096, AccessFlags::LOCAL_WRITE);
     mr.buf().write_bytes(0, b"small pages").unwrap();
     b.post_recv(&[RecvWr {
         wr_id: 2,

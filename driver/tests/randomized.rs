@@ -11,6 +11,9 @@ use bareverbs::{Config, Device};
 use bareverbs_hal::Hal;
 use bareverbs_model::SimHal;
 
+mod common;
+use common::{connect_pair, region};
+
 /// xorshift64*: reproducible without a dependency.
 struct Rng(u64);
 
@@ -65,19 +68,13 @@ type SendExp = (u64, WcOpcode, u32);
 /// A receive completion the test expects: wr_id, opcode, byte_len, immediate.
 type RecvExp = (u64, WcOpcode, u32, Option<u32>);
 
+/// The remote access the RC pairs of these tests give each other.
+const REMOTE: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_WRITE)
+    .union(AccessFlags::REMOTE_READ);
+
 fn connect<'p, 'd, H: Hal>(a: &mut Qp<'p, 'd, H>, b: &mut Qp<'p, 'd, H>) {
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let (an, bn) = (a.qpn().raw(), b.qpn().raw());
-    for (q, peer) in [(a, bn), (b, an)] {
-        q.to_init(1, 0, access, 0).unwrap();
-        let path = AhAttr {
-            dlid: 1,
-            port_num: 1,
-            ..AhAttr::default()
-        };
-        q.to_rtr(peer, 0, path, Mtu::Mtu1024).unwrap();
-        q.to_rts(0).unwrap();
-    }
+    connect_pair(a, b, REMOTE, Mtu::Mtu1024);
 }
 
 /// The gather (or scatter) list of `len` bytes at `base + off` of `mr`, split in up to three
@@ -195,11 +192,7 @@ fn random_traffic_on_three_pairs_sharing_cqs_moves_every_byte_and_completes_in_o
         connect(a, b);
     }
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let region = |len: usize| {
-        pd.reg_mr(hal.dma_alloc(len, 4096).unwrap().share(), access)
-            .map_err(|(e, _)| e)
-            .unwrap()
-    };
+    let region = |len: usize| region(&hal, &pd, len, access);
     // Sources hold a random pattern; destinations and READ landing areas get 4 KiB per pair.
     let (src, dst, rd) = (region(16 << 10), region(16 << 10), region(16 << 10));
     let pattern: Vec<u8> = (0..16 << 10).map(|_| rng.next() as u8).collect();
@@ -431,10 +424,7 @@ fn random_lists_past_a_full_queue_stop_at_their_index_and_resume_without_loss() 
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let mr = pd
-        .reg_mr(hal.dma_alloc(8192, 4096).unwrap().share(), access)
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let mr = region(&hal, &pd, 8192, access);
     let payload: Vec<u8> = (0..MAX_INLINE as usize).map(|_| rng.next() as u8).collect();
     let (mut expected, mut seen) = (Vec::new(), Vec::new());
     let (mut next_id, mut fulls, mut run) = (1u64, 0usize, 0usize);
@@ -532,10 +522,7 @@ fn one_thread_posts_while_another_polls_against_a_model_on_its_own_thread() {
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let mr = pd
-        .reg_mr(hal.dma_alloc(1 << 16, 4096).unwrap().share(), access)
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let mr = region(&hal, &pd, 1 << 16, access);
     const N: u64 = 3000;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     let seen = std::thread::scope(|s| {
@@ -621,13 +608,16 @@ fn random_errors_flush_what_follows_and_reset_queues_start_over_cleanly() {
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let region = |access| {
-        pd.reg_mr(hal.dma_alloc(8192, 4096).unwrap().share(), access)
-            .map_err(|(e, _)| e)
-            .unwrap()
-    };
-    let (src, dst) = (region(access), region(access));
-    let read_only = region(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ);
+    let (src, dst) = (
+        region(&hal, &pd, 8192, access),
+        region(&hal, &pd, 8192, access),
+    );
+    let read_only = region(
+        &hal,
+        &pd,
+        8192,
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+    );
     let pattern: Vec<u8> = (0..4096).map(|_| rng.next() as u8).collect();
     src.buf().write_bytes(0, &pattern).unwrap();
     let (mut next_id, mut errors) = (1u64, 0usize);
@@ -767,13 +757,7 @@ fn random_datagrams_arrive_when_they_should_with_the_grh_area_and_are_dropped_ot
     }
     let qpns: Vec<u32> = qps.iter().map(|q| q.qpn().raw()).collect();
     let port_guid = dev.ports()[0].port_guid;
-    let mr = pd
-        .reg_mr(
-            hal.dma_alloc(64 << 10, 4096).unwrap().share(),
-            AccessFlags::LOCAL_WRITE,
-        )
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let mr = region(&hal, &pd, 64 << 10, AccessFlags::LOCAL_WRITE);
     let pattern: Vec<u8> = (0..2048).map(|_| rng.next() as u8).collect();
     mr.buf().write_bytes(0, &pattern).unwrap();
     // Receive buffers: 40 + 1024 bytes each, in slots from 4 KiB on.
@@ -930,21 +914,8 @@ fn random_uc_traffic_drops_what_finds_no_receive_and_delivers_the_rest() {
     };
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let (an, bn) = (a.qpn().raw(), b.qpn().raw());
-    for (q, peer) in [(&mut a, bn), (&mut b, an)] {
-        q.to_init(1, 0, access, 0).unwrap();
-        let path = AhAttr {
-            dlid: 1,
-            port_num: 1,
-            ..AhAttr::default()
-        };
-        q.to_rtr(peer, 0, path, Mtu::Mtu1024).unwrap();
-        q.to_rts(0).unwrap();
-    }
-    let mr = pd
-        .reg_mr(hal.dma_alloc(16 << 10, 4096).unwrap().share(), access)
-        .map_err(|(e, _)| e)
-        .unwrap();
+    connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
+    let mr = region(&hal, &pd, 16 << 10, access);
     let pattern: Vec<u8> = (0..4096).map(|_| rng.next() as u8).collect();
     mr.buf().write_bytes(0, &pattern).unwrap();
     let mut posted: VecDeque<(u64, u64)> = VecDeque::new();
@@ -1081,21 +1052,8 @@ fn random_atomics_agree_with_a_shadow_of_the_counters() {
     };
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
-    let (an, bn) = (a.qpn().raw(), b.qpn().raw());
-    for (q, peer) in [(&mut a, bn), (&mut b, an)] {
-        q.to_init(1, 0, access, 0).unwrap();
-        let path = AhAttr {
-            dlid: 1,
-            port_num: 1,
-            ..AhAttr::default()
-        };
-        q.to_rtr(peer, 0, path, Mtu::Mtu1024).unwrap();
-        q.to_rts(0).unwrap();
-    }
-    let mr = pd
-        .reg_mr(hal.dma_alloc(4096, 4096).unwrap().share(), access)
-        .map_err(|(e, _)| e)
-        .unwrap();
+    connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
+    let mr = region(&hal, &pd, 4096, access);
     let mut shadow = [0u64; 8];
     for (k, v) in shadow.iter_mut().enumerate() {
         *v = rng.next();

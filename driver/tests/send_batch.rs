@@ -8,6 +8,9 @@ use bareverbs::{Config, Device, Error};
 use bareverbs_hal::Hal;
 use bareverbs_model::SimHal;
 
+mod common;
+use common::{connect_pair, region};
+
 fn cap() -> QpCap {
     QpCap {
         max_send_wr: 8,
@@ -20,17 +23,7 @@ fn cap() -> QpCap {
 
 fn connect<'p, 'd, H: Hal>(a: &mut Qp<'p, 'd, H>, b: &mut Qp<'p, 'd, H>) {
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let (an, bn) = (a.qpn().raw(), b.qpn().raw());
-    for (q, peer) in [(a, bn), (b, an)] {
-        q.to_init(1, 0, access, 0).unwrap();
-        let path = AhAttr {
-            dlid: 1,
-            port_num: 1,
-            ..AhAttr::default()
-        };
-        q.to_rtr(peer, 0, path, Mtu::Mtu1024).unwrap();
-        q.to_rts(0).unwrap();
-    }
+    connect_pair(a, b, access, Mtu::Mtu1024);
 }
 
 #[test]
@@ -49,10 +42,7 @@ fn every_batch_method_moves_data_and_completes_in_order() {
     let mut a = pd.create_qp(&init).unwrap();
     let mut b = pd.create_qp(&init).unwrap();
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let mr = pd
-        .reg_mr(hal.dma_alloc(16384, 4096).unwrap().share(), access)
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let mr = region(&hal, &pd, 16384, access);
     let sge = |off: u64, len: u32| Sge {
         addr: mr.addr() + off,
         length: len,
