@@ -202,6 +202,9 @@ pub enum Limit {
     InlineData,
     /// QPs with posted work at once.
     QpCount,
+    /// Bytes of a QP's work buffer: what one CREATE_QP can describe in the pages the HAL could
+    /// align (992 pages; 2 MiB each on VFIO, 4 KiB with a HAL that aligns no further).
+    QpBufferBytes,
 }
 
 impl fmt::Display for Error {

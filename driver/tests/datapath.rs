@@ -1283,13 +1283,22 @@ fn a_hal_that_aligns_only_4k_gets_queues_in_4k_pages_and_typed_limits_past_them(
         max_inline_data: 0,
     };
     let before = m.memory().allocated_bytes();
-    assert!(matches!(
-        pd.create_qp(&init(big)),
+    match pd.create_qp(&init(big)) {
         Err(Error::ExceedsLimit {
-            limit: bareverbs::error::Limit::QpWr,
-            ..
-        })
-    ));
+            limit: bareverbs::error::Limit::QpBufferBytes,
+            requested,
+            max,
+        }) => {
+            // What one command's page list holds in 4 KiB pages, short of the 9 MiB asked.
+            assert!(
+                max % 4096 == 0 && max / 4096 <= 992 && max / 4096 > 900,
+                "{max}"
+            );
+            assert!(requested > max);
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a 9 MiB QP buffer in 4 KiB pages"),
+    }
     assert_eq!(m.memory().allocated_bytes(), before, "nothing leaked");
     // A QP of 1 MiB: 256 pages of 4 KiB, and traffic through it.
     let mid = QpCap {

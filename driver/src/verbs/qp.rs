@@ -269,7 +269,7 @@ impl<'d, H: Hal> Pd<'d, H> {
         // not with the 4 KiB pages of a HAL that aligns no further.
         if CreateQpIn::BYTES + 8 * pages > MAX_MESSAGE {
             return Err(Error::ExceedsLimit {
-                limit: Limit::QpWr,
+                limit: Limit::QpBufferBytes,
                 requested: bytes as u64,
                 max: ((MAX_MESSAGE - CreateQpIn::BYTES) / 8 * page) as u64,
             });
