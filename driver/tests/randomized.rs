@@ -1023,7 +1023,7 @@ fn random_uc_traffic_drops_what_finds_no_receive_and_delivers_the_rest() {
         }
     }
     assert!(
-        delivered > 400 && dropped > 50,
+        delivered > 400 && dropped > 20,
         "{delivered} delivered, {dropped} dropped"
     );
 }
