@@ -2,7 +2,7 @@
 //! callgrind — our driver's `post_send`/`poll` and a hand-written minimum of the stores a WQE
 //! needs (and the loads a CQE needs), over rings of the same size. Not a timing benchmark.
 //!
-//! Usage: `wqe_bench driver-post|driver-batch|driver-poll|min-post|min-post-mem|min-poll|min-poll-mem inline64|write4k BATCH ITERS`
+//! Usage: `wqe_bench driver-post|driver-batch|driver-poll|driver-poll-empty|min-post|min-post-mem|min-poll|min-poll-mem inline64|write4k BATCH ITERS`
 //!
 //! The measured work sits in the `#[inline(never)]` functions `bench_*`; the script collects
 //! instructions only inside them (and, for the driver, not inside the model's doorbell handler,
@@ -70,6 +70,12 @@ fn bench_driver_batch<H: Hal>(qp: &mut Qp<'_, '_, H>, kind: Kind, reqs: &[MinReq
 
 #[inline(never)]
 fn bench_driver_poll<H: Hal>(cq: &mut Cq<'_, H>, wc: &mut [Wc]) -> usize {
+    cq.poll(black_box(wc))
+}
+
+/// A poll of an empty CQ, what a busy-polling loop does most of the time.
+#[inline(never)]
+fn bench_driver_poll_empty<H: Hal>(cq: &mut Cq<'_, H>, wc: &mut [Wc]) -> usize {
     cq.poll(black_box(wc))
 }
 
@@ -285,7 +291,7 @@ fn bench_min_poll_mem(
 fn main() {
     let a: Vec<String> = std::env::args().collect();
     if a.len() != 5 {
-        eprintln!("usage: wqe_bench driver-post|driver-batch|driver-poll|min-post|min-post-mem|min-poll|min-poll-mem inline64|write4k BATCH ITERS");
+        eprintln!("usage: wqe_bench driver-post|driver-batch|driver-poll|driver-poll-empty|min-post|min-post-mem|min-poll|min-poll-mem inline64|write4k BATCH ITERS");
         std::process::exit(2);
     }
     let kind = if a[2] == "inline64" {
@@ -485,6 +491,14 @@ fn driver(mode: &str, kind: Kind, batch: usize, iters: usize) {
         };
         batch
     ];
+    if mode == "driver-poll-empty" {
+        for _ in 0..iters {
+            if bench_driver_poll_empty(&mut scq, &mut wc) != 0 {
+                std::process::exit(3);
+            }
+        }
+        return;
+    }
     for _ in 0..iters {
         if kind == Kind::Inline64 {
             qb.post_recv(&recvs).unwrap_or_else(|e| panic!("{e}"));

@@ -55,3 +55,6 @@ for b in 1 8 32; do
   c=$(per "$(count "$work/c" poll write4k "$b" "$iters")" "$n")
   echo "| poll CQE | $b | $d | – | $m | $mm | $c | $(ratio "$d" "$m") | – | $(ratio "$d" "$mm") |"
 done
+e=$(per "$(count "$bench" driver-poll-empty write4k 1 "$iters")" "$iters")
+echo
+echo "Poll of an empty CQ (what a busy-polling loop mostly does): $e instructions per call."
