@@ -207,59 +207,54 @@ fn rc_send_write_read_atomics_and_inline() {
     // set the device's atomic requests to host endianness, as Linux does).
     dst.buf().write_bytes(512, &40u64.to_ne_bytes()).unwrap();
     let res = [sge(&src, 3000, 8)];
-    a.post_send(&[send_wr(
-        1,
-        &res,
-        SendOp::AtomicFetchAndAdd {
-            remote_addr: dst.addr() + 512,
-            rkey: dst.rkey().raw(),
-            add: 2,
-        },
-    )])
-    .unwrap();
-    assert_eq!(
+    let (remote_addr, rkey) = (dst.addr() + 512, dst.rkey().raw());
+    // (operation, opcode reported, value returned, value left)
+    let steps = [
         (
-            poll_one(&mut scq).opcode,
-            src.buf().read_ne64(3000),
-            dst.buf().read_ne64(512)
+            SendOp::AtomicFetchAndAdd {
+                remote_addr,
+                rkey,
+                add: 2,
+            },
+            WcOpcode::FetchAdd,
+            40,
+            42,
         ),
-        (WcOpcode::FetchAdd, 40, 42)
-    );
-    a.post_send(&[send_wr(
-        2,
-        &res,
-        SendOp::AtomicCmpAndSwp {
-            remote_addr: dst.addr() + 512,
-            rkey: dst.rkey().raw(),
-            compare: 42,
-            swap: 7,
-        },
-    )])
-    .unwrap();
-    assert_eq!(
         (
-            poll_one(&mut scq).opcode,
-            src.buf().read_ne64(3000),
-            dst.buf().read_ne64(512)
+            SendOp::AtomicCmpAndSwp {
+                remote_addr,
+                rkey,
+                compare: 42,
+                swap: 7,
+            },
+            WcOpcode::CompSwap,
+            42,
+            7,
         ),
-        (WcOpcode::CompSwap, 42, 7)
-    );
-    a.post_send(&[send_wr(
-        3,
-        &res,
-        SendOp::AtomicCmpAndSwp {
-            remote_addr: dst.addr() + 512,
-            rkey: dst.rkey().raw(),
-            compare: 42,
-            swap: 9,
-        },
-    )])
-    .unwrap();
-    poll_one(&mut scq);
-    assert_eq!(
-        (src.buf().read_ne64(3000), dst.buf().read_ne64(512)),
-        (7, 7)
-    );
+        (
+            SendOp::AtomicCmpAndSwp {
+                remote_addr,
+                rkey,
+                compare: 42,
+                swap: 9,
+            },
+            WcOpcode::CompSwap,
+            7,
+            7,
+        ),
+    ];
+    for (k, (op, opcode, returned, left)) in steps.into_iter().enumerate() {
+        a.post_send(&[send_wr(k as u64 + 1, &res, op)]).unwrap();
+        assert_eq!(
+            (
+                poll_one(&mut scq).opcode,
+                src.buf().read_ne64(3000),
+                dst.buf().read_ne64(512)
+            ),
+            (opcode, returned, left),
+            "step {k}"
+        );
+    }
 
     // Unsignaled requests complete silently; the signaled one after them frees their room.
     for round in 0..4 {
