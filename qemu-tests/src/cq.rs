@@ -35,6 +35,9 @@ pub struct Cq {
     pub pas: Vec<u64>,
     /// Buffer page size.
     pub page_size: u64,
+    /// Where the CQE buffer starts in its first page, in bytes (`cqc.page_offset`, see
+    /// [`crate::page_list`]).
+    pub page_offset: u64,
     /// Doorbell record address.
     pub dbr: u64,
     /// CQEs written so far.
@@ -56,7 +59,7 @@ impl Cq {
 
     fn cqe_iova(&self, index: u32) -> u64 {
         let off = u64::from(index & (self.nent() - 1)) * CQE_BYTES;
-        self.pas[(off / self.page_size) as usize] + off % self.page_size
+        crate::page_list::buffer_iova(&self.pas, self.page_size, self.page_offset, off)
     }
 }
 

@@ -24,6 +24,9 @@ pub struct Eq {
     pub pas: Vec<u64>,
     /// Buffer page size in bytes.
     pub page_size: u64,
+    /// Where the EQE buffer starts in its first page, in bytes (`eqc.page_offset`, see
+    /// [`crate::page_list`]).
+    pub page_offset: u64,
     /// Subscribed event types (bit n of word k = type 64k + n).
     pub mask: [u64; 4],
     /// EQEs written so far.
@@ -47,7 +50,7 @@ impl Eq {
 
     fn eqe_iova(&self, index: u32) -> u64 {
         let off = u64::from(index & (self.nent() - 1)) * EQE_BYTES;
-        self.pas[(off / self.page_size) as usize] + off % self.page_size
+        crate::page_list::buffer_iova(&self.pas, self.page_size, self.page_offset, off)
     }
 
     fn unconsumed(&self) -> u32 {

@@ -20,6 +20,7 @@ pub mod guest_memory;
 pub mod hca;
 pub mod memory;
 pub mod mkey;
+pub mod page_list;
 pub mod pci;
 pub mod qp;
 pub mod sim_hal;

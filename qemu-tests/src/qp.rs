@@ -83,6 +83,9 @@ pub struct Qp {
     pub pas: Vec<u64>,
     /// Bytes per buffer page (`4096 << log_page_size`).
     pub page_size: u64,
+    /// Where the work buffer starts in its first page, in bytes (`qpc.page_offset`, see
+    /// [`crate::page_list`]).
+    pub page_offset: u64,
     /// Doorbell record address.
     pub dbr: u64,
     /// Port (1-based).
@@ -157,7 +160,7 @@ impl Qp {
 
     /// Device address of byte `off` of the work buffer.
     pub fn buf_iova(&self, off: u64) -> u64 {
-        self.pas[(off / self.page_size) as usize] + off % self.page_size
+        crate::page_list::buffer_iova(&self.pas, self.page_size, self.page_offset, off)
     }
 }
 

@@ -953,6 +953,7 @@ mod tests {
             no_sq: true,
             pas: Vec::new(),
             page_size: 4096,
+            page_offset: 0,
             dbr: 0,
             port: 1,
             pkey_index: 0,

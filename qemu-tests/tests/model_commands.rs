@@ -530,3 +530,178 @@ fn init_segment_registers_and_removal() {
     assert_eq!(bar.read32(BarOffset(0x230)), u32::MAX);
     assert_eq!(bar.read32(BarOffset(0)), u32::MAX);
 }
+
+/// The byte where quantized `page_offset` q puts a buffer in its first 4 KiB page: the
+/// contexts take the offset in 64ths of a page (Linux 6.12 mlx5_ib.h
+/// `__mlx5_umem_find_best_quantized_pgoff`: `page_offset_quantized * (page_size / 64)`).
+const fn offset_in_4k(q: u64) -> usize {
+    (q * 4096 / 64) as usize
+}
+
+#[test]
+fn eq_buffer_starts_at_its_page_offset() {
+    let raw = Raw::new(Drive::Synchronous);
+    let _pages = bring_up(&raw);
+    let uar = alloc_uar(&raw);
+    let p0 = raw.hal.dma_alloc(4096, 4096).unwrap().share();
+    let p1 = raw.hal.dma_alloc(4096, 4096).unwrap().share();
+    // 64 EQEs (4 KiB) starting half-way into the first page need two pages.
+    let build = |npas: usize| {
+        let mut b = header(0x301, 0, CreateEqIn::BYTES + 8 * npas);
+        let mut v = ViewMut::<CreateEqIn>::new_checked(&mut b).unwrap();
+        v.sub(create_eq_in::eq_context_entry)
+            .set(eqc::log_eq_size, 6u8)
+            .set(eqc::uar_page, uar)
+            .set(eqc::page_offset, 32u8);
+        set_event_bitmask(&mut v, 0, 1 << event_type::CMD);
+        for (k, p) in [&p0, &p1].into_iter().take(npas).enumerate() {
+            v.set_array(create_eq_in::pas, k, p.iova().0).unwrap();
+        }
+        b
+    };
+    let short = raw.cmd(&build(1), 16);
+    assert_eq!(
+        Raw::status(&short).0,
+        CmdStatus::BadInputLength,
+        "one page cannot hold 4 KiB that start 2 KiB into it"
+    );
+    for p in [&p0, &p1] {
+        for i in 0..64 {
+            p.write8(i * 64 + 63, 1);
+        }
+    }
+    let out = raw.cmd(&build(2), 16);
+    assert_eq!(Raw::status(&out), (CmdStatus::Ok, 0));
+    let eqn = View::<CreateEqOut>::new_checked(&out)
+        .unwrap()
+        .get(create_eq_out::eq_number) as u8;
+    let at = offset_in_4k(32);
+    for k in 0..33u8 {
+        let mut q = header(0x303, 0, 16);
+        q[11] = eqn;
+        let out = raw.cmd(&q, QueryEqOut::BYTES + 16);
+        if k == 0 {
+            let ctx = View::<QueryEqOut>::new_checked(&out).unwrap();
+            assert_eq!(
+                ctx.sub(query_eq_out::eq_context_entry)
+                    .get(eqc::page_offset),
+                32,
+                "QUERY_EQ reports the offset it was given"
+            );
+        }
+    }
+    assert_eq!(p0.read8(1), 0, "nothing before the offset");
+    assert_eq!(p0.read8(at + 1), event_type::CMD, "EQE 0 at the offset");
+    assert_eq!(p0.read8(4095) & 1, 0, "EQE 31 ends the first page");
+    assert_eq!(p1.read8(1), event_type::CMD, "EQE 32 opens the second page");
+}
+
+#[test]
+fn cq_buffer_starts_at_its_page_offset() {
+    let raw = Raw::new(Drive::Synchronous);
+    let _pages = bring_up(&raw);
+    let uar = alloc_uar(&raw);
+    let eq_buf = raw.hal.dma_alloc(4096, 4096).unwrap().share();
+    let eqn = create_eq(&raw, &eq_buf, 6, uar, 0);
+    let page = raw.hal.dma_alloc(4096, 4096).unwrap().share();
+    let dbr = raw.hal.dma_alloc(4096, 4096).unwrap().share();
+    // 16 CQEs (1 KiB) at quantized offset 24: 1536 bytes into the page (an offset
+    // mlx5_ib gave rdma-core's CQs in the guest).
+    let mut b = header(0x400, 0, CreateCqIn::BYTES + 8);
+    let mut v = ViewMut::<CreateCqIn>::new_checked(&mut b).unwrap();
+    v.sub(create_cq_in::cq_context)
+        .set(cqc::log_cq_size, 4u8)
+        .set(cqc::uar_page, uar)
+        .set(cqc::c_eqn_or_apu_element, u32::from(eqn))
+        .set(cqc::page_offset, 24u8)
+        .set(cqc::dbr_addr, dbr.iova().0);
+    v.set_array(create_cq_in::pas, 0, page.iova().0).unwrap();
+    let out = raw.cmd(&b, 16);
+    assert_eq!(Raw::status(&out), (CmdStatus::Ok, 0));
+    let cqn = View::<CreateCqOut>::new_checked(&out)
+        .unwrap()
+        .get32(create_cq_out::cqn);
+    let mut cqe = [0u8; 64];
+    cqe[63] = 0xa0;
+    cqe[0] = 0x5c;
+    assert!(raw.hal.model().with(|h| h.post_cqe(cqn, cqe, false)));
+    let at = offset_in_4k(24);
+    assert_eq!(page.read8(0), 0, "nothing written before the offset");
+    assert_eq!(page.read8(at), 0x5c, "CQE 0 at the offset");
+    let mut q = header(0x402, 0, 16);
+    q[9..12].copy_from_slice(&cqn.to_be_bytes()[1..]);
+    let out = raw.cmd(&q, QueryCqOut::BYTES + 8);
+    let ctx = View::<QueryCqOut>::new_checked(&out).unwrap();
+    assert_eq!(
+        ctx.sub(query_cq_out::cq_context).get(cqc::page_offset),
+        24,
+        "QUERY_CQ reports the offset it was given"
+    );
+}
+
+#[test]
+fn qp_work_buffer_starts_at_its_page_offset() {
+    let raw = Raw::new(Drive::Synchronous);
+    let _pages = bring_up(&raw);
+    let uar = alloc_uar(&raw);
+    let eq_buf = raw.hal.dma_alloc(4096, 4096).unwrap().share();
+    let eqn = create_eq(&raw, &eq_buf, 6, uar, 0);
+    let out = raw.cmd(&header(0x800, 0, 16), 16);
+    let pd = View::<AllocPdOut>::new_checked(&out)
+        .unwrap()
+        .get32(alloc_pd_out::pd);
+    let ring = raw.hal.dma_alloc(4096, 4096).unwrap().share();
+    let mut b = header(0x400, 0, CreateCqIn::BYTES + 8);
+    let mut v = ViewMut::<CreateCqIn>::new_checked(&mut b).unwrap();
+    v.sub(create_cq_in::cq_context)
+        .set(cqc::log_cq_size, 4u8)
+        .set(cqc::uar_page, uar)
+        .set(cqc::c_eqn_or_apu_element, u32::from(eqn))
+        .set(cqc::dbr_addr, ring.iova().0 + 2048);
+    v.set_array(create_cq_in::pas, 0, ring.iova().0).unwrap();
+    let cqn = View::<CreateCqOut>::new_checked(&raw.cmd(&b, 16))
+        .unwrap()
+        .get32(create_cq_out::cqn);
+    // An RQ of 16 × 64 B and an SQ of 16 WQEBBs (2 KiB) at quantized offset 63 of a 4 KiB
+    // page (4032 bytes in; rdma-core's QPs were seen with 16, 24 and 63): the SQ starts in
+    // the second page.
+    let p0 = raw.hal.dma_alloc(4096, 4096).unwrap().share();
+    let p1 = raw.hal.dma_alloc(4096, 4096).unwrap().share();
+    let create = |npas: usize| {
+        let mut b = header(0x500, 0, CreateQpIn::BYTES + 8 * npas);
+        let mut v = ViewMut::<CreateQpIn>::new_checked(&mut b).unwrap();
+        v.sub(create_qp_in::qpc)
+            .set(qpc::st, qpc_st::RC)
+            .set(qpc::pd, pd)
+            .set(qpc::uar_page, uar)
+            .set(qpc::log_rq_stride, 2u8)
+            .set(qpc::log_rq_size, 4u8)
+            .set(qpc::log_sq_size, 4u8)
+            .set(qpc::page_offset, 63u8)
+            .set(qpc::cqn_snd, cqn)
+            .set(qpc::cqn_rcv, cqn)
+            .set(qpc::dbr_addr, ring.iova().0 + 3072);
+        for (k, p) in [&p0, &p1].into_iter().take(npas).enumerate() {
+            v.set_array(create_qp_in::pas, k, p.iova().0).unwrap();
+        }
+        b
+    };
+    let short = raw.cmd(&create(1), 16);
+    assert_eq!(Raw::status(&short).0, CmdStatus::BadInputLength);
+    let out = raw.cmd(&create(2), 16);
+    assert_eq!(Raw::status(&out), (CmdStatus::Ok, 0));
+    let qpn = View::<CreateQpOut>::new_checked(&out)
+        .unwrap()
+        .get32(create_qp_out::qpn);
+    let at = offset_in_4k(63) as u64;
+    raw.hal.model().with(|h| {
+        let qp = h.qp(qpn).expect("created");
+        assert_eq!(qp.buf_iova(0), p0.iova().0 + at, "RQ WQE 0 at the offset");
+        assert_eq!(qp.buf_iova(64), p1.iova().0, "RQ WQE 1 opens page 2");
+        assert_eq!(
+            qp.buf_iova(qp.sq_offset()),
+            p1.iova().0 + 1024 - (4096 - at),
+            "SQ after the RQ, counted from the offset"
+        );
+    });
+}

@@ -6,6 +6,7 @@ use bareverbs_firmware_cmd::{CmdStatus, View};
 use super::{bad_param, fail, input, output, syndrome, CmdResult};
 use crate::cq::{Arm, Cq, CQE_BYTES};
 use crate::hca::Hca;
+use crate::page_list;
 
 impl Hca {
     pub(super) fn create_cq(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {
@@ -36,7 +37,8 @@ impl Hca {
             return Err(bad_param(syndrome::OUT_OF_RANGE));
         }
         let page_size = 4096u64 << log_page;
-        let npages = (CQE_BYTES << log_size).div_ceil(page_size) as usize;
+        let page_offset = page_list::page_offset_bytes(page_size, c.get(cqc::page_offset));
+        let npages = page_list::pages_spanned(CQE_BYTES << log_size, page_size, page_offset);
         if v.array_len(create_cq_in::pas) < npages {
             return Err(fail(CmdStatus::BadInputLength, syndrome::SHORT_INPUT));
         }
@@ -60,6 +62,7 @@ impl Hca {
                 eqn: eqn as u8,
                 pas,
                 page_size,
+                page_offset,
                 dbr,
                 producer: 0,
                 arm: Arm::No,
@@ -119,6 +122,10 @@ impl Hca {
             .set(
                 cqc::log_page_size,
                 (cq.page_size.trailing_zeros() - 12) as u8,
+            )
+            .set(
+                cqc::page_offset,
+                cq.page_offset / (cq.page_size / page_list::PAGE_OFFSET_QUANTA),
             )
             .set(cqc::dbr_addr, cq.dbr);
         for (k, a) in cq.pas.iter().enumerate() {
@@ -182,10 +189,14 @@ impl Hca {
         } else {
             cq.page_size
         };
-        if select & resize_field_select::PAGE_OFFSET != 0 && c.get(cqc::page_offset) != 0 {
-            return Err(bad_param(syndrome::OUT_OF_RANGE));
-        }
-        let npages = (CQE_BYTES << log_size).div_ceil(page_size) as usize;
+        // The new buffer's offset in its first page (mlx5_ib `resize_user` selects it with
+        // the size and page size); without the select bit the new buffer starts its page.
+        let page_offset = if select & resize_field_select::PAGE_OFFSET != 0 {
+            page_list::page_offset_bytes(page_size, c.get(cqc::page_offset))
+        } else {
+            0
+        };
+        let npages = page_list::pages_spanned(CQE_BYTES << log_size, page_size, page_offset);
         if v.array_len(modify_cq_in::pas) < npages {
             return Err(fail(CmdStatus::BadInputLength, syndrome::SHORT_INPUT));
         }
@@ -209,6 +220,7 @@ impl Hca {
             cq.log_size = log_size;
             cq.pas = pas;
             cq.page_size = page_size;
+            cq.page_offset = page_offset;
         }
         Ok(())
     }

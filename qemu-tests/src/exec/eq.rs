@@ -6,6 +6,7 @@ use bareverbs_firmware_cmd::CmdStatus;
 use super::{bad_param, fail, input, output, syndrome, CmdResult};
 use crate::eq::{Eq, EQE_BYTES};
 use crate::hca::Hca;
+use crate::page_list;
 
 impl Hca {
     pub(super) fn create_eq(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {
@@ -27,8 +28,8 @@ impl Hca {
             return Err(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT));
         }
         let page_size = 4096u64 << log_page;
-        let bytes = EQE_BYTES << log_size;
-        let npages = bytes.div_ceil(page_size) as usize;
+        let page_offset = page_list::page_offset_bytes(page_size, ctx.get(eqc::page_offset));
+        let npages = page_list::pages_spanned(EQE_BYTES << log_size, page_size, page_offset);
         if v.array_len(create_eq_in::pas) < npages {
             return Err(fail(CmdStatus::BadInputLength, syndrome::SHORT_INPUT));
         }
@@ -56,6 +57,7 @@ impl Hca {
                 intr,
                 pas,
                 page_size,
+                page_offset,
                 mask,
                 producer: 0,
                 consumer: 0,
@@ -100,6 +102,10 @@ impl Hca {
             .set(
                 eqc::log_page_size,
                 (eq.page_size.trailing_zeros() - 12) as u8,
+            )
+            .set(
+                eqc::page_offset,
+                eq.page_offset / (eq.page_size / page_list::PAGE_OFFSET_QUANTA),
             )
             .set(eqc::consumer_counter, eq.consumer)
             .set(eqc::producer_counter, eq.producer & 0x00ff_ffff);

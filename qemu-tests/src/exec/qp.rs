@@ -55,6 +55,10 @@ impl Hca {
             no_sq: c.get(qpc::no_sq) != 0,
             pas: Vec::new(),
             page_size: 4096 << log_page,
+            page_offset: crate::page_list::page_offset_bytes(
+                4096 << log_page,
+                c.get(qpc::page_offset),
+            ),
             dbr: c.get(qpc::dbr_addr),
             port: 1,
             pkey_index: 0,
@@ -81,7 +85,8 @@ impl Hca {
             retry_tries: 0,
             transport_retries: 0,
         };
-        let pages = qp.buffer_bytes().div_ceil(qp.page_size) as usize;
+        let pages =
+            crate::page_list::pages_spanned(qp.buffer_bytes(), qp.page_size, qp.page_offset);
         if v.array_len(create_qp_in::pas) < pages {
             return Err(fail(CmdStatus::BadInputLength, syndrome::SHORT_INPUT));
         }
