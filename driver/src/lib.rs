@@ -13,7 +13,7 @@
 //!
 //! let hal = SimHal::synchronous();
 //! let dev = Device::bring_up(&hal, Config::default()).unwrap();
-//! assert_eq!(dev.info().caps.num_ports, 2);
+//! assert_eq!(dev.info().caps.num_ports, 1);
 //! dev.teardown().unwrap();
 //! assert_eq!(hal.model().pages_held(), 0);
 //! ```

@@ -6,7 +6,7 @@ use bareverbs::verbs::{
     AccessFlags, AhAttr, Mtu, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType,
 };
 use bareverbs::{Config, Device, Error};
-use bareverbs_model::SimHal;
+use bareverbs_model::{Drive, ModelConfig, SimHal};
 
 fn cap() -> QpCap {
     QpCap {
@@ -159,7 +159,14 @@ fn rc_qp_lifecycle_and_cq_in_use() {
 
 #[test]
 fn ud_qp_takes_a_qkey_and_no_path() {
-    let hal = SimHal::synchronous();
+    // A two-port function, so the port the QP is bound to is seen to reach the model.
+    let hal = SimHal::new(
+        ModelConfig {
+            num_ports: 2,
+            ..ModelConfig::default()
+        },
+        Drive::Synchronous,
+    );
     let m = hal.model();
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();

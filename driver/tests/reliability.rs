@@ -696,6 +696,7 @@ fn receive_completions_carry_the_dlid_path_bits() {
     let cfg = ModelConfig {
         base_lid: 8,
         lmc: 2,
+        num_ports: 2,
         ..ModelConfig::default()
     };
     let hal = SimHal::new(cfg, Drive::Synchronous);

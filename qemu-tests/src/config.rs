@@ -4,15 +4,19 @@ use std::time::Duration;
 
 use bareverbs_firmware_cmd::{CmdStatus, DeliveryStatus};
 
-/// Identity and resources of the modelled HCA. The defaults describe a dual-port ConnectX-5
-/// running InfiniBand.
+/// Identity and resources of the modelled HCA. The defaults describe one PCI function of a
+/// ConnectX-5 running InfiniBand: one port, as on the hardware, where a dual-port card shows
+/// one PCI function per port (Linux commit 1dcf3ac49fb0, the mlx5 Ethernet merge: "Unlike
+/// previous generations, the ConnectX-4 has a separate PCI function per port"; `mlx5_ib`
+/// takes the port count from `cmd_hca_cap.num_ports`).
 #[derive(Clone, Debug)]
 pub struct ModelConfig {
     /// PCI device id (0x1017: ConnectX-5).
     pub device_id: u16,
     /// Firmware version major.minor.subminor.
     pub fw_version: (u16, u16, u16),
-    /// Number of ports.
+    /// Number of ports on this PCI function (1 on ConnectX-4 and later; more models a
+    /// multi-port function such as Connect-IB's).
     pub num_ports: u8,
     /// Ports are Ethernet (RoCE) instead of InfiniBand.
     pub port_type_eth: bool,
@@ -49,7 +53,7 @@ impl Default for ModelConfig {
         ModelConfig {
             device_id: 0x1017,
             fw_version: (16, 35, 2000),
-            num_ports: 2,
+            num_ports: 1,
             port_type_eth: false,
             node_guid: 0x0002_c903_00a1_b2c0,
             base_lid: 1,
