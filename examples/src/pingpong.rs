@@ -140,27 +140,30 @@ struct Dest {
     psn: u32,
 }
 
-fn send_dest(s: &mut TcpStream, d: Dest) -> std::io::Result<()> {
-    writeln!(
-        s,
+/// The address message as rdma-core's `pp_*_exch_dest` write it: `LID:QPN:PSN:GID` in hex
+/// (`%04x:%06x:%06x:%s`, the GID as 32 hex digits) and its terminating NUL, a fixed 52 bytes
+/// (`sizeof "0000:000000:000000:00000000000000000000000000000000"`). No GID is used: 32 zeros.
+const DEST_MSG_LEN: usize = 52;
+/// What the client sends once it has the server's address (`sizeof "done"`: with its NUL).
+const DONE: &[u8; 5] = b"done\0";
+
+fn dest_message(d: Dest) -> [u8; DEST_MSG_LEN] {
+    let text = format!(
         "{:04x}:{:06x}:{:06x}:{}",
         d.lid,
         d.qpn,
         d.psn,
         "0".repeat(32)
-    )
+    );
+    let mut msg = [0u8; DEST_MSG_LEN];
+    msg[..text.len()].copy_from_slice(text.as_bytes());
+    msg
 }
 
-fn recv_dest(s: &mut TcpStream) -> Result<Dest, String> {
-    // Byte by byte up to the newline: nothing the peer sends later is read ahead and lost.
-    let mut raw = Vec::new();
-    let mut b = [0u8; 1];
-    while b[0] != b'\n' && raw.len() < 128 {
-        s.read_exact(&mut b).map_err(|e| format!("exchange: {e}"))?;
-        raw.push(b[0]);
-    }
-    let line = String::from_utf8_lossy(&raw).into_owned();
-    let f: Vec<&str> = line.trim().split(':').collect();
+fn parse_dest(msg: &[u8]) -> Result<Dest, String> {
+    let end = msg.iter().position(|&b| b == 0).unwrap_or(msg.len());
+    let line = String::from_utf8_lossy(&msg[..end]).into_owned();
+    let f: Vec<&str> = line.split(':').collect();
     let hex = |i: usize| {
         f.get(i)
             .and_then(|x| u32::from_str_radix(x, 16).ok())
@@ -171,6 +174,18 @@ fn recv_dest(s: &mut TcpStream) -> Result<Dest, String> {
         qpn: hex(1)?,
         psn: hex(2)?,
     })
+}
+
+fn send_dest(s: &mut TcpStream, d: Dest) -> Result<(), String> {
+    s.write_all(&dest_message(d))
+        .map_err(|e| format!("couldn't send local address: {e}"))
+}
+
+fn recv_dest(s: &mut TcpStream) -> Result<Dest, String> {
+    let mut msg = [0u8; DEST_MSG_LEN];
+    s.read_exact(&mut msg)
+        .map_err(|e| format!("couldn't read remote address: {e}"))?;
+    parse_dest(&msg)
 }
 
 /// The one TCP connection the two sides talk over: the client connects (retrying for 10 s
@@ -200,28 +215,56 @@ fn connect(o: &Opts) -> Result<TcpStream, String> {
     Ok(s)
 }
 
-/// Swaps addresses: the client speaks first.
-fn exchange(o: &Opts, s: &mut TcpStream, local: Dest) -> Result<Dest, String> {
+/// Swaps addresses in rdma-core's order, so either side can face `ibv_*_pingpong`: the client
+/// sends its address, reads the server's and answers `done`; the server reads the client's,
+/// brings its QP up (`connect_qp`) before answering with its own, then waits for `done`. The
+/// server's QP is thus ready to receive before the client has its address, and the client
+/// brings its QP up once the exchange is over: no further synchronisation is needed.
+fn exchange(
+    o: &Opts,
+    s: &mut TcpStream,
+    local: Dest,
+    connect_qp: impl FnOnce(Dest) -> Result<(), String>,
+) -> Result<Dest, String> {
     if o.server.is_some() {
-        send_dest(s, local).map_err(|e| format!("exchange: {e}"))?;
-        recv_dest(s)
+        send_dest(s, local)?;
+        let remote = recv_dest(s)?;
+        s.write_all(DONE)
+            .map_err(|e| format!("couldn't write 'done': {e}"))?;
+        connect_qp(remote)?;
+        Ok(remote)
     } else {
         let remote = recv_dest(s)?;
-        send_dest(s, local).map_err(|e| format!("exchange: {e}"))?;
+        connect_qp(remote)?;
+        send_dest(s, local)?;
+        let mut done = [0u8; DONE.len()];
+        s.read_exact(&mut done)
+            .map_err(|e| format!("couldn't read 'done': {e}"))?;
+        if done != *DONE {
+            return Err(format!("peer sent {done:?} instead of 'done'"));
+        }
         Ok(remote)
     }
 }
 
-/// Waits until the peer reaches the same point (one byte each way).
-fn sync(s: &mut TcpStream) -> Result<(), String> {
-    s.write_all(b"R").map_err(|e| format!("sync: {e}"))?;
-    let mut b = [0u8; 1];
-    s.read_exact(&mut b).map_err(|e| format!("sync: {e}"))?;
-    if b != *b"R" {
-        return Err(format!("sync: peer sent {b:?}"));
-    }
-    Ok(())
+/// The message the client sends in iteration `i` with `--chk`: the first byte of every
+/// page is 0, as rdma-core's client writes it (`buf[k] = k / page_size % sizeof(char)`) and
+/// its server checks; every other byte carries the iteration, so the echo can be checked
+/// byte for byte.
+fn check_pattern(i: u32, size: usize) -> Vec<u8> {
+    (0..size)
+        .map(|k| {
+            if k % PAGE_SIZE == 0 {
+                0
+            } else {
+                ((i as usize + k) % 251) as u8
+            }
+        })
+        .collect()
 }
+
+/// rdma-core's page for `--chk` (the CPU page, `sysconf(_SC_PAGESIZE)`).
+const PAGE_SIZE: usize = 4096;
 
 fn wait<H: Hal>(cq: &mut Cq<'_, H>) -> Result<Wc, String> {
     let start = Instant::now();
@@ -309,26 +352,27 @@ pub fn run_side<H: Hal>(hal: H, qp_type: QpType, o: &Opts) -> Result<String, Str
     qp.post_recv(&recvs)
         .map_err(|e| format!("couldn't post receives: {e}"))?;
     println!(
-        "  local address:  LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}",
+        "  local address:  LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID ::",
         local.lid, local.qpn, local.psn
     );
     let mut link = connect(o)?;
-    let remote = exchange(o, &mut link, local)?;
-    println!(
-        "  remote address: LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}",
-        remote.lid, remote.qpn, remote.psn
-    );
-    let ah = AhAttr {
+    let ah_to = |remote: Dest| AhAttr {
         dlid: remote.lid,
         sl: o.sl,
         port_num: o.ib_port,
         ..AhAttr::default()
     };
-    qp.to_rtr(remote.qpn, remote.psn, ah, mtu)
-        .map_err(|e| e.to_string())?;
-    qp.to_rts(psn).map_err(|e| e.to_string())?;
-    // Both sides must be ready to receive before the first message.
-    sync(&mut link)?;
+    let remote = exchange(o, &mut link, local, |remote| {
+        qp.to_rtr(remote.qpn, remote.psn, ah_to(remote), mtu)
+            .map_err(|e| format!("couldn't connect to remote QP: {e}"))?;
+        qp.to_rts(psn).map_err(|e| e.to_string())
+    })?;
+    drop(link);
+    println!(
+        "  remote address: LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID ::",
+        remote.lid, remote.qpn, remote.psn
+    );
+    let ah = ah_to(remote);
     let tx = Sge {
         addr: mr.addr(),
         length: o.size as u32,
@@ -352,7 +396,7 @@ pub fn run_side<H: Hal>(hal: H, qp_type: QpType, o: &Opts) -> Result<String, Str
     for i in 0..o.iters {
         if o.check && client {
             mr.buf()
-                .fill(0, o.size, (i % 251) as u8)
+                .write_bytes(0, &check_pattern(i, o.size))
                 .map_err(|e| e.to_string())?;
         }
         if client {
@@ -372,7 +416,15 @@ pub fn run_side<H: Hal>(hal: H, qp_type: QpType, o: &Opts) -> Result<String, Str
             mr.buf()
                 .read_bytes(len + grh, &mut got)
                 .map_err(|e| e.to_string())?;
-            if got.iter().any(|&b| b != (i % 251) as u8) {
+            // The client checks its echo byte for byte; the server, whose peer may be
+            // rdma-core's, checks what rdma-core's client promises (the first byte of each
+            // page is 0) and echoes the message unchanged, as rdma-core's server does.
+            let bad = if client {
+                got != check_pattern(i, o.size)
+            } else {
+                got.iter().step_by(PAGE_SIZE).any(|&b| b != 0)
+            };
+            if bad {
                 return Err(format!("iteration {i}: received data does not match"));
             }
             if !client {
@@ -484,7 +536,95 @@ pub fn main_for(qp_type: QpType, prog: &str) -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::parse;
+    use super::*;
+
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        (c, l.accept().unwrap().0)
+    }
+
+    const ME: Dest = Dest {
+        lid: 1,
+        qpn: 0x123,
+        psn: 0xabcdef,
+    };
+    const PEER: Dest = Dest {
+        lid: 2,
+        qpn: 0x4567,
+        psn: 0x10,
+    };
+
+    #[test]
+    fn address_message_is_rdma_cores_fixed_52_bytes() {
+        // rdma-core libibverbs/examples/rc_pingpong.c pp_client_exch_dest: sprintf of
+        // "%04x:%06x:%06x:%s" into msg[sizeof "0000:000000:000000:" + 32 hex digits], all of
+        // msg written (its NUL included).
+        let m = dest_message(ME);
+        assert_eq!(m.len(), 52);
+        assert_eq!(&m[..19], b"0001:000123:abcdef:");
+        assert!(m[19..51].iter().all(|&b| b == b'0'));
+        assert_eq!(m[51], 0);
+        assert_eq!(parse_dest(&m), Ok(ME));
+        assert!(parse_dest(b"zz:1:2:0\0").is_err());
+    }
+
+    #[test]
+    fn client_side_speaks_to_an_rdma_core_server() {
+        // pp_server_exch_dest: read sizeof msg, connect, write sizeof msg, read "done".
+        let (mut ours, mut theirs) = pair();
+        let peer = std::thread::spawn(move || {
+            let mut m = [0u8; 52];
+            theirs.read_exact(&mut m).unwrap();
+            theirs.write_all(&dest_message(PEER)).unwrap();
+            let mut done = [0u8; 5];
+            theirs.read_exact(&mut done).unwrap();
+            (parse_dest(&m).unwrap(), done)
+        });
+        let o = parse("rc_pingpong", &["host".to_string()]).unwrap();
+        let mut connected = None;
+        let got = exchange(&o, &mut ours, ME, |d| {
+            connected = Some(d);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!((got, connected), (PEER, Some(PEER)));
+        assert_eq!(peer.join().unwrap(), (ME, *b"done\0"));
+    }
+
+    #[test]
+    fn server_side_is_ready_before_it_answers_an_rdma_core_client() {
+        // pp_client_exch_dest: write msg, read msg, write "done" (sizeof: 5 bytes).
+        let (mut theirs, mut ours) = pair();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let peer = std::thread::spawn(move || {
+            theirs.write_all(&dest_message(PEER)).unwrap();
+            let mut m = [0u8; 52];
+            theirs.read_exact(&mut m).unwrap();
+            // The server connected its QP before it sent its address.
+            assert_eq!(rx.try_recv(), Ok(PEER));
+            theirs.write_all(b"done\0").unwrap();
+            parse_dest(&m).unwrap()
+        });
+        let o = parse("rc_pingpong", &[]).unwrap();
+        let got = exchange(&o, &mut ours, ME, |d| {
+            tx.send(d).unwrap();
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(got, PEER);
+        assert_eq!(peer.join().unwrap(), ME);
+    }
+
+    #[test]
+    fn check_pattern_keeps_rdma_cores_page_marks() {
+        // rc_pingpong.c --chk: buf[k] = k / page_size % sizeof(char) (0) at each page start,
+        // checked by the server at the end.
+        let p = check_pattern(7, 3 * PAGE_SIZE + 10);
+        assert!(p.iter().step_by(PAGE_SIZE).all(|&b| b == 0));
+        assert_ne!(p, check_pattern(8, 3 * PAGE_SIZE + 10));
+        assert_eq!(p[1], 8);
+    }
 
     fn args(s: &str) -> Vec<String> {
         s.split_whitespace().map(String::from).collect()
