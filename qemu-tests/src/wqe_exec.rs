@@ -211,8 +211,10 @@ impl Hca {
             let Some(qp) = self.qps.get(&qpn).cloned() else {
                 return;
             };
-            if qp.state == QpState::Sqe && !qp.no_sq {
-                // Send requests posted while the send queue is in error are flushed.
+            if matches!(qp.state, QpState::Sqe | QpState::Err) && !qp.no_sq {
+                // Send requests posted while the send queue is in error are flushed, and so
+                // are those posted to a QP in ERR (IBA: the Error state flushes what is posted; umr.c
+                // `mlx5r_umr_recover` waits for exactly that flush).
                 self.flush_sq(qpn);
                 return;
             }
