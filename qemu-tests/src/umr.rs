@@ -287,3 +287,85 @@ impl Hca {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mkey::{Mkey, Rights};
+    use crate::SimHal;
+    use bareverbs_firmware_cmd::layout::{set_bits, ViewMut};
+
+    /// A UMR WQE for `key` carrying `entries` inline at octoword `offset`.
+    fn inline_umr(key: u32, offset: u64, entries: &[u64]) -> Vec<u8> {
+        let mut w = vec![0u8; XLT_AT + 8 * entries.len()];
+        ViewMut::<WqeCtrlSeg>::zeroed(&mut w[..UMR_CTRL_AT])
+            .unwrap()
+            .set(wqe_ctrl_seg::opcode, wqe_opcode::UMR)
+            .set(wqe_ctrl_seg::imm, key);
+        ViewMut::<WqeUmrCtrlSeg>::zeroed(&mut w[UMR_CTRL_AT..MKEY_SEG_AT])
+            .unwrap()
+            .set(
+                wqe_umr_ctrl_seg::flags,
+                umr_flags::INLINE | umr_flags::TRANSLATION_OFFSET_EN,
+            )
+            .set(
+                wqe_umr_ctrl_seg::xlt_octowords,
+                entries.len().div_ceil(2) as u16,
+            )
+            .set(wqe_umr_ctrl_seg::xlt_offset, offset as u16)
+            .set(wqe_umr_ctrl_seg::xlt_offset_47_16, (offset >> 16) as u32);
+        for (k, e) in entries.iter().enumerate() {
+            w[XLT_AT + 8 * k..XLT_AT + 8 * k + 8].copy_from_slice(&e.to_be_bytes());
+        }
+        w
+    }
+
+    #[test]
+    fn translation_offsets_past_16_bits_need_the_extended_offset_cap() {
+        // mlx5_ifc `umr_extended_translation_offset`; umr.c `mlx5r_umr_update_offset` splits
+        // the octoword offset into xlt_offset (15:0) and xlt_offset_47_16.
+        let hal = SimHal::synchronous();
+        hal.model().with(|h| {
+            let index = 0x20;
+            h.mkeys.insert(
+                index,
+                Mkey {
+                    key: index << 8,
+                    pd: 0,
+                    start: 0,
+                    len: 0,
+                    rights: Rights::default(),
+                    translation: Translation::Mtt {
+                        log_page: 12,
+                        pages: Vec::new(),
+                    },
+                    free: true,
+                    umr_en: true,
+                    xlt_octowords: 0x1_0001,
+                },
+            );
+            // Octoword 0x10000 = entries 0x20000 and 0x20001; the second lacks the present
+            // bits (a zapped entry).
+            let w = inline_umr(index << 8, 0x1_0000, &[0x5000 | mtt_perm::RW, 0x6000]);
+            assert_eq!(h.execute_umr(index << 8, &w), Ok(()));
+            let Some(Translation::Mtt { pages, .. }) = h.mkey(index).map(|k| &k.translation) else {
+                panic!("an MTT key");
+            };
+            assert_eq!(pages.len(), 0x2_0002);
+            assert_eq!(pages[0x2_0000..], [0x5000, NOT_PRESENT]);
+            assert!(pages[..0x2_0000].iter().all(|&p| p == NOT_PRESENT));
+            // One octoword further is past the table.
+            let w = inline_umr(index << 8, 0x1_0001, &[0x7000 | mtt_perm::RW]);
+            assert_eq!(h.execute_umr(index << 8, &w), Err(synd::LOCAL_QP_OP));
+            // Without the capability the high offset bits are refused.
+            let f = cmd_hca_cap::umr_extended_translation_offset;
+            set_bits(&mut h.caps_cur, f.bit, f.width, 0);
+            let w = inline_umr(index << 8, 0x1_0000, &[0x7000 | mtt_perm::RW]);
+            assert_eq!(h.execute_umr(index << 8, &w), Err(synd::LOCAL_QP_OP));
+            let Some(Translation::Mtt { pages, .. }) = h.mkey(index).map(|k| &k.translation) else {
+                panic!("an MTT key");
+            };
+            assert_eq!(pages[0x2_0000], 0x5000, "a refused UMR changes nothing");
+        });
+    }
+}
