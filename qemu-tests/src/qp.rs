@@ -54,11 +54,6 @@ impl ServiceType {
         .into_iter()
         .find(|t| t.raw() == st)
     }
-
-    /// Datagram QPs: UD and the special QPs 0 and 1 (no path MTU needed, SQE on send errors).
-    pub fn datagram(self) -> bool {
-        matches!(self, ServiceType::Ud | ServiceType::Qp0 | ServiceType::Qp1)
-    }
 }
 
 /// QP states (`qpc.state` encoding, qp.h).
