@@ -585,6 +585,7 @@ fn revoke_frees_the_key_and_rereg_changes_pd_and_access() {
     let (mut old_pd, _b2) = rc_pair(&pd, &scq, &rcq);
     let (mut new_pd, _b3) = rc_pair(&pd2, &scq, &rcq);
     let (mut revoked, _b4) = rc_pair(&pd2, &scq, &rcq);
+    let (mut disabled, _b5) = rc_pair(&pd2, &scq, &rcq);
     let write = |a: &mut Qp<'_, '_, &SimHal>, data: &[u8]| {
         a.post_send(&[SendWr {
             wr_id: 7,
@@ -636,6 +637,27 @@ fn revoke_frees_the_key_and_rereg_changes_pd_and_access() {
     let mut got = [0u8; 7];
     tgt.read_bytes(8, &mut got).unwrap();
     assert_eq!(&got, b"granted");
+    // The FREE mask bit alone (umr.c `get_umr_disable_mr_mask`): the key keeps its PD,
+    // range and pages, and still grants nothing.
+    umr.post(
+        &hal,
+        key,
+        umr_flags::INLINE,
+        mkey_mask::FREE,
+        0,
+        0,
+        |m| {
+            m.set(mkc::free, 1u8);
+        },
+        None,
+        &[],
+    );
+    assert_eq!(umr.poll(), Some((u8::from(CqeOpcode::Req), 0, umr.qpn)));
+    let c = query_mkey(&dev, key);
+    let c = View::<Mkc>::new_checked(&c).unwrap();
+    assert_eq!((c.get(mkc::free), c.get32(mkc::pd)), (1, pd2.pdn().raw()));
+    write(&mut disabled, b"disabled");
+    assert_eq!(poll_one(&mut scq).status, WcStatus::RemAccessErr);
     // umr.c `mlx5r_umr_revoke_mr`: PD back to the UMR PD, free, inline.
     umr.post(
         &hal,
