@@ -423,6 +423,42 @@ fn umr_fills_a_free_key_in_chunks_then_rdma_moves_data_through_it() {
             "page {k}"
         );
     }
+
+    // A one-page MR as Linux 6.12 registers it outside the cache: `reg_create` reserves
+    // get_octo_len = 1 octoword, `_mlx5r_umr_update_mr_pas` sends its one entry padded with
+    // zeros to 64 bytes (4 octowords) in a single enabling chunk.
+    let one = free_mkey(&dev, upd.pdn().raw(), 1, true);
+    let padded: Vec<u64> = [mtt(base + PAGE as u64)]
+        .into_iter()
+        .chain([0; 7])
+        .collect();
+    xlt.buf().write_be64s(64, &padded).unwrap();
+    umr.post(
+        &hal,
+        one,
+        umr_flags::CHECK_NOT_FREE,
+        ENABLE_MASK,
+        4,
+        0,
+        |m| {
+            m.set(mkc::lr, 1u8)
+                .set(mkc::lw, 1u8)
+                .set(mkc::rw, 1u8)
+                .set(mkc::pd, pdn)
+                .set(mkc::start_addr, VA)
+                .set(mkc::len, PAGE as u64)
+                .set(mkc::log_page_size, 12u8);
+        },
+        Some((xlt.lkey().raw(), xlt.addr() + 64, 64)),
+        &[],
+    );
+    assert_eq!(umr.poll(), Some((u8::from(CqeOpcode::Req), 0, umr.qpn)));
+    src.buf().write_bytes(0, &[0xc3; 64]).unwrap();
+    write(&mut a, one, 64);
+    assert_eq!(poll_one(&mut scq).status, WcStatus::Success);
+    let mut got = [0u8; 64];
+    tgt.read_bytes(PAGE, &mut got).unwrap();
+    assert_eq!(got, [0xc3; 64]);
 }
 
 /// The command status of a refused command.
@@ -744,11 +780,11 @@ fn umr_errors_complete_with_a_syndrome_and_stop_the_umr_qp() {
             0x02,
         ),
         (
-            "entries past the key's table (2 reserved)",
+            "entries past the key's table (1 octoword, held as one 64-byte unit of 8)",
             key,
             umr_flags::CHECK_NOT_FREE | umr_flags::INLINE,
             ENABLE_MASK,
-            &[p, p, p, p],
+            &[p; 10],
             0x02,
         ),
     ];

@@ -44,6 +44,9 @@ const SUPPORTED_MASK: u64 = mkey_mask::LEN
     | mkey_mask::A
     | mkey_mask::FREE;
 
+/// Octowords in the 64-byte unit UMR copies translations in (`MLX5_UMR_MTT_ALIGNMENT`).
+const UMR_UNIT_OCTOWORDS: usize = 4;
+
 /// Bytes of an MTT entry (`struct mlx5_mtt`).
 const MTT_BYTES: usize = 8;
 
@@ -157,7 +160,13 @@ impl Hca {
             let Translation::Mtt { pages, .. } = &mut k.translation else {
                 return Err(synd::LOCAL_QP_OP);
             };
-            if at + list.len() > k.xlt_octowords as usize * (UMR_OCTOWORD / MTT_BYTES) {
+            // UMR copies entries in 64-byte units (umr.c: "UMR copies MTTs in units of
+            // MLX5_UMR_FLEX_ALIGNMENT bytes"; device.h MLX5_UMR_MTT_ALIGNMENT 0x40), and
+            // mlx5_ib pads its last chunk to one while `reg_create` reserves
+            // `get_octo_len` = (pages + 1) / 2 octowords: a one-page MR gets one octoword
+            // and a four-octoword load. The table therefore holds whole 64-byte units.
+            let units = (k.xlt_octowords as usize).next_multiple_of(UMR_UNIT_OCTOWORDS);
+            if at + list.len() > units * (UMR_OCTOWORD / MTT_BYTES) {
                 return Err(synd::LOCAL_QP_OP);
             }
             if pages.len() < at + list.len() {
@@ -297,7 +306,8 @@ mod tests {
 
     /// A UMR WQE for `key` carrying `entries` inline at octoword `offset`.
     fn inline_umr(key: u32, offset: u64, entries: &[u64]) -> Vec<u8> {
-        let mut w = vec![0u8; XLT_AT + 8 * entries.len()];
+        // Inline entries fill whole octowords.
+        let mut w = vec![0u8; XLT_AT + 16 * entries.len().div_ceil(2)];
         ViewMut::<WqeCtrlSeg>::zeroed(&mut w[..UMR_CTRL_AT])
             .unwrap()
             .set(wqe_ctrl_seg::opcode, wqe_opcode::UMR)
@@ -354,8 +364,11 @@ mod tests {
             assert_eq!(pages.len(), 0x2_0002);
             assert_eq!(pages[0x2_0000..], [0x5000, NOT_PRESENT]);
             assert!(pages[..0x2_0000].iter().all(|&p| p == NOT_PRESENT));
-            // One octoword further is past the table.
-            let w = inline_umr(index << 8, 0x1_0001, &[0x7000 | mtt_perm::RW]);
+            // The table holds whole 64-byte units: 0x10001 octowords are 0x10004; the last
+            // octoword of that unit takes entries, the next one is past the table.
+            let w = inline_umr(index << 8, 0x1_0003, &[0x8000 | mtt_perm::RW]);
+            assert_eq!(h.execute_umr(index << 8, &w), Ok(()));
+            let w = inline_umr(index << 8, 0x1_0004, &[0x7000 | mtt_perm::RW]);
             assert_eq!(h.execute_umr(index << 8, &w), Err(synd::LOCAL_QP_OP));
             // Without the capability the high offset bits are refused.
             let f = cmd_hca_cap::umr_extended_translation_offset;
