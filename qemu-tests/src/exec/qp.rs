@@ -201,7 +201,7 @@ impl Hca {
                 if port == 0 || usize::from(port) > self.ports.len() {
                     return Err(bad_param(syndrome::OUT_OF_RANGE));
                 }
-                // IBA 3.5.2: a port has one QP0 and one QP1.
+                // IBA: each port has one QP0 and one QP1 (the subnet management and general services QPs).
                 let special = matches!(q.st, ServiceType::Qp0 | ServiceType::Qp1);
                 if special
                     && self.qps.values().any(|o| {
