@@ -59,6 +59,7 @@ pub fn general_caps(cfg: &ModelConfig) -> (Vec<u8>, Vec<u8>) {
             (c::log_max_mrw_sz, 64),
             (c::force_teardown, 1),
             (c::null_mkey, 1),
+            (c::umr_extended_translation_offset, 1),
             (c::log_max_klm_list_size, 16),
             (c::atomic, 1),
             (c::log_max_ra_req_qp, 4),
@@ -218,6 +219,23 @@ mod tests {
         ] {
             assert_eq!(get_bits(&cur, f.bit, f.width), 0, "{}", f.name);
             assert_eq!(get_bits(&max, f.bit, f.width), 0, "{}", f.name);
+        }
+    }
+
+    /// Linux 6.12 mlx5_ib registers memory with UMR only when UMR may change page sizes
+    /// (`umr_modify_entity_size_disabled` clear, umr.h `mlx5r_umr_can_load_pas`) and, for MRs
+    /// of MLX5_MAX_UMR_PAGES pages or more, with `umr_extended_translation_offset`, which the
+    /// model's UMR honours (`xlt_offset_47_16`). Atomic-right changes stay allowed
+    /// (`umr_modify_atomic_disabled` clear); relaxed-ordering UMR is not offered.
+    #[test]
+    fn umr_caps_let_linux_register_with_umr() {
+        let (max, cur) = general_caps(&ModelConfig::default());
+        for caps in [&max, &cur] {
+            let bit = |f: Field<CmdHcaCap>| get_bits(caps, f.bit, f.width);
+            assert_eq!(bit(c::umr_extended_translation_offset), 1);
+            assert_eq!(bit(c::umr_modify_entity_size_disabled), 0);
+            assert_eq!(bit(c::umr_modify_atomic_disabled), 0);
+            assert_eq!(bit(c::atomic), 1);
         }
     }
 

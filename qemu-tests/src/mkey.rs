@@ -45,7 +45,18 @@ pub struct Mkey {
     pub rights: Rights,
     /// Translation.
     pub translation: Translation,
+    /// Free (`mkc.free`): the key exists but grants nothing until a UMR enables it.
+    pub free: bool,
+    /// UMR may change the key (`mkc.umr_en`).
+    pub umr_en: bool,
+    /// Size of the key's translation table in 16-byte octowords
+    /// (`mkc.translations_octword_size`): how far a UMR may write entries.
+    pub xlt_octowords: u32,
 }
+
+/// A page-table entry a UMR loaded without its present bits (Linux mlx5_ib
+/// `MLX5_IB_MTT_PRESENT` = read | write; a zapped entry is 0): any access through it faults.
+pub const NOT_PRESENT: u64 = u64::MAX;
 
 /// Why an access through a key was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,7 +86,10 @@ impl Mkey {
                 let mut left = len;
                 while left > 0 {
                     let idx = (at >> log_page) as usize;
-                    let base = *pages.get(idx).ok_or(KeyFault::Bounds)?;
+                    let base = *pages
+                        .get(idx)
+                        .filter(|&&b| b != NOT_PRESENT)
+                        .ok_or(KeyFault::Bounds)?;
                     let off = at & (page - 1);
                     let n = (page - off).min(left);
                     match out.last_mut() {
@@ -105,8 +119,11 @@ mod tests {
             rights: Rights::default(),
             translation: Translation::Mtt {
                 log_page: 12,
-                pages: vec![0xa000, 0x5000, 0x6000],
+                pages: vec![0xa000, 0x5000, 0x6000, NOT_PRESENT],
             },
+            free: false,
+            umr_en: false,
+            xlt_octowords: 2,
         };
         // 0x7000_0800 is offset 0x800 in page 0.
         assert_eq!(k.translate(0x7000_0800, 0x10), Ok(vec![(0xa800, 0x10)]));
@@ -118,5 +135,9 @@ mod tests {
         assert_eq!(k.translate(0x7000_1ff0, 0x20), Ok(vec![(0x5ff0, 0x20)]));
         assert_eq!(k.translate(0x7000_07ff, 1), Err(KeyFault::Bounds));
         assert_eq!(k.translate(0x7000_2800, 1), Err(KeyFault::Bounds));
+        // A page whose entry is not present faults even inside the key's range.
+        let k = Mkey { len: 0x4000, ..k };
+        assert_eq!(k.translate(0x7000_2800, 1), Ok(vec![(0x6800, 1)]));
+        assert_eq!(k.translate(0x7000_3800, 1), Err(KeyFault::Bounds));
     }
 }

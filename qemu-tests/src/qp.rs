@@ -18,6 +18,42 @@ pub enum ServiceType {
     Uc,
     /// Unreliable datagram.
     Ud,
+    /// The subnet management QP of a port (`MLX5_QP_ST_QP0`): a datagram QP whose MADs
+    /// Linux answers through MAD_IFC, so the model does not send on it.
+    Qp0,
+    /// The general services QP of a port (`MLX5_QP_ST_QP1`), likewise datagram.
+    Qp1,
+    /// The kernel's memory-registration QP (`MLX5_QP_ST_REG_UMR`): executes UMR WQEs only.
+    RegUmr,
+}
+
+impl ServiceType {
+    /// The `qpc.st` encoding (qp.h `MLX5_QP_ST_*`).
+    pub fn raw(self) -> u8 {
+        use bareverbs_firmware_cmd::ifc::qpc_st;
+        match self {
+            ServiceType::Rc => qpc_st::RC,
+            ServiceType::Uc => qpc_st::UC,
+            ServiceType::Ud => qpc_st::UD,
+            ServiceType::Qp0 => qpc_st::QP0,
+            ServiceType::Qp1 => qpc_st::QP1,
+            ServiceType::RegUmr => qpc_st::REG_UMR,
+        }
+    }
+
+    /// The service type of `qpc.st` value `st`, if the model has it.
+    pub fn from_raw(st: u8) -> Option<Self> {
+        [
+            ServiceType::Rc,
+            ServiceType::Uc,
+            ServiceType::Ud,
+            ServiceType::Qp0,
+            ServiceType::Qp1,
+            ServiceType::RegUmr,
+        ]
+        .into_iter()
+        .find(|t| t.raw() == st)
+    }
 }
 
 /// QP states (`qpc.state` encoding, qp.h).
@@ -79,6 +115,8 @@ pub struct Qp {
     pub rq_wqe_shift: u8,
     /// No send queue.
     pub no_sq: bool,
+    /// No receive queue (`qpc.rq_type` zero-length RQ): the buffer holds the SQ alone.
+    pub no_rq: bool,
     /// Buffer pages (RQ first, then SQ).
     pub pas: Vec<u64>,
     /// Bytes per buffer page (`4096 << log_page_size`).
@@ -145,6 +183,9 @@ pub struct Qp {
 impl Qp {
     /// Offset of the SQ in the work buffer.
     pub fn sq_offset(&self) -> u64 {
+        if self.no_rq {
+            return 0;
+        }
         (1u64 << self.log_rq_size) << self.rq_wqe_shift
     }
 

@@ -45,7 +45,7 @@ use crate::mkey::KeyFault;
 use crate::qp::{Qp, QpState, ServiceType, PSN_MASK};
 
 /// CQE error syndromes (`MLX5_CQE_SYNDROME_*`).
-mod synd {
+pub(crate) mod synd {
     pub const LOCAL_LENGTH: u8 = 0x01;
     pub const LOCAL_QP_OP: u8 = 0x02;
     pub const LOCAL_PROT: u8 = 0x04;
@@ -211,8 +211,10 @@ impl Hca {
             let Some(qp) = self.qps.get(&qpn).cloned() else {
                 return;
             };
-            if qp.state == QpState::Sqe && !qp.no_sq {
-                // Send requests posted while the send queue is in error are flushed.
+            if matches!(qp.state, QpState::Sqe | QpState::Err) && !qp.no_sq {
+                // Send requests posted while the send queue is in error are flushed, and so
+                // are those posted to a QP in ERR (IBA: the Error state flushes what is posted; umr.c
+                // `mlx5r_umr_recover` waits for exactly that flush).
                 self.flush_sq(qpn);
                 return;
             }
@@ -232,6 +234,12 @@ impl Hca {
             if qp.resend_at_ns > self.now_ns() {
                 // Waiting out an RNR NAK's timer or an ACK timeout.
                 self.stalled_sqs.insert(qpn);
+                return;
+            }
+            if qp.st == ServiceType::RegUmr {
+                if self.step_umr(&qp) {
+                    continue;
+                }
                 return;
             }
             let Some(w) = self.read_send_wqe(&qp) else {
@@ -270,7 +278,13 @@ impl Hca {
         }
     }
 
-    fn complete_send_error(&mut self, qp: &Qp, wqe_index: u16, opcode: u8, syndrome: u8) {
+    pub(crate) fn complete_send_error(
+        &mut self,
+        qp: &Qp,
+        wqe_index: u16,
+        opcode: u8,
+        syndrome: u8,
+    ) {
         let mut c = [0u8; 64];
         c[0x37] = syndrome;
         c[0x38..0x3c].copy_from_slice(&((u32::from(opcode) << 24) | qp.qpn).to_be_bytes());
@@ -278,9 +292,13 @@ impl Hca {
         c[0x3f] = make_op_own(CqeOpcode::ReqErr.into(), 0);
         self.post_cqe(qp.cqn_snd, c, false);
         // A send error stops only the send queue of an unreliable QP (SQE); RC goes to ERR.
+        // The UMR QP goes to ERR too: Linux 6.12 umr.c `mlx5r_umr_recover` expects only
+        // WR_FLUSH_ERR after a failed UMR and resets the QP.
         match qp.st {
-            ServiceType::Uc | ServiceType::Ud => self.qp_to_sqe(qp.qpn),
-            ServiceType::Rc => self.qp_to_error(qp.qpn),
+            ServiceType::Uc | ServiceType::Ud | ServiceType::Qp0 | ServiceType::Qp1 => {
+                self.qp_to_sqe(qp.qpn)
+            }
+            ServiceType::Rc | ServiceType::RegUmr => self.qp_to_error(qp.qpn),
         }
     }
 
@@ -395,7 +413,8 @@ impl Hca {
         let k = self
             .mkeys
             .get(&(key >> 8))
-            .filter(|k| k.key == key)
+            // A free key grants nothing until a UMR enables it (mkc.free).
+            .filter(|k| k.key == key && !k.free)
             .ok_or(KeyFault::Rights)?;
         if k.pd != pd {
             return Err(KeyFault::Pd);
@@ -783,6 +802,10 @@ impl Hca {
         let imm =
             matches!(w.opcode, wqe_opcode::SEND_IMM | wqe_opcode::RDMA_WRITE_IMM).then_some(w.imm);
         let kind = match (qp.st, w.opcode) {
+            // MADs on QP0/QP1 are answered through MAD_IFC; the model sends none itself.
+            (ServiceType::Qp0 | ServiceType::Qp1 | ServiceType::RegUmr, _) => {
+                return Outcome::Failed(synd::LOCAL_QP_OP)
+            }
             (_, wqe_opcode::SEND | wqe_opcode::SEND_IMM) => Kind::Send,
             (
                 ServiceType::Rc | ServiceType::Uc,
@@ -951,6 +974,7 @@ mod tests {
             log_rq_size: 0,
             rq_wqe_shift: 4,
             no_sq: true,
+            no_rq: false,
             pas: Vec::new(),
             page_size: 4096,
             page_offset: 0,

@@ -25,6 +25,8 @@ crate::ifc! {
         0x100 max_indirection: 8,
         0x109 log_max_mrw_sz: 7,
         0x110 force_teardown: 1,
+        /// UMR translation offsets beyond 16 bits (`umr_ctrl_seg.xlt_offset_47_16`).
+        0x118 umr_extended_translation_offset: 1,
         0x119 null_mkey: 1,
         0x11a log_max_klm_list_size: 6,
         0x12a log_max_ra_req_dc: 6,
@@ -49,6 +51,14 @@ crate::ifc! {
         0x1e0 stat_rate_support: 16,
         0x1fc cqe_version: 4,
         0x203 ipoib_enhanced_offloads: 1,
+        /// UMR may not change an mkey's page size (mlx5_ib then registers with CREATE_MKEY).
+        0x207 umr_modify_entity_size_disabled: 1,
+        /// UMR may not change an mkey's remote-atomic right.
+        0x208 umr_modify_atomic_disabled: 1,
+        /// UMR may not make indirect (KLM) mkeys.
+        0x209 umr_indirect_mkey_disabled: 1,
+        /// The fence a WQE after a UMR needs (`MLX5_CAP_UMR_FENCE_*`).
+        0x20a umr_fence: 2,
         0x20f drain_sigerr: 1,
         0x210 cmdif_checksum: 2,
         0x212 sigerr_cqe: 1,
@@ -64,6 +74,10 @@ crate::ifc! {
         0x227 pg: 1,
         0x22a scqe_break_moderation: 1,
         0x22b cq_period_start_from_cqe: 1,
+        /// A UMR's translation pointer may use the reserved lkey.
+        0x230 umr_ptr_rlky: 1,
+        /// `qpc.deth_sqpn` is honoured (a QP sends as QP1).
+        0x238 set_deth_sqpn: 1,
         0x23c xrc: 1,
         0x23d ud: 1,
         0x23e uc: 1,

@@ -28,6 +28,9 @@ impl Hca {
         } else {
             c.get(mkc::len)
         };
+        // A free key (the mkey cache, Linux 6.12 mr.c `set_cache_mkc`, and `reg_create` when
+        // a UMR loads the pages) reserves `translations_octword_size` entries and carries none.
+        let free = c.get(mkc::free) != 0;
         let translation = match mode {
             mkc_access_mode::PA => Translation::Physical,
             mkc_access_mode::MTT => {
@@ -37,7 +40,11 @@ impl Hca {
                     return Err(bad_param(syndrome::OUT_OF_RANGE));
                 }
                 let page = 1u64 << log_page;
-                let need = ((start & (page - 1)) + len).div_ceil(page) as usize;
+                let need = if free {
+                    0
+                } else {
+                    ((start & (page - 1)) + len).div_ceil(page) as usize
+                };
                 let octwords = c.get32(mkc::translations_octword_size) as usize;
                 if octwords * 2 < need {
                     return Err(bad_param(syndrome::OUT_OF_RANGE));
@@ -76,6 +83,9 @@ impl Hca {
                 len,
                 rights,
                 translation,
+                free,
+                umr_en: c.get(mkc::umr_en) != 0,
+                xlt_octowords: c.get32(mkc::translations_octword_size),
             },
         );
         out.set(create_mkey_out::mkey_index, index);
@@ -103,9 +113,9 @@ impl Hca {
             .get(&index)
             .ok_or(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT))?
             .clone();
-        let mode = match k.translation {
-            Translation::Physical => mkc_access_mode::PA,
-            Translation::Mtt { .. } => mkc_access_mode::MTT,
+        let (mode, log_page) = match k.translation {
+            Translation::Physical => (mkc_access_mode::PA, 0),
+            Translation::Mtt { log_page, .. } => (mkc_access_mode::MTT, log_page),
         };
         let mut c = out.sub(query_mkey_out::memory_key_mkey_entry);
         set_access_mode(&mut c, mode);
@@ -117,7 +127,11 @@ impl Hca {
             .set(mkc::lw, k.rights.local_write)
             .set(mkc::rr, k.rights.remote_read)
             .set(mkc::rw, k.rights.remote_write)
-            .set(mkc::a, k.rights.atomic);
+            .set(mkc::a, k.rights.atomic)
+            .set(mkc::free, k.free)
+            .set(mkc::umr_en, k.umr_en)
+            .set(mkc::translations_octword_size, k.xlt_octowords)
+            .set(mkc::log_page_size, log_page);
         Ok(())
     }
 }

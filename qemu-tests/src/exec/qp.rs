@@ -17,16 +17,23 @@ impl Hca {
         let mut out = output::<CreateQpOut>(o)?;
         self.require_initialized()?;
         let c = v.sub(create_qp_in::qpc);
-        let st = match c.get(qpc::st) as u8 {
-            qpc_st::RC => ServiceType::Rc,
-            qpc_st::UC => ServiceType::Uc,
-            qpc_st::UD => ServiceType::Ud,
+        // qp.h MLX5_QP_ST_*: RC, UC, UD, the special QPs 0 and 1 (Linux 6.12 qp.c `to_mlx5_st`
+        // for IB_QPT_SMI and the hardware GSI QP) and the UMR QP (MLX5_IB_QPT_REG_UMR).
+        let st =
+            ServiceType::from_raw(c.get(qpc::st) as u8).ok_or(bad_param(syndrome::OUT_OF_RANGE))?;
+        let pd = c.get32(qpc::pd);
+        // Measured: mlx5_ib creates its UMR QP with `pd` 0; it never touches a PD's memory.
+        let no_pd = st == ServiceType::RegUmr && pd == 0;
+        // qpc.rq_type (mlx5_ifc; Linux qp.c `get_rq_type`): a regular RQ in the work buffer, or
+        // a zero-length RQ with no space in it. SRQ-fed and cyclic RQs are not modelled.
+        let no_rq = match c.get(qpc::rq_type) as u8 {
+            qpc_rq_type::NON_ZERO_RQ => false,
+            qpc_rq_type::ZERO_LEN_RQ => true,
             _ => return Err(bad_param(syndrome::OUT_OF_RANGE)),
         };
-        let pd = c.get32(qpc::pd);
         let (cqn_snd, cqn_rcv) = (c.get32(qpc::cqn_snd), c.get32(qpc::cqn_rcv));
         let uar = c.get32(qpc::uar_page);
-        if !self.pds.contains(&pd)
+        if !(no_pd || self.pds.contains(&pd))
             || !self.cqs.contains_key(&cqn_snd)
             || !self.cqs.contains_key(&cqn_rcv)
             || !self.uars.contains(&uar)
@@ -53,6 +60,7 @@ impl Hca {
             log_rq_size,
             rq_wqe_shift: c.get(qpc::log_rq_stride) as u8 + 4,
             no_sq: c.get(qpc::no_sq) != 0,
+            no_rq,
             pas: Vec::new(),
             page_size: 4096 << log_page,
             page_offset: crate::page_list::page_offset_bytes(
@@ -198,6 +206,15 @@ impl Hca {
                 if port == 0 || usize::from(port) > self.ports.len() {
                     return Err(bad_param(syndrome::OUT_OF_RANGE));
                 }
+                // IBA: each port has one QP0 and one QP1 (the subnet management and general services QPs).
+                let special = matches!(q.st, ServiceType::Qp0 | ServiceType::Qp1);
+                if special
+                    && self.qps.values().any(|o| {
+                        o.qpn != qpn && o.st == q.st && o.port == port && o.state != QpState::Rst
+                    })
+                {
+                    return Err(bad_param(syndrome::IN_USE));
+                }
                 q.port = port;
                 q.pkey_index = path.get(ads::pkey_index) as u16;
                 q.qkey = c.get32(qpc::q_key);
@@ -213,7 +230,9 @@ impl Hca {
                 q.min_rnr_nak = c.get(qpc::min_rnr_nak) as u8;
                 q.rlid = path.get(ads::rlid) as u16;
                 q.sl = path.get(ads::sl) as u8;
-                if q.st != ServiceType::Ud && q.mtu == 0 {
+                // Connected QPs need a path MTU; Linux 6.12 qp.c sets 256 for QP0/QP1 and 4096
+                // for the UMR QP itself, and UD takes none.
+                if matches!(q.st, ServiceType::Rc | ServiceType::Uc) && q.mtu == 0 {
                     return Err(bad_param(syndrome::OUT_OF_RANGE));
                 }
             }
@@ -240,11 +259,7 @@ impl Hca {
             .get(&qpn)
             .ok_or(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT))?
             .clone();
-        let st = match q.st {
-            ServiceType::Rc => qpc_st::RC,
-            ServiceType::Uc => qpc_st::UC,
-            ServiceType::Ud => qpc_st::UD,
-        };
+        let st = q.st.raw();
         let mut c = out.sub(query_qp_out::qpc);
         c.set(qpc::state, q.state.raw())
             .set(qpc::st, st)
@@ -254,6 +269,14 @@ impl Hca {
             .set(qpc::log_rq_stride, q.rq_wqe_shift - 4)
             .set(qpc::log_sq_size, q.log_sq_size)
             .set(qpc::no_sq, q.no_sq)
+            .set(
+                qpc::rq_type,
+                if q.no_rq {
+                    qpc_rq_type::ZERO_LEN_RQ
+                } else {
+                    qpc_rq_type::NON_ZERO_RQ
+                },
+            )
             .set(qpc::remote_qpn, q.remote_qpn)
             .set(qpc::retry_count, q.retry_count)
             .set(qpc::rnr_retry, q.rnr_retry)

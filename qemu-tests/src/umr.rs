@@ -1,0 +1,384 @@
+//! UMR work requests on the REG_UMR QP: an mkey's translation, range, PD, rights, variant and
+//! free state changed by a WQE (Linux 6.12 mlx5_ib `umr.c`, qp.h `struct
+//! mlx5_wqe_umr_ctrl_seg` / `struct mlx5_mkey_seg`, device.h `MLX5_MKEY_MASK_*`, `MLX5_UMR_*`).
+//!
+//! A UMR WQE is the control segment (opcode `MLX5_OPCODE_UMR`, the target key in `imm`), the
+//! UMR control segment, the mkey segment (the `mkc` layout) and, unless `MLX5_UMR_INLINE`, a
+//! data segment pointing at the translation entries in host memory. `xlt_octowords` says how
+//! many 16-byte units of entries the WQE carries, `xlt_offset` (with
+//! `MLX5_UMR_TRANSLATION_OFFSET_EN`, bits 47:16 in `xlt_offset_47_16`) where in the key's table
+//! they go; mlx5_ib loads a large list that way, chunk by chunk, and enables the key with the
+//! last chunk (`_mlx5r_umr_update_mr_pas`, `mlx5r_umr_final_update_xlt`).
+//!
+//! Errors complete with an error CQE and move the QP to ERR (umr.c `mlx5r_umr_recover` sees
+//! only flushes after a failed UMR). Which syndrome hardware gives is not in public sources;
+//! the model reports a key that is missing, not `umr_en` or in the wrong free state as a local
+//! protection error, and a request it cannot carry out (an unsupported mask bit, entries past
+//! the key's table, a translation for a key without an MTT) as a local QP operation error.
+
+use bareverbs_firmware_cmd::ifc::{
+    cmd_hca_cap, fm_ce_se, make_op_own, mkc, mkey_mask, mtt_perm, umr_flags, wqe_opcode,
+    wqe_umr_ctrl_seg, CqeOpcode, Mkc, WqeCtrlSeg, WqeDataSeg, WqeUmrCtrlSeg, UMR_OCTOWORD,
+};
+use bareverbs_firmware_cmd::ifc::{wqe_ctrl_seg, wqe_data_seg};
+use bareverbs_firmware_cmd::layout::{Layout, View};
+
+use crate::dma::AddressSpaceExt;
+use crate::hca::Hca;
+use crate::mkey::{Translation, NOT_PRESENT};
+use crate::qp::Qp;
+use crate::wqe_exec::synd;
+
+/// Mask bits the model applies. The relaxed-ordering bits need `relaxed_ordering_*_umr`, which
+/// the model does not advertise; signature, BSF, fence, QPN and remote-invalidate are not
+/// modelled.
+const SUPPORTED_MASK: u64 = mkey_mask::LEN
+    | mkey_mask::PAGE_SIZE
+    | mkey_mask::START_ADDR
+    | mkey_mask::PD
+    | mkey_mask::KEY
+    | mkey_mask::LR
+    | mkey_mask::LW
+    | mkey_mask::RR
+    | mkey_mask::RW
+    | mkey_mask::A
+    | mkey_mask::FREE;
+
+/// Octowords in the 64-byte unit UMR copies translations in (`MLX5_UMR_MTT_ALIGNMENT`).
+const UMR_UNIT_OCTOWORDS: usize = 4;
+
+/// Bytes of an MTT entry (`struct mlx5_mtt`).
+const MTT_BYTES: usize = 8;
+
+/// Offset of the mkey segment and of what follows it in a UMR WQE.
+const UMR_CTRL_AT: usize = WqeCtrlSeg::BYTES;
+const MKEY_SEG_AT: usize = UMR_CTRL_AT + WqeUmrCtrlSeg::BYTES;
+const XLT_AT: usize = MKEY_SEG_AT + Mkc::BYTES;
+
+impl Hca {
+    /// Executes the WQE at the head of REG_UMR QP `qp`'s send queue. Returns whether the send
+    /// queue goes on (false after an error, which moved the QP to ERR).
+    pub(crate) fn step_umr(&mut self, qp: &Qp) -> bool {
+        let mask = (1u16 << qp.log_sq_size) - 1;
+        let bb = |i: u16| qp.buf_iova(qp.sq_offset() + u64::from(i & mask) * 64);
+        let Ok(first) = self.dma.read_vec(bb(qp.sq_consumed), 64) else {
+            self.complete_send_error(qp, qp.sq_consumed, 0, synd::LOCAL_QP_OP);
+            return false;
+        };
+        let ctrl = View::<WqeCtrlSeg>::new_checked(&first[..WqeCtrlSeg::BYTES])
+            .unwrap_or_else(|_| unreachable!("a WQEBB holds a control segment"));
+        let ds = ctrl.get(wqe_ctrl_seg::ds) as u16;
+        let opcode = ctrl.get(wqe_ctrl_seg::opcode) as u8;
+        let wqe_index = ctrl.get(wqe_ctrl_seg::wqe_index) as u16;
+        let signaled = ctrl.get(wqe_ctrl_seg::fm_ce_se) as u8 & fm_ce_se::CQ_UPDATE != 0;
+        let key = ctrl.get32(wqe_ctrl_seg::imm);
+        let bbs = ds.div_ceil(4).max(1);
+        let mut raw = first;
+        for k in 1..bbs {
+            match self.dma.read_vec(bb(qp.sq_consumed.wrapping_add(k)), 64) {
+                Ok(v) => raw.extend(v),
+                Err(f) => {
+                    self.record_fault(f);
+                    break;
+                }
+            }
+        }
+        raw.truncate(usize::from(ds) * 16);
+        if let Some(q) = self.qps.get_mut(&qp.qpn) {
+            q.sq_consumed = q.sq_consumed.wrapping_add(bbs);
+        }
+        let result = if opcode == wqe_opcode::UMR {
+            self.execute_umr(key, &raw)
+        } else {
+            Err(synd::LOCAL_QP_OP)
+        };
+        match result {
+            Ok(()) => {
+                if signaled {
+                    let mut c = [0u8; 64];
+                    c[0x38..0x3c]
+                        .copy_from_slice(&((u32::from(opcode) << 24) | qp.qpn).to_be_bytes());
+                    c[0x3c..0x3e].copy_from_slice(&wqe_index.to_be_bytes());
+                    c[0x3f] = make_op_own(CqeOpcode::Req.into(), 0);
+                    self.post_cqe(qp.cqn_snd, c, false);
+                }
+                true
+            }
+            Err(s) => {
+                self.complete_send_error(qp, wqe_index, opcode, s);
+                false
+            }
+        }
+    }
+
+    /// Applies the UMR in `raw` (the whole WQE) to key `key`; nothing changes on an error.
+    fn execute_umr(&mut self, key: u32, raw: &[u8]) -> Result<(), u8> {
+        let (Some(u), Some(m)) = (
+            raw.get(UMR_CTRL_AT..MKEY_SEG_AT),
+            raw.get(MKEY_SEG_AT..XLT_AT),
+        ) else {
+            return Err(synd::LOCAL_QP_OP);
+        };
+        let u = View::<WqeUmrCtrlSeg>::new_checked(u).map_err(|_| synd::LOCAL_QP_OP)?;
+        let seg = View::<Mkc>::new_checked(m).map_err(|_| synd::LOCAL_QP_OP)?;
+        let flags = u.get(wqe_umr_ctrl_seg::flags) as u8;
+        let mask = u.get(wqe_umr_ctrl_seg::mkey_mask);
+        if mask & !SUPPORTED_MASK != 0
+            || (mask & mkey_mask::A != 0 && self.cap(cmd_hca_cap::umr_modify_atomic_disabled) != 0)
+            || (mask & mkey_mask::PAGE_SIZE != 0
+                && self.cap(cmd_hca_cap::umr_modify_entity_size_disabled) != 0)
+        {
+            return Err(synd::LOCAL_QP_OP);
+        }
+        let index = key >> 8;
+        let k = self
+            .mkeys
+            .get(&index)
+            .filter(|k| k.umr_en)
+            .ok_or(synd::LOCAL_PROT)?
+            .clone();
+        // MLX5_UMR_CHECK_NOT_FREE: "fail if not free"; MLX5_UMR_CHECK_FREE: "fail if free"
+        // (umr.c comments); both bits at once is not a check mlx5_ib makes.
+        match flags & (umr_flags::CHECK_NOT_FREE | umr_flags::CHECK_FREE) {
+            0 => {}
+            umr_flags::CHECK_NOT_FREE if k.free => {}
+            umr_flags::CHECK_FREE if !k.free => {}
+            umr_flags::CHECK_NOT_FREE | umr_flags::CHECK_FREE => return Err(synd::LOCAL_PROT),
+            _ => return Err(synd::LOCAL_QP_OP),
+        }
+        let pd = seg.get32(mkc::pd);
+        if mask & mkey_mask::PD != 0 && !self.pds.contains(&pd) {
+            return Err(synd::LOCAL_PROT);
+        }
+        let log_page = seg.get32(mkc::log_page_size);
+        if mask & mkey_mask::PAGE_SIZE != 0 && !(12..=31).contains(&log_page) {
+            return Err(synd::LOCAL_QP_OP);
+        }
+        let entries = self.umr_entries(&u, raw, flags)?;
+        let mut k = k;
+        if let Some((at, list)) = entries {
+            let Translation::Mtt { pages, .. } = &mut k.translation else {
+                return Err(synd::LOCAL_QP_OP);
+            };
+            // UMR copies entries in 64-byte units (umr.c: "UMR copies MTTs in units of
+            // MLX5_UMR_FLEX_ALIGNMENT bytes"; device.h MLX5_UMR_MTT_ALIGNMENT 0x40), and
+            // mlx5_ib pads its last chunk to one while `reg_create` reserves
+            // `get_octo_len` = (pages + 1) / 2 octowords: a one-page MR gets one octoword
+            // and a four-octoword load. The table therefore holds whole 64-byte units.
+            let units = (k.xlt_octowords as usize).next_multiple_of(UMR_UNIT_OCTOWORDS);
+            if at + list.len() > units * (UMR_OCTOWORD / MTT_BYTES) {
+                return Err(synd::LOCAL_QP_OP);
+            }
+            if pages.len() < at + list.len() {
+                pages.resize(at + list.len(), NOT_PRESENT);
+            }
+            for (slot, e) in pages[at..].iter_mut().zip(list) {
+                // Linux mlx5_ib: MLX5_IB_MTT_PRESENT = read | write in the entry's low bits.
+                *slot = if e & mtt_perm::RW != 0 {
+                    e & !mtt_perm::RW
+                } else {
+                    NOT_PRESENT
+                };
+            }
+        }
+        if mask & mkey_mask::START_ADDR != 0 {
+            k.start = seg.get(mkc::start_addr);
+        }
+        if mask & mkey_mask::LEN != 0 {
+            // umr.c `mlx5r_umr_final_update_xlt`: length64 for a zero-length (whole space) MR.
+            k.len = if seg.get(mkc::length64) != 0 {
+                u64::MAX - k.start
+            } else {
+                seg.get(mkc::len)
+            };
+        }
+        if mask & mkey_mask::PAGE_SIZE != 0 {
+            if let Translation::Mtt { log_page: l, .. } = &mut k.translation {
+                *l = log_page;
+            }
+        }
+        if mask & mkey_mask::PD != 0 {
+            k.pd = pd;
+        }
+        let bit = |f| seg.get(f) != 0;
+        if mask & mkey_mask::LR != 0 {
+            k.rights.local_read = bit(mkc::lr);
+        }
+        if mask & mkey_mask::LW != 0 {
+            k.rights.local_write = bit(mkc::lw);
+        }
+        if mask & mkey_mask::RR != 0 {
+            k.rights.remote_read = bit(mkc::rr);
+        }
+        if mask & mkey_mask::RW != 0 {
+            k.rights.remote_write = bit(mkc::rw);
+        }
+        if mask & mkey_mask::A != 0 {
+            k.rights.atomic = bit(mkc::a);
+        }
+        if mask & mkey_mask::KEY != 0 {
+            k.key = (index << 8) | seg.get32(mkc::mkey_7_0);
+        }
+        if mask & mkey_mask::FREE != 0 {
+            k.free = bit(mkc::free);
+        }
+        self.mkeys.insert(index, k);
+        Ok(())
+    }
+
+    /// The translation entries a UMR carries and the table index of the first, if any.
+    fn umr_entries(
+        &mut self,
+        u: &View<'_, WqeUmrCtrlSeg>,
+        raw: &[u8],
+        flags: u8,
+    ) -> Result<Option<(usize, Vec<u64>)>, u8> {
+        let bytes = u.get(wqe_umr_ctrl_seg::xlt_octowords) as usize * UMR_OCTOWORD;
+        if bytes == 0 {
+            return Ok(None);
+        }
+        let mut at = 0u64;
+        if flags & umr_flags::TRANSLATION_OFFSET_EN != 0 {
+            let high = u.get(wqe_umr_ctrl_seg::xlt_offset_47_16);
+            if high != 0 && self.cap(cmd_hca_cap::umr_extended_translation_offset) == 0 {
+                return Err(synd::LOCAL_QP_OP);
+            }
+            at = (high << 16) | u.get(wqe_umr_ctrl_seg::xlt_offset);
+        }
+        let data = if flags & umr_flags::INLINE != 0 {
+            raw.get(XLT_AT..XLT_AT + bytes)
+                .ok_or(synd::LOCAL_QP_OP)?
+                .to_vec()
+        } else {
+            let d = raw
+                .get(XLT_AT..XLT_AT + WqeDataSeg::BYTES)
+                .ok_or(synd::LOCAL_QP_OP)?;
+            let d = View::<WqeDataSeg>::new_checked(d).map_err(|_| synd::LOCAL_QP_OP)?;
+            let lkey = d.get32(wqe_data_seg::lkey);
+            let addr = d.get(wqe_data_seg::addr);
+            if (d.get32(wqe_data_seg::byte_count) as usize) < bytes {
+                return Err(synd::LOCAL_LENGTH);
+            }
+            self.read_through_key(lkey, addr, bytes)?
+        };
+        let list = data
+            .chunks_exact(MTT_BYTES)
+            .map(|e| u64::from_be_bytes(e.try_into().unwrap_or([0; 8])))
+            .collect();
+        // Octowords hold two MTT entries each.
+        let first = usize::try_from(at * (UMR_OCTOWORD / MTT_BYTES) as u64)
+            .map_err(|_| synd::LOCAL_QP_OP)?;
+        Ok(Some((first, list)))
+    }
+
+    /// Reads `len` bytes at `addr` through local key `lkey`. The REG_UMR QP has no PD (mlx5_ib
+    /// creates it with `pd` 0 and points at the list with its PD's local DMA key), so the key's
+    /// PD is not checked against the QP's.
+    fn read_through_key(&mut self, lkey: u32, addr: u64, len: usize) -> Result<Vec<u8>, u8> {
+        let k = self
+            .mkeys
+            .get(&(lkey >> 8))
+            .filter(|k| k.key == lkey && !k.free)
+            .ok_or(synd::LOCAL_PROT)?;
+        let pieces = k
+            .translate(addr, len as u64)
+            .map_err(|_| synd::LOCAL_PROT)?;
+        let mut out = Vec::with_capacity(len);
+        for (a, n) in pieces {
+            match self.dma.read_vec(a, n as usize) {
+                Ok(v) => out.extend(v),
+                Err(f) => {
+                    self.record_fault(f);
+                    return Err(synd::LOCAL_PROT);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mkey::{Mkey, Rights};
+    use crate::SimHal;
+    use bareverbs_firmware_cmd::layout::{set_bits, ViewMut};
+
+    /// A UMR WQE for `key` carrying `entries` inline at octoword `offset`.
+    fn inline_umr(key: u32, offset: u64, entries: &[u64]) -> Vec<u8> {
+        // Inline entries fill whole octowords.
+        let mut w = vec![0u8; XLT_AT + 16 * entries.len().div_ceil(2)];
+        ViewMut::<WqeCtrlSeg>::zeroed(&mut w[..UMR_CTRL_AT])
+            .unwrap()
+            .set(wqe_ctrl_seg::opcode, wqe_opcode::UMR)
+            .set(wqe_ctrl_seg::imm, key);
+        ViewMut::<WqeUmrCtrlSeg>::zeroed(&mut w[UMR_CTRL_AT..MKEY_SEG_AT])
+            .unwrap()
+            .set(
+                wqe_umr_ctrl_seg::flags,
+                umr_flags::INLINE | umr_flags::TRANSLATION_OFFSET_EN,
+            )
+            .set(
+                wqe_umr_ctrl_seg::xlt_octowords,
+                entries.len().div_ceil(2) as u16,
+            )
+            .set(wqe_umr_ctrl_seg::xlt_offset, offset as u16)
+            .set(wqe_umr_ctrl_seg::xlt_offset_47_16, (offset >> 16) as u32);
+        for (k, e) in entries.iter().enumerate() {
+            w[XLT_AT + 8 * k..XLT_AT + 8 * k + 8].copy_from_slice(&e.to_be_bytes());
+        }
+        w
+    }
+
+    #[test]
+    fn translation_offsets_past_16_bits_need_the_extended_offset_cap() {
+        // mlx5_ifc `umr_extended_translation_offset`; umr.c `mlx5r_umr_update_offset` splits
+        // the octoword offset into xlt_offset (15:0) and xlt_offset_47_16.
+        let hal = SimHal::synchronous();
+        hal.model().with(|h| {
+            let index = 0x20;
+            h.mkeys.insert(
+                index,
+                Mkey {
+                    key: index << 8,
+                    pd: 0,
+                    start: 0,
+                    len: 0,
+                    rights: Rights::default(),
+                    translation: Translation::Mtt {
+                        log_page: 12,
+                        pages: Vec::new(),
+                    },
+                    free: true,
+                    umr_en: true,
+                    xlt_octowords: 0x1_0001,
+                },
+            );
+            // Octoword 0x10000 = entries 0x20000 and 0x20001; the second lacks the present
+            // bits (a zapped entry).
+            let w = inline_umr(index << 8, 0x1_0000, &[0x5000 | mtt_perm::RW, 0x6000]);
+            assert_eq!(h.execute_umr(index << 8, &w), Ok(()));
+            let Some(Translation::Mtt { pages, .. }) = h.mkey(index).map(|k| &k.translation) else {
+                panic!("an MTT key");
+            };
+            assert_eq!(pages.len(), 0x2_0002);
+            assert_eq!(pages[0x2_0000..], [0x5000, NOT_PRESENT]);
+            assert!(pages[..0x2_0000].iter().all(|&p| p == NOT_PRESENT));
+            // The table holds whole 64-byte units: 0x10001 octowords are 0x10004; the last
+            // octoword of that unit takes entries, the next one is past the table.
+            let w = inline_umr(index << 8, 0x1_0003, &[0x8000 | mtt_perm::RW]);
+            assert_eq!(h.execute_umr(index << 8, &w), Ok(()));
+            let w = inline_umr(index << 8, 0x1_0004, &[0x7000 | mtt_perm::RW]);
+            assert_eq!(h.execute_umr(index << 8, &w), Err(synd::LOCAL_QP_OP));
+            // Without the capability the high offset bits are refused.
+            let f = cmd_hca_cap::umr_extended_translation_offset;
+            set_bits(&mut h.caps_cur, f.bit, f.width, 0);
+            let w = inline_umr(index << 8, 0x1_0000, &[0x7000 | mtt_perm::RW]);
+            assert_eq!(h.execute_umr(index << 8, &w), Err(synd::LOCAL_QP_OP));
+            let Some(Translation::Mtt { pages, .. }) = h.mkey(index).map(|k| &k.translation) else {
+                panic!("an MTT key");
+            };
+            assert_eq!(pages[0x2_0000], 0x5000, "a refused UMR changes nothing");
+        });
+    }
+}
