@@ -23,6 +23,7 @@ pub mod mkey;
 pub mod pci;
 pub mod qp;
 pub mod sim_hal;
+pub mod sma;
 pub mod trace;
 pub mod vfio_user;
 pub mod wqe_exec;
