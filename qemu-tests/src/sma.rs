@@ -320,3 +320,382 @@ fn fill_port_info(p: &PortAttrs, local_port: u8, data: &mut [u8]) {
         .set(ib_port_info::link_speed_ext_supported, 3u8)
         .set(ib_port_info::link_speed_ext_enabled, 3u8);
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use bareverbs_firmware_cmd::layout::Layout;
+    use bareverbs_firmware_cmd::CmdStatus;
+
+    use super::*;
+    use crate::clock::SimClock;
+    use crate::config::ModelConfig;
+    use crate::exec::Fail;
+    use crate::hca::HcaState;
+    use crate::memory::HostMemory;
+
+    fn hca(cfg: ModelConfig) -> Hca {
+        let mut h = Hca::new(
+            cfg,
+            Arc::new(SimClock::virtual_clock()),
+            Arc::new(HostMemory::new()),
+        );
+        h.state = HcaState::Initialized;
+        h
+    }
+
+    /// An SMP as Linux `ib_init_query_mad` builds it, with a TID to see echoed.
+    fn smp(class: u8, method: u8, attr: u16, attr_mod: u32) -> [u8; MAD_BYTES] {
+        let mut m = [0u8; MAD_BYTES];
+        ViewMut::<Smp>::new_checked(&mut m)
+            .unwrap()
+            .set(ib_smp::base_version, 1u8)
+            .set(ib_smp::mgmt_class, class)
+            .set(ib_smp::class_version, 1u8)
+            .set(ib_smp::method, method)
+            .set(ib_smp::tid, 0x1234_5678_9abc_def0u64)
+            .set(ib_smp::attr_id, attr)
+            .set(ib_smp::attr_mod, attr_mod);
+        m
+    }
+
+    /// MAD_IFC with `op_mod` on `port`: the response MAD, or the command's failure.
+    fn mad_ifc(h: &mut Hca, op_mod: u16, port: u8, mad: &[u8]) -> Result<Vec<u8>, Fail> {
+        let mut i = vec![0u8; MadIfcIn::BYTES];
+        {
+            let mut v = ViewMut::<MadIfcIn>::new_checked(&mut i).unwrap();
+            v.set(mad_ifc_in::opcode, 0x50du16)
+                .set(mad_ifc_in::op_mod, op_mod)
+                .set(mad_ifc_in::port, port);
+            v.bytes_mut(mad_ifc_in::mad).copy_from_slice(mad);
+        }
+        let mut o = vec![0u8; MadIfcOut::BYTES];
+        h.exec(0x50d, op_mod, &i, &mut o)?;
+        Ok(View::<MadIfcOut>::new_checked(&o)
+            .unwrap()
+            .bytes(mad_ifc_out::response_mad_packet)
+            .to_vec())
+    }
+
+    /// SubnGet, LID routed, op_mod 3, as mlx5_ib `mlx5_MAD_IFC(dev, 1, 1, port, …)` sends it:
+    /// (MAD status, 64 bytes of data).
+    fn get(h: &mut Hca, port: u8, attr: u16, attr_mod: u32) -> (u16, Vec<u8>) {
+        let m = smp(
+            mgmt_class::SUBN_LID_ROUTED,
+            mgmt_method::GET,
+            attr,
+            attr_mod,
+        );
+        let r = mad_ifc(h, 3, port, &m).expect("MAD_IFC succeeds");
+        let v = View::<Smp>::new_checked(&r).unwrap();
+        // ib_mad.h: a response is GetResp with the request's TID.
+        assert_eq!(v.get(ib_smp::method), u64::from(mgmt_method::GET_RESP));
+        assert_eq!(v.get(ib_smp::tid), 0x1234_5678_9abc_def0);
+        assert_eq!(v.get(ib_smp::attr_id), u64::from(attr));
+        (
+            v.get32(ib_smp::status) as u16,
+            v.bytes(ib_smp::data).to_vec(),
+        )
+    }
+
+    fn be16(d: &[u8], at: usize) -> u16 {
+        u16::from_be_bytes([d[at], d[at + 1]])
+    }
+    fn be32(d: &[u8], at: usize) -> u32 {
+        u32::from_be_bytes([d[at], d[at + 1], d[at + 2], d[at + 3]])
+    }
+    fn be64(d: &[u8], at: usize) -> u64 {
+        u64::from_be_bytes(d[at..at + 8].try_into().unwrap())
+    }
+
+    fn two_ports() -> ModelConfig {
+        ModelConfig {
+            num_ports: 2,
+            base_lid: 8,
+            lmc: 2,
+            ..ModelConfig::default()
+        }
+    }
+
+    #[test]
+    fn node_info_at_the_offsets_mlx5_ib_reads() {
+        let cfg = two_ports();
+        let guid = cfg.node_guid;
+        let mut h = hca(cfg);
+        let (st, d) = get(&mut h, 2, smp_attr::NODE_INFO, 0);
+        assert_eq!(st, mad_status::SUCCESS);
+        // ib_smi.h struct ib_node_info: base/class version, node type CA, NumPorts.
+        assert_eq!(d[..4], [1, 1, 1, 2]);
+        // mlx5_ib mad.c: mlx5_query_mad_ifc_system_image_guid (data + 4),
+        // mlx5_query_mad_ifc_node_guid (data + 12).
+        assert_eq!(be64(&d, 4), guid);
+        assert_eq!(be64(&d, 12), guid);
+        // PortGUID of the port the SMP arrived on.
+        assert_eq!(be64(&d, 20), guid + 2);
+        // mlx5_query_mad_ifc_max_pkeys (data + 28): 128 << pkey_table_size 0 (device.h
+        // mlx5_to_sw_pkey_sz).
+        assert_eq!(be16(&d, 28), 128);
+        assert_eq!(be16(&d, 30), 0x1017);
+        // mlx5_query_mad_ifc_vendor_id: be32(data + 36) & 0xffff; LocalPortNum above it.
+        assert_eq!(be32(&d, 36) & 0xffff, 0x02c9);
+        assert_eq!(d[36], 2);
+        assert_eq!(be32(&d, 36) & 0xff_ffff, IEEE_VENDOR_ID);
+    }
+
+    #[test]
+    fn port_info_at_the_offsets_mlx5_ib_reads() {
+        let mut h = hca(two_ports());
+        // mlx5_ib mad.c mlx5_query_mad_ifc_port sends attr_mod = port on that port.
+        let (st, d) = get(&mut h, 2, smp_attr::PORT_INFO, 2);
+        assert_eq!(st, mad_status::SUCCESS);
+        assert_eq!(
+            be64(&d, 8),
+            GID_PREFIX,
+            "gid prefix, mlx5_query_mad_ifc_gids data + 8"
+        );
+        assert_eq!(
+            be16(&d, 16),
+            8 + (1 << 2),
+            "lid: base 8, port 2 under LMC 2"
+        );
+        assert_eq!(be16(&d, 18), SM_LID, "sm_lid");
+        let cap = be32(&d, 20);
+        assert_eq!(cap, CAP_MASK, "port_cap_flags");
+        assert_eq!(d[28], 2, "LocalPortNum");
+        assert_eq!(d[31] & 0xf, 2, "active_width IB_WIDTH_4X");
+        assert_eq!(d[32] & 0xf, 4, "state ACTIVE");
+        assert_eq!(d[33] >> 4, 5, "phys_state LinkUp");
+        assert_eq!(d[34] & 7, 2, "lmc");
+        assert_eq!(d[36] >> 4, 5, "active_mtu 4096");
+        assert_eq!(d[36] & 0xf, 0, "sm_sl");
+        assert_eq!(d[37] >> 4, 3, "max_vl_num");
+        assert_eq!(d[41] & 0xf, 5, "max_mtu 4096");
+        assert_eq!(d[41] >> 4, 0, "init_type_reply");
+        assert_eq!(be16(&d, 46), 0, "bad_pkey_cntr");
+        assert_eq!(be16(&d, 48), 0, "qkey_viol_cntr");
+        assert_eq!(
+            d[50], 8,
+            "gid_tbl_len: 8 << gid_table_size 0 (mlx5_get_gid_table_len)"
+        );
+        assert_eq!(d[51] & 0x1f, SUBNET_TIMEOUT, "subnet_timeout");
+        // EDR, the way mlx5_ib finds it: IB_PORT_EXTENDED_SPEEDS_SUP, then data[62] >> 4 == 2.
+        assert_ne!(cap & (1 << 14), 0);
+        assert_eq!(d[62] >> 4, 2);
+        // Base speed QDR (4): mlx5_ib would look for FDR10 only if the extended speed were
+        // not reported; no CapabilityMask2, so data[60] is not read.
+        assert_eq!(d[35] >> 4, 4);
+        assert_eq!(cap & (1 << 15), 0);
+    }
+
+    #[test]
+    fn mad_answers_agree_with_query_hca_vport_context() {
+        let mut h = hca(two_ports());
+        h.set_port(2, false);
+        for port in 1..=2u8 {
+            let mut i = vec![0u8; QueryHcaVportContextIn::BYTES];
+            ViewMut::<QueryHcaVportContextIn>::new_checked(&mut i)
+                .unwrap()
+                .set(query_hca_vport_context_in::opcode, 0x762u16)
+                .set(query_hca_vport_context_in::port_num, port);
+            let mut o = vec![0u8; QueryHcaVportContextOut::BYTES];
+            h.exec(0x762, 0, &i, &mut o).unwrap();
+            let out = View::<QueryHcaVportContextOut>::new_checked(&o).unwrap();
+            let c = out.sub(query_hca_vport_context_out::hca_vport_context);
+            let (_, pi) = get(&mut h, port, smp_attr::PORT_INFO, u32::from(port));
+            let (_, ni) = get(&mut h, port, smp_attr::NODE_INFO, 0);
+            let (_, gi) = get(&mut h, port, smp_attr::GUID_INFO, 0);
+            assert_eq!(c.get(hca_vport_context::lid), u64::from(be16(&pi, 16)));
+            assert_eq!(c.get(hca_vport_context::sm_lid), u64::from(be16(&pi, 18)));
+            assert_eq!(c.get32(hca_vport_context::cap_mask1), be32(&pi, 20));
+            assert_eq!(
+                c.get(hca_vport_context::port_state),
+                u64::from(pi[32] & 0xf)
+            );
+            assert_eq!(
+                c.get(hca_vport_context::port_physical_state),
+                u64::from(pi[33] >> 4)
+            );
+            assert_eq!(c.get(hca_vport_context::lmc), u64::from(pi[34] & 7));
+            assert_eq!(c.get(hca_vport_context::sm_sl), u64::from(pi[36] & 0xf));
+            assert_eq!(
+                c.get(hca_vport_context::subnet_timeout),
+                u64::from(pi[51] & 0x1f)
+            );
+            assert_eq!(c.get(hca_vport_context::system_image_guid), be64(&ni, 4));
+            assert_eq!(c.get(hca_vport_context::node_guid), be64(&ni, 12));
+            assert_eq!(c.get(hca_vport_context::port_guid), be64(&ni, 20));
+            assert_eq!(c.get(hca_vport_context::port_guid), be64(&gi, 0));
+        }
+        // Port 2 went down: both say Down / Disabled, with no active width or speed.
+        let (_, pi) = get(&mut h, 2, smp_attr::PORT_INFO, 2);
+        assert_eq!((pi[32] & 0xf, pi[33] >> 4), (1, 3));
+        assert_eq!((pi[31], pi[62] >> 4), (0, 0));
+    }
+
+    #[test]
+    fn node_description_guid_info_and_pkey_table() {
+        let mut h = hca(two_ports());
+        // mlx5_query_mad_ifc_node_desc copies the 64 data bytes.
+        let (st, d) = get(&mut h, 1, smp_attr::NODE_DESC, 0);
+        assert_eq!(st, mad_status::SUCCESS);
+        assert!(d.starts_with(b"MT4119 "));
+        assert_eq!(d[63], 0);
+        // mlx5_query_mad_ifc_gids: GUIDInfo block index / 8, entry index % 8; 8 GIDs = 1 block.
+        let (st, d) = get(&mut h, 2, smp_attr::GUID_INFO, 0);
+        assert_eq!(st, mad_status::SUCCESS);
+        assert_eq!(be64(&d, 0), h.cfg.node_guid + 2);
+        assert!(d[8..].iter().all(|&b| b == 0));
+        assert_eq!(
+            get(&mut h, 2, smp_attr::GUID_INFO, 1).0,
+            mad_status::INVALID_ATTRIB_VALUE
+        );
+        // mlx5_query_mad_ifc_pkey: block index / 32, entry index % 32; 128 P_Keys = 4 blocks;
+        // entry 0 the default full-member 0xffff.
+        let (st, d) = get(&mut h, 1, smp_attr::PKEY_TABLE, 0);
+        assert_eq!(st, mad_status::SUCCESS);
+        assert_eq!(be16(&d, 0), 0xffff);
+        assert!(d[2..].iter().all(|&b| b == 0));
+        for block in 1..4 {
+            let (st, d) = get(&mut h, 1, smp_attr::PKEY_TABLE, block);
+            assert_eq!(st, mad_status::SUCCESS);
+            assert!(d.iter().all(|&b| b == 0));
+        }
+        assert_eq!(
+            get(&mut h, 1, smp_attr::PKEY_TABLE, 4).0,
+            mad_status::INVALID_ATTRIB_VALUE
+        );
+    }
+
+    #[test]
+    fn extended_port_info_per_port_without_fdr10() {
+        let mut h = hca(two_ports());
+        // mlx5_query_ext_port_caps: command port 1, attr_mod = port; a zero MAD status marks
+        // the port MLX_EXT_PORT_CAP_FLAG_EXTENDED_PORT_INFO; data[15] bit 0 would be FDR10.
+        for port in 1..=2 {
+            let (st, d) = get(&mut h, 1, smp_attr::EXTENDED_PORT_INFO, port);
+            assert_eq!(st, mad_status::SUCCESS);
+            assert_eq!(d[15] & 1, 0);
+        }
+        assert_eq!(
+            get(&mut h, 1, smp_attr::EXTENDED_PORT_INFO, 3).0,
+            mad_status::INVALID_ATTRIB_VALUE
+        );
+    }
+
+    #[test]
+    fn attribute_modifiers_out_of_range() {
+        let mut h = hca(two_ports());
+        // PortInfo names ports 1..=num_ports; 0 is the receiving port (qib subn_get_portinfo).
+        let (st, d) = get(&mut h, 2, smp_attr::PORT_INFO, 0);
+        assert_eq!(st, mad_status::SUCCESS);
+        assert_eq!(be16(&d, 16), 8 + 4);
+        for bad in [3, 0x100, u32::MAX] {
+            let (st, d) = get(&mut h, 1, smp_attr::PORT_INFO, bad);
+            assert_eq!(st, mad_status::INVALID_ATTRIB_VALUE);
+            assert!(d.iter().all(|&b| b == 0));
+        }
+        // NodeInfo and NodeDescription take no modifier.
+        assert_eq!(
+            get(&mut h, 1, smp_attr::NODE_INFO, 1).0,
+            mad_status::INVALID_ATTRIB_VALUE
+        );
+        assert_eq!(
+            get(&mut h, 1, smp_attr::NODE_DESC, 1).0,
+            mad_status::INVALID_ATTRIB_VALUE
+        );
+        // A one-port function (ConnectX-5, one port per PCI function): port 2 is out of range.
+        let mut one = hca(ModelConfig {
+            num_ports: 1,
+            ..ModelConfig::default()
+        });
+        let (_, d) = get(&mut one, 1, smp_attr::NODE_INFO, 0);
+        assert_eq!(d[3], 1);
+        assert_eq!(
+            get(&mut one, 1, smp_attr::PORT_INFO, 2).0,
+            mad_status::INVALID_ATTRIB_VALUE
+        );
+        assert_eq!(
+            mad_ifc(&mut one, 3, 2, &smp(1, 1, 0x11, 0))
+                .unwrap_err()
+                .status,
+            CmdStatus::BadParameter
+        );
+    }
+
+    #[test]
+    fn unsupported_methods_and_attributes_get_iba_statuses() {
+        let mut h = hca(two_ports());
+        let status = |h: &mut Hca, class, method, attr, class_version: u8| {
+            let mut m = smp(class, method, attr, 1);
+            m[2] = class_version;
+            let r = mad_ifc(h, 3, 1, &m).expect("answered, not failed");
+            assert_eq!(r[3], mgmt_method::GET_RESP);
+            be16(&r, 4)
+        };
+        // ib_mad.h IB_MGMT_MAD_STATUS_*: SMInfo and SL-to-VL are not the CA agent's.
+        assert_eq!(status(&mut h, 1, 1, smp_attr::SM_INFO, 1), 0x000c);
+        assert_eq!(status(&mut h, 1, 1, 0x0017, 1), 0x000c);
+        // Set: the port stays as the model configured it.
+        assert_eq!(
+            status(&mut h, 1, mgmt_method::SET, smp_attr::PORT_INFO, 1),
+            0x000c
+        );
+        // Trap is not a method an agent takes.
+        assert_eq!(
+            status(&mut h, 1, mgmt_method::TRAP, smp_attr::PORT_INFO, 1),
+            0x0008
+        );
+        // Class version 2 of subnet management does not exist.
+        assert_eq!(status(&mut h, 1, 1, smp_attr::PORT_INFO, 2), 0x0004);
+        // Directed route: the response carries the direction bit (IB_SMP_DIRECTION) on top
+        // of the status; the path fields come back as sent.
+        let mut m = smp(mgmt_class::SUBN_DIRECTED_ROUTE, 1, smp_attr::NODE_INFO, 0);
+        m[6] = 1;
+        m[7] = 1;
+        m[128 + 1] = 1;
+        let r = mad_ifc(&mut h, 3, 1, &m).unwrap();
+        assert_eq!((r[1], r[3], be16(&r, 4)), (0x81, 0x81, 0x8000));
+        assert_eq!((r[6], r[7], r[129]), (1, 1, 1));
+        assert_eq!(be64(&r, 64 + 12), h.cfg.node_guid);
+        assert_eq!(
+            status(&mut h, 0x81, 1, smp_attr::SM_INFO, 1),
+            0x8000 | 0x000c
+        );
+        // TrapRepress: nothing to repress, no response, the command succeeds.
+        let r = mad_ifc(&mut h, 3, 1, &smp(1, mgmt_method::TRAP_REPRESS, 1, 0)).unwrap();
+        assert!(r.iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn malformed_commands_get_command_statuses() {
+        let mut h = hca(two_ports());
+        let st = |r: Result<Vec<u8>, Fail>| r.unwrap_err().status;
+        // Not a MAD the agent takes: discarded (MLX5_CMD_STAT_BAD_PKT_ERR).
+        let mut m = smp(1, 1, smp_attr::NODE_INFO, 0);
+        m[0] = 2;
+        assert_eq!(st(mad_ifc(&mut h, 3, 1, &m)), CmdStatus::BadPacket);
+        let sa = smp(0x03, 1, 0x11, 0);
+        assert_eq!(st(mad_ifc(&mut h, 3, 1, &sa)), CmdStatus::BadPacket);
+        let resp = smp(1, mgmt_method::GET_RESP, 0x11, 0);
+        assert_eq!(st(mad_ifc(&mut h, 3, 1, &resp)), CmdStatus::BadPacket);
+        // No such port, an op_mod past the two key bits.
+        let ok = smp(1, 1, smp_attr::NODE_INFO, 0);
+        assert_eq!(st(mad_ifc(&mut h, 3, 0, &ok)), CmdStatus::BadParameter);
+        assert_eq!(st(mad_ifc(&mut h, 3, 3, &ok)), CmdStatus::BadParameter);
+        assert_eq!(st(mad_ifc(&mut h, 4, 1, &ok)), CmdStatus::BadParameter);
+        // op_mod 0 (keys checked) answers alike: the M_Key is 0.
+        assert!(mad_ifc(&mut h, 0, 1, &ok).is_ok());
+        // Short input and output.
+        let mut o = vec![0u8; MadIfcOut::BYTES];
+        let e = h.exec(0x50d, 3, &[0u8; 16], &mut o).unwrap_err();
+        assert_eq!(e.status, CmdStatus::BadInputLength);
+        let mut i = vec![0u8; MadIfcIn::BYTES];
+        i[11] = 1;
+        let e = h.exec(0x50d, 3, &i, &mut [0u8; 16]).unwrap_err();
+        assert_eq!(e.status, CmdStatus::BadOutputLength);
+        // Before INIT_HCA.
+        h.state = HcaState::Enabled;
+        assert_eq!(st(mad_ifc(&mut h, 3, 1, &ok)), CmdStatus::BadSystemState);
+    }
+}
