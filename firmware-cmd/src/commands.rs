@@ -99,6 +99,7 @@ commands! {
         QP_2RST = 0x50a, Qp2Rst: Qp2RstIn => Qp2RstOut;
         QUERY_QP = 0x50b, QueryQp: QueryQpIn => QueryQpOut;
         SQD_RTS_QP = 0x50c, SqdRtsQp: Sqd2RtsQpIn => Sqd2RtsQpOut;
+        MAD_IFC = 0x50d, MadIfc: MadIfcIn => MadIfcOut;
         INIT2INIT_QP = 0x50e, Init2InitQp: Init2InitQpIn => Init2InitQpOut;
         QUERY_VPORT_STATE = 0x750, QueryVportState: QueryVportStateIn => QueryVportStateOut;
         QUERY_HCA_VPORT_CONTEXT = 0x762, QueryHcaVportContext: QueryHcaVportContextIn => QueryHcaVportContextOut;
@@ -116,7 +117,6 @@ commands! {
         PAGE_FAULT_RESUME = 0x204;
         ALLOC_MEMIC = 0x205;
         GEN_EQE = 0x304;
-        MAD_IFC = 0x50d;
         CREATE_PSV = 0x600;
         DESTROY_PSV = 0x601;
         CREATE_SRQ = 0x700;
@@ -253,5 +253,7 @@ mod tests {
         assert_eq!(sizes::<AllocTransportDomain>(), (0x816, 16, 16));
         assert_eq!(sizes::<DeallocTransportDomain>(), (0x817, 16, 16));
         assert_eq!(Opcode::SQD_RTS_QP.name(), Some("SQD_RTS_QP"));
+        // mlx5_ifc mad_ifc_in / mad_ifc_out: 16-byte header and a 256-byte MAD each way.
+        assert_eq!(sizes::<MadIfc>(), (0x50d, 272, 272));
     }
 }

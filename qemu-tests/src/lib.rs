@@ -24,6 +24,7 @@ pub mod page_list;
 pub mod pci;
 pub mod qp;
 pub mod sim_hal;
+pub mod sma;
 pub mod trace;
 pub mod umr;
 pub mod vfio_user;

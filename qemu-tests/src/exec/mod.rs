@@ -9,6 +9,7 @@ mod caps;
 mod cq;
 mod eq;
 mod lifecycle;
+mod mad;
 mod mkey;
 mod pages;
 mod pd;
@@ -167,6 +168,7 @@ impl Hca {
             Opcode::CREATE_QP => self.create_qp(input, out),
             Opcode::DESTROY_QP => self.destroy_qp(input, out),
             Opcode::QUERY_QP => self.query_qp(input, out),
+            Opcode::MAD_IFC => self.mad_ifc(op_mod, input, out),
             Opcode::RST2INIT_QP
             | Opcode::INIT2INIT_QP
             | Opcode::INIT2RTR_QP

@@ -14,10 +14,6 @@ pub const DUMP_FILL_MKEY: u32 = 0x0000_0300;
 /// Null mkey.
 pub const NULL_MKEY: u32 = 0x0000_0400;
 
-/// IB PortInfo CapabilityMask the ports advertise: IsTrapSupported (bit 5),
-/// IsAutomaticMigrationSupported (bit 6), IsSLMappingSupported (bit 9).
-const CAP_MASK1: u32 = (1 << 5) | (1 << 6) | (1 << 9);
-
 impl Hca {
     pub(super) fn query_special_contexts(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {
         input::<QuerySpecialContextsIn>(i)?;
@@ -61,28 +57,24 @@ impl Hca {
         if v.get(query_hca_vport_context_in::other_vport) != 0 {
             return Err(bad_param(syndrome::OUT_OF_RANGE));
         }
-        let Some(p) = self.ports.get(usize::from(port).wrapping_sub(1)).copied() else {
+        // The same port attributes the subnet management agent answers with (MAD_IFC).
+        let Some(p) = self.port_attrs(port) else {
             return Err(bad_param(syndrome::OUT_OF_RANGE));
-        };
-        let guid = self.cfg.node_guid;
-        let (state, phys) = if p.up {
-            (ib_port_state::ACTIVE, 5u8)
-        } else {
-            (ib_port_state::DOWN, 3u8)
         };
         out.sub(query_hca_vport_context_out::hca_vport_context)
             .set(hca_vport_context::has_smi, 1u8)
-            .set(hca_vport_context::port_physical_state, phys)
-            .set(hca_vport_context::port_state, state)
-            .set(hca_vport_context::vport_state, state)
-            .set(hca_vport_context::system_image_guid, guid)
-            .set(hca_vport_context::port_guid, guid + u64::from(port))
-            .set(hca_vport_context::node_guid, guid)
-            .set(hca_vport_context::cap_mask1, CAP_MASK1)
+            .set(hca_vport_context::port_physical_state, p.phys_state)
+            .set(hca_vport_context::port_state, p.state)
+            .set(hca_vport_context::vport_state, p.state)
+            .set(hca_vport_context::system_image_guid, p.sys_image_guid)
+            .set(hca_vport_context::port_guid, p.port_guid)
+            .set(hca_vport_context::node_guid, p.node_guid)
+            .set(hca_vport_context::cap_mask1, p.cap_mask)
             .set(hca_vport_context::lid, p.lid)
-            .set(hca_vport_context::lmc, self.cfg.lmc)
-            .set(hca_vport_context::sm_lid, 1u16)
-            .set(hca_vport_context::subnet_timeout, 18u8);
+            .set(hca_vport_context::lmc, p.lmc)
+            .set(hca_vport_context::sm_lid, p.sm_lid)
+            .set(hca_vport_context::sm_sl, p.sm_sl)
+            .set(hca_vport_context::subnet_timeout, p.subnet_timeout);
         Ok(())
     }
 }
