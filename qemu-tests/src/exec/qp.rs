@@ -40,6 +40,7 @@ impl Hca {
         {
             return Err(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT));
         }
+        let rq_srq = self.qp_rq_srq(&c)?;
         let log_sq_size = c.get(qpc::log_sq_size) as u8;
         let log_rq_size = c.get(qpc::log_rq_size) as u8;
         let max_wq = self.cap(cmd_hca_cap::log_max_qp_sz);
@@ -115,6 +116,7 @@ impl Hca {
             }
         }
         self.qps.insert(qpn, qp);
+        self.attach_qp_srq(qpn, rq_srq);
         out.set(create_qp_out::qpn, qpn);
         Ok(())
     }
@@ -128,6 +130,7 @@ impl Hca {
             .qps
             .remove(&qpn)
             .ok_or(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT))?;
+        self.detach_qp_srq(qpn);
         for cqn in [qp.cqn_snd, qp.cqn_rcv] {
             if let Some(cq) = self.cqs.get_mut(&cqn) {
                 cq.users = cq.users.saturating_sub(1);
