@@ -5,9 +5,8 @@
 //! The receive path does not take WQEs from these queues yet; [`Srq::wqe_iova`] is where it
 //! will find them.
 
-use bareverbs_firmware_cmd::ifc::PAGE_OFFSET_QUANTA;
-
 use crate::hca::Hca;
+use crate::page_list::{buffer_iova, page_offset_bytes};
 
 /// Which command created a shared receive queue (and so which commands query, arm and destroy
 /// it).
@@ -73,13 +72,13 @@ impl Srq {
     /// mlx5_ib.h `__mlx5_umem_find_best_quantized_pgoff` with scale 64, srq_cmd.c
     /// `get_pas_size`).
     pub fn offset_bytes(&self) -> u64 {
-        u64::from(self.page_offset) * (self.page_size / PAGE_OFFSET_QUANTA)
+        page_offset_bytes(self.page_size, u64::from(self.page_offset))
     }
 
     /// Device address of WQE `n` (taken modulo the queue size).
     pub fn wqe_iova(&self, n: u32) -> u64 {
-        let off = self.offset_bytes() + (u64::from(n & (self.nent() - 1)) << self.wqe_shift);
-        self.pas[(off / self.page_size) as usize] + off % self.page_size
+        let off = u64::from(n & (self.nent() - 1)) << self.wqe_shift;
+        buffer_iova(&self.pas, self.page_size, self.offset_bytes(), off)
     }
 }
 
