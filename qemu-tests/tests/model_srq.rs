@@ -651,6 +651,16 @@ fn create_qp_checks_its_srq_only_with_rq_type_srq() {
     );
     let qpn = Raw::number(create_qp(&mut raw, &b, qpc_rq_type::SRQ_RQ, rmpn, x0));
     assert_eq!(raw.hal.model().with(|h| h.qp_srq(qpn)), Some((rmpn, x0)));
+    // QUERY_QP reports the SRQ the QP receives from.
+    let (st, out) = raw.on(0x50b, 0, qpn, QueryQpOut::BYTES);
+    assert_eq!(st, CmdStatus::Ok);
+    let q = View::<QueryQpOut>::new_checked(&out).unwrap();
+    let c = q.sub(query_qp_out::qpc);
+    assert_eq!(c.get(qpc::rq_type), u64::from(qpc_rq_type::SRQ_RQ));
+    assert_eq!(
+        (c.get32(qpc::srqn_rmpn_xrqn), c.get32(qpc::xrcd)),
+        (rmpn, x0)
+    );
 
     // While the QP receives from it, the RMP and its XRC domain stay.
     assert_eq!(raw.on(0x90e, 0, rmpn, 16).0, CmdStatus::BadResourceState);

@@ -29,6 +29,8 @@ impl Hca {
         let no_rq = match c.get(qpc::rq_type) as u8 {
             qpc_rq_type::NON_ZERO_RQ => false,
             qpc_rq_type::ZERO_LEN_RQ => true,
+            // Receives from the SRQ in srqn_rmpn_xrqn (checked below): no RQ in the buffer.
+            qpc_rq_type::SRQ_RQ => true,
             _ => return Err(bad_param(syndrome::OUT_OF_RANGE)),
         };
         let (cqn_snd, cqn_rcv) = (c.get32(qpc::cqn_snd), c.get32(qpc::cqn_rcv));
@@ -293,6 +295,11 @@ impl Hca {
             .set(qpc::cqn_rcv, q.cqn_rcv)
             .set(qpc::q_key, q.qkey)
             .set(qpc::dbr_addr, q.dbr);
+        if let Some((srqn, xrcd)) = self.qp_srq(qpn) {
+            c.set(qpc::rq_type, qpc_rq_type::SRQ_RQ)
+                .set(qpc::srqn_rmpn_xrqn, srqn)
+                .set(qpc::xrcd, xrcd);
+        }
         let mut p = c.sub(qpc::primary_address_path);
         p.set(ads::vhca_port_num, q.port)
             .set(ads::pkey_index, q.pkey_index)
