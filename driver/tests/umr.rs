@@ -922,12 +922,17 @@ fn special_qps_and_rq_types() {
     // A second QP1 on port 1 is created but cannot take the port (IBA: one per port).
     let again = create(qpc_st::QP1, pdn, qpc_rq_type::NON_ZERO_RQ).unwrap();
     assert_eq!(refused(to_init(again)), CmdStatus::BadParameter);
-    // pd 0 is the UMR QP's alone; SRQ-fed, cyclic and undefined RQ types are refused.
+    // pd 0 is the UMR QP's alone; cyclic and undefined RQ types are refused, and an SRQ-fed
+    // RQ must name an SRQ that exists (SRQ 0 never does).
     assert_eq!(
         refused(create(qpc_st::UD, 0, qpc_rq_type::NON_ZERO_RQ)),
         CmdStatus::BadResource
     );
-    for rq_type in [qpc_rq_type::SRQ_RQ, qpc_rq_type::CRQ_RQ, 4, 7] {
+    assert_eq!(
+        refused(create(qpc_st::UD, pdn, qpc_rq_type::SRQ_RQ)),
+        CmdStatus::BadResource
+    );
+    for rq_type in [qpc_rq_type::CRQ_RQ, 4, 7] {
         let e = refused(create(qpc_st::UD, pdn, rq_type));
         assert_eq!(e, CmdStatus::BadParameter, "rq_type {rq_type}");
     }

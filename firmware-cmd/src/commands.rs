@@ -101,6 +101,14 @@ commands! {
         SQD_RTS_QP = 0x50c, SqdRtsQp: Sqd2RtsQpIn => Sqd2RtsQpOut;
         MAD_IFC = 0x50d, MadIfc: MadIfcIn => MadIfcOut;
         INIT2INIT_QP = 0x50e, Init2InitQp: Init2InitQpIn => Init2InitQpOut;
+        CREATE_SRQ = 0x700, CreateSrq: CreateSrqIn => CreateSrqOut;
+        DESTROY_SRQ = 0x701, DestroySrq: DestroySrqIn => DestroySrqOut;
+        QUERY_SRQ = 0x702, QuerySrq: QuerySrqIn => QuerySrqOut;
+        ARM_RQ = 0x703, ArmRq: ArmRqIn => ArmRqOut;
+        CREATE_XRC_SRQ = 0x705, CreateXrcSrq: CreateXrcSrqIn => CreateXrcSrqOut;
+        DESTROY_XRC_SRQ = 0x706, DestroyXrcSrq: DestroyXrcSrqIn => DestroyXrcSrqOut;
+        QUERY_XRC_SRQ = 0x707, QueryXrcSrq: QueryXrcSrqIn => QueryXrcSrqOut;
+        ARM_XRC_SRQ = 0x708, ArmXrcSrq: ArmXrcSrqIn => ArmXrcSrqOut;
         QUERY_VPORT_STATE = 0x750, QueryVportState: QueryVportStateIn => QueryVportStateOut;
         QUERY_HCA_VPORT_CONTEXT = 0x762, QueryHcaVportContext: QueryHcaVportContextIn => QueryHcaVportContextOut;
         ALLOC_PD = 0x800, AllocPd: AllocPdIn => AllocPdOut;
@@ -112,6 +120,12 @@ commands! {
         DETACH_FROM_MCG = 0x807, DetachFromMcg: DetachFromMcgIn => DetachFromMcgOut;
         ALLOC_TRANSPORT_DOMAIN = 0x816, AllocTransportDomain: AllocTransportDomainIn => AllocTransportDomainOut;
         DEALLOC_TRANSPORT_DOMAIN = 0x817, DeallocTransportDomain: DeallocTransportDomainIn => DeallocTransportDomainOut;
+        ALLOC_XRCD = 0x80e, AllocXrcd: AllocXrcdIn => AllocXrcdOut;
+        DEALLOC_XRCD = 0x80f, DeallocXrcd: DeallocXrcdIn => DeallocXrcdOut;
+        CREATE_RMP = 0x90c, CreateRmp: CreateRmpIn => CreateRmpOut;
+        MODIFY_RMP = 0x90d, ModifyRmp: ModifyRmpIn => ModifyRmpOut;
+        DESTROY_RMP = 0x90e, DestroyRmp: DestroyRmpIn => DestroyRmpOut;
+        QUERY_RMP = 0x90f, QueryRmp: QueryRmpIn => QueryRmpOut;
     }
     named {
         PAGE_FAULT_RESUME = 0x204;
@@ -119,11 +133,6 @@ commands! {
         GEN_EQE = 0x304;
         CREATE_PSV = 0x600;
         DESTROY_PSV = 0x601;
-        CREATE_SRQ = 0x700;
-        DESTROY_SRQ = 0x701;
-        QUERY_SRQ = 0x702;
-        ARM_RQ = 0x703;
-        CREATE_XRC_SRQ = 0x705;
         CREATE_DCT = 0x710;
         DESTROY_DCT = 0x711;
         DRAIN_DCT = 0x712;
@@ -147,8 +156,6 @@ commands! {
         QUERY_MAD_DEMUX = 0x80b;
         SET_MAD_DEMUX = 0x80c;
         NOP = 0x80d;
-        ALLOC_XRCD = 0x80e;
-        DEALLOC_XRCD = 0x80f;
         QUERY_CONG_STATUS = 0x822;
         CREATE_TIR = 0x900;
         MODIFY_TIR = 0x901;
@@ -162,7 +169,6 @@ commands! {
         MODIFY_RQ = 0x909;
         DESTROY_RQ = 0x90a;
         QUERY_RQ = 0x90b;
-        CREATE_RMP = 0x90c;
         CREATE_TIS = 0x912;
         MODIFY_TIS = 0x913;
         DESTROY_TIS = 0x914;
@@ -255,5 +261,21 @@ mod tests {
         assert_eq!(Opcode::SQD_RTS_QP.name(), Some("SQD_RTS_QP"));
         // mlx5_ifc mad_ifc_in / mad_ifc_out: 16-byte header and a 256-byte MAD each way.
         assert_eq!(sizes::<MadIfc>(), (0x50d, 272, 272));
+        // Linux 6.12 mlx5_ifc.h MLX5_CMD_OP_*: SRQ 0x700–0x703, XRC SRQ 0x705–0x708,
+        // ALLOC/DEALLOC_XRCD 0x80e/0x80f, RMP 0x90c–0x90f.
+        assert_eq!(sizes::<CreateSrq>(), (0x700, 272, 16));
+        assert_eq!(sizes::<DestroySrq>(), (0x701, 16, 16));
+        assert_eq!(sizes::<QuerySrq>(), (0x702, 16, 272));
+        assert_eq!(sizes::<ArmRq>(), (0x703, 16, 16));
+        assert_eq!(sizes::<CreateXrcSrq>(), (0x705, 272, 16));
+        assert_eq!(sizes::<DestroyXrcSrq>(), (0x706, 16, 16));
+        assert_eq!(sizes::<QueryXrcSrq>(), (0x707, 16, 272));
+        assert_eq!(sizes::<ArmXrcSrq>(), (0x708, 16, 16));
+        assert_eq!(sizes::<AllocXrcd>(), (0x80e, 16, 16));
+        assert_eq!(sizes::<DeallocXrcd>(), (0x80f, 16, 16));
+        assert_eq!(sizes::<CreateRmp>(), (0x90c, 272, 16));
+        assert_eq!(sizes::<ModifyRmp>(), (0x90d, 272, 16));
+        assert_eq!(sizes::<DestroyRmp>(), (0x90e, 16, 16));
+        assert_eq!(sizes::<QueryRmp>(), (0x90f, 16, 272));
     }
 }

@@ -93,6 +93,8 @@ pub fn general_caps(cfg: &ModelConfig) -> (Vec<u8>, Vec<u8>) {
             (c::log_max_transport_domain, 16),
             (c::log_max_pd, 17),
             (c::log_max_xrcd, 16),
+            // Linux 6.12 mlx5_ib main.c mlx5_ib_dev_res_init: no XRC, no mlx5_ib (EOPNOTSUPP).
+            (c::xrc, 1),
             (c::log_max_wq_sz, 17),
             (c::log_max_current_mc_list, 10),
             (c::log_max_current_uc_list, 10),

@@ -48,7 +48,7 @@ pub struct Cq {
     pub oi: bool,
     /// A CQE was dropped because the queue was full.
     pub overrun: bool,
-    /// QPs that complete into this CQ.
+    /// QPs and XRC SRQs that complete into this CQ.
     pub users: u32,
 }
 

@@ -16,6 +16,7 @@ use crate::dma::{AddressSpace, DmaFault};
 use crate::eq::Eq;
 use crate::mkey::Mkey;
 use crate::qp::Qp;
+use crate::srq::Srq;
 use crate::trace::{ModelEvent, TraceEntry};
 
 /// Firmware life-cycle state.
@@ -100,6 +101,11 @@ pub struct Hca {
     pub(crate) mkeys: BTreeMap<u32, Mkey>,
     pub(crate) cqs: BTreeMap<u32, Cq>,
     pub(crate) qps: BTreeMap<u32, Qp>,
+    pub(crate) xrcds: BTreeSet<u32>,
+    /// SRQs, XRC SRQs and RMPs: one number space.
+    pub(crate) srqs: BTreeMap<u32, Srq>,
+    /// QPs receiving from a shared receive queue: QPN → (SRQ number, XRC domain).
+    pub(crate) qp_srqs: BTreeMap<u32, (u32, u32)>,
     /// Send queues waiting to be run again (receiver not ready, or its HCA busy).
     pub(crate) stalled_sqs: BTreeSet<u32>,
     /// The fabric joining this HCA to others, if any.
@@ -157,6 +163,9 @@ impl Hca {
             mkeys: BTreeMap::new(),
             cqs: BTreeMap::new(),
             qps: BTreeMap::new(),
+            xrcds: BTreeSet::new(),
+            srqs: BTreeMap::new(),
+            qp_srqs: BTreeMap::new(),
             stalled_sqs: BTreeSet::new(),
             fabric: None,
             next_object: 0,

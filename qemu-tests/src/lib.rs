@@ -25,6 +25,7 @@ pub mod pci;
 pub mod qp;
 pub mod sim_hal;
 pub mod sma;
+pub mod srq;
 pub mod trace;
 pub mod umr;
 pub mod vfio_user;

@@ -484,6 +484,11 @@ impl Hca {
 
     /// The receive WQE at the head of `rqp`'s RQ, if one is posted.
     fn next_recv(&mut self, rqp: &Qp) -> Option<(u16, Vec<Sge>)> {
+        // No RQ of its own: a zero-length RQ never receives; an SRQ-fed QP will take WQEs
+        // from its SRQ (`Srq::wqe_iova`), which the model does not do yet.
+        if rqp.no_rq {
+            return None;
+        }
         let head = self.dma.read_be32(rqp.dbr).ok()? as u16;
         if rqp.rq_consumed == head {
             return None;

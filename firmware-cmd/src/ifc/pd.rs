@@ -1,5 +1,6 @@
-//! Protection domains and transport domains: ALLOC/DEALLOC_PD and
-//! ALLOC/DEALLOC_TRANSPORT_DOMAIN (mlx5-reference 06 §1, §3).
+//! Protection domains, transport domains and XRC domains: ALLOC/DEALLOC_PD,
+//! ALLOC/DEALLOC_TRANSPORT_DOMAIN (mlx5-reference 06 §1, §3) and ALLOC/DEALLOC_XRCD (Linux 6.12
+//! mlx5_ifc.h `alloc_xrcd_in/out`, `dealloc_xrcd_in/out`).
 
 crate::ifc! {
     /// ALLOC_PD input.
@@ -47,6 +48,30 @@ crate::ifc! {
     }
     /// DEALLOC_TRANSPORT_DOMAIN output.
     pub struct DeallocTransportDomainOut => dealloc_transport_domain_out: 0x80 bits {
+        0x00 status: 8,
+        0x20 syndrome: 32,
+    }
+    /// ALLOC_XRCD input.
+    pub struct AllocXrcdIn => alloc_xrcd_in: 0x80 bits {
+        0x00 opcode: 16,
+        0x10 uid: 16,
+        0x30 op_mod: 16,
+    }
+    /// ALLOC_XRCD output: the new 24-bit XRC domain (referenced by XRC SRQs and XRC QPs).
+    pub struct AllocXrcdOut => alloc_xrcd_out: 0x80 bits {
+        0x00 status: 8,
+        0x20 syndrome: 32,
+        0x48 xrcd: 24,
+    }
+    /// DEALLOC_XRCD input.
+    pub struct DeallocXrcdIn => dealloc_xrcd_in: 0x80 bits {
+        0x00 opcode: 16,
+        0x10 uid: 16,
+        0x30 op_mod: 16,
+        0x48 xrcd: 24,
+    }
+    /// DEALLOC_XRCD output.
+    pub struct DeallocXrcdOut => dealloc_xrcd_out: 0x80 bits {
         0x00 status: 8,
         0x20 syndrome: 32,
     }
@@ -102,7 +127,25 @@ mod tests {
         let v = View::<AllocTransportDomainOut>::new_checked(&out).unwrap();
         assert_eq!(v.get(alloc_transport_domain_out::transport_domain), 0x2a);
 
+        // mlx5_ifc `alloc_xrcd_out.xrcd` and `dealloc_xrcd_in.xrcd`: byte 0x09 [23:0].
+        let out = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0x0a, 0x0b, 0x0c, 0, 0, 0, 0];
+        let v = View::<AllocXrcdOut>::new_checked(&out).unwrap();
+        assert_eq!(v.get(alloc_xrcd_out::xrcd), 0x0a_0b0c);
+        let mut b = [0x3cu8; 16];
+        ViewMut::<DeallocXrcdIn>::zeroed(&mut b)
+            .unwrap()
+            .set(dealloc_xrcd_in::opcode, 0x80fu16)
+            .set(dealloc_xrcd_in::xrcd, 0x12_3456u32);
+        assert_eq!(
+            b,
+            [8, 0x0f, 0, 0, 0, 0, 0, 0, 0, 0x12, 0x34, 0x56, 0, 0, 0, 0]
+        );
+
         for bytes in [
+            AllocXrcdIn::BYTES,
+            AllocXrcdOut::BYTES,
+            DeallocXrcdIn::BYTES,
+            DeallocXrcdOut::BYTES,
             AllocPdIn::BYTES,
             AllocPdOut::BYTES,
             DeallocPdIn::BYTES,

@@ -15,7 +15,10 @@ mod pages;
 mod pd;
 mod qp;
 mod query;
+mod rmp;
+mod srq;
 mod uar;
+mod xrcd;
 
 pub use mkey::FIRST_MKEY_INDEX;
 pub use qp::FIRST_QPN;
@@ -178,6 +181,20 @@ impl Hca {
             | Opcode::SQD_RTS_QP
             | Opcode::QP_2ERR
             | Opcode::QP_2RST => self.modify_qp(opcode, input, out),
+            Opcode::ALLOC_XRCD => self.alloc_xrcd(input, out),
+            Opcode::DEALLOC_XRCD => self.dealloc_xrcd(input, out),
+            Opcode::CREATE_SRQ => self.create_srq(input, out),
+            Opcode::DESTROY_SRQ => self.destroy_srq(input, out),
+            Opcode::QUERY_SRQ => self.query_srq(input, out),
+            Opcode::ARM_RQ => self.arm_rq(op_mod, input, out),
+            Opcode::CREATE_XRC_SRQ => self.create_xrc_srq(input, out),
+            Opcode::DESTROY_XRC_SRQ => self.destroy_xrc_srq(input, out),
+            Opcode::QUERY_XRC_SRQ => self.query_xrc_srq(input, out),
+            Opcode::ARM_XRC_SRQ => self.arm_xrc_srq(op_mod, input, out),
+            Opcode::CREATE_RMP => self.create_rmp(input, out),
+            Opcode::DESTROY_RMP => self.destroy_rmp(input, out),
+            Opcode::QUERY_RMP => self.query_rmp(input, out),
+            Opcode::MODIFY_RMP => self.modify_rmp(input, out),
             _ => Err(fail(CmdStatus::BadOperation, syndrome::BAD_OPCODE)),
         }
     }

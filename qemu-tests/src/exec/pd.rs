@@ -25,7 +25,7 @@ impl Hca {
         if !self.pds.contains(&pd) {
             return Err(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT));
         }
-        if self.mkeys.values().any(|k| k.pd == pd) {
+        if self.mkeys.values().any(|k| k.pd == pd) || self.srqs.values().any(|s| s.pd == pd) {
             return Err(fail(CmdStatus::ResourceBusy, syndrome::IN_USE));
         }
         self.pds.remove(&pd);

@@ -29,6 +29,8 @@ impl Hca {
         let no_rq = match c.get(qpc::rq_type) as u8 {
             qpc_rq_type::NON_ZERO_RQ => false,
             qpc_rq_type::ZERO_LEN_RQ => true,
+            // Receives from the SRQ in srqn_rmpn_xrqn (checked below): no RQ in the buffer.
+            qpc_rq_type::SRQ_RQ => true,
             _ => return Err(bad_param(syndrome::OUT_OF_RANGE)),
         };
         let (cqn_snd, cqn_rcv) = (c.get32(qpc::cqn_snd), c.get32(qpc::cqn_rcv));
@@ -40,6 +42,7 @@ impl Hca {
         {
             return Err(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT));
         }
+        let rq_srq = self.qp_rq_srq(&c)?;
         let log_sq_size = c.get(qpc::log_sq_size) as u8;
         let log_rq_size = c.get(qpc::log_rq_size) as u8;
         let max_wq = self.cap(cmd_hca_cap::log_max_qp_sz);
@@ -115,6 +118,7 @@ impl Hca {
             }
         }
         self.qps.insert(qpn, qp);
+        self.attach_qp_srq(qpn, rq_srq);
         out.set(create_qp_out::qpn, qpn);
         Ok(())
     }
@@ -128,6 +132,7 @@ impl Hca {
             .qps
             .remove(&qpn)
             .ok_or(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT))?;
+        self.detach_qp_srq(qpn);
         for cqn in [qp.cqn_snd, qp.cqn_rcv] {
             if let Some(cq) = self.cqs.get_mut(&cqn) {
                 cq.users = cq.users.saturating_sub(1);
@@ -290,6 +295,11 @@ impl Hca {
             .set(qpc::cqn_rcv, q.cqn_rcv)
             .set(qpc::q_key, q.qkey)
             .set(qpc::dbr_addr, q.dbr);
+        if let Some((srqn, xrcd)) = self.qp_srq(qpn) {
+            c.set(qpc::rq_type, qpc_rq_type::SRQ_RQ)
+                .set(qpc::srqn_rmpn_xrqn, srqn)
+                .set(qpc::xrcd, xrcd);
+        }
         let mut p = c.sub(qpc::primary_address_path);
         p.set(ads::vhca_port_num, q.port)
             .set(ads::pkey_index, q.pkey_index)
