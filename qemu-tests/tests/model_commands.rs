@@ -706,3 +706,47 @@ fn qp_work_buffer_starts_at_its_page_offset() {
         );
     });
 }
+
+#[test]
+fn hca_vport_context_port_zero_is_the_functions_own_port() {
+    // Linux 6.12 vport.c mlx5_query_hca_vport_context sets port_num only when
+    // cmd_hca_cap.num_ports == 2; mlx5_ib asks with port_num 0 on a one-port function.
+    let query = |raw: &Raw, port: u8| {
+        let mut q = header(0x762, 0, 16);
+        ViewMut::<QueryHcaVportContextIn>::new_checked(&mut q)
+            .unwrap()
+            .set(query_hca_vport_context_in::port_num, port);
+        raw.cmd(&q, QueryHcaVportContextOut::BYTES)
+    };
+    let lid = |out: &[u8]| {
+        View::<QueryHcaVportContextOut>::new_checked(out)
+            .unwrap()
+            .sub(query_hca_vport_context_out::hca_vport_context)
+            .get(hca_vport_context::lid)
+    };
+    let cfg = ModelConfig {
+        base_lid: 5,
+        ..ModelConfig::default()
+    };
+    let one = Raw::with(cfg.clone(), Drive::Synchronous);
+    let _p1 = bring_up(&one);
+    let out = query(&one, 0);
+    assert_eq!(Raw::status(&out), (CmdStatus::Ok, 0));
+    assert_eq!(lid(&out), 5);
+    assert_eq!(lid(&query(&one, 1)), 5);
+    assert_eq!(Raw::status(&query(&one, 2)).0, CmdStatus::BadParameter);
+    let two = Raw::with(
+        ModelConfig {
+            num_ports: 2,
+            ..cfg
+        },
+        Drive::Synchronous,
+    );
+    let _p2 = bring_up(&two);
+    assert_eq!(lid(&query(&two, 2)), 6);
+    assert_eq!(
+        Raw::status(&query(&two, 0)).0,
+        CmdStatus::BadParameter,
+        "a two-port function must be told which port"
+    );
+}

@@ -53,7 +53,12 @@ impl Hca {
         let v = input::<QueryHcaVportContextIn>(i)?;
         let mut out = output::<QueryHcaVportContextOut>(o)?;
         self.require_initialized()?;
-        let port = v.get(query_hca_vport_context_in::port_num) as u8;
+        // Linux (vport.c `mlx5_query_hca_vport_context`) names the port only when the function
+        // has two (`num_ports == 2`); otherwise port_num is 0: the function's own port.
+        let port = match v.get(query_hca_vport_context_in::port_num) as u8 {
+            0 if self.ports.len() == 1 => 1,
+            n => n,
+        };
         if v.get(query_hca_vport_context_in::other_vport) != 0 {
             return Err(bad_param(syndrome::OUT_OF_RANGE));
         }
