@@ -663,6 +663,21 @@ fn rc_and_ud_between_two_hcas_on_a_fabric() {
         let mut got = [0u8; 6];
         m1.buf().read_bytes(200, &mut got).unwrap();
         assert_eq!(&got, b"remote");
+        // The ports' counters (what the performance management agent reports through
+        // MAD_IFC): the SEND's 17 bytes and the READ request went out of HCA 1, the READ
+        // response's 6 bytes came back; HCA 2 saw the mirror image.
+        let counters = |h: &SimHal| h.model().with(|m| m.port_counters(1)).unwrap();
+        let (k1, k2) = (counters(&h1), counters(&h2));
+        assert_eq!(
+            (k1.xmit_bytes, k1.xmit_packets, k1.rcv_bytes, k1.rcv_packets),
+            (17, 2, 6, 1),
+            "{drive:?}"
+        );
+        assert_eq!(
+            (k2.xmit_bytes, k2.xmit_packets, k2.rcv_bytes, k2.rcv_packets),
+            (6, 1, 17, 2),
+            "{drive:?}"
+        );
         // A LID nobody owns: transport retries exceeded.
         let mut x = p1
             .create_qp(&QpInitAttr {

@@ -60,6 +60,8 @@ pub(crate) struct Pending {
 pub(crate) struct Port {
     pub up: bool,
     pub lid: u16,
+    /// Traffic through the port, as the performance management agent reports it.
+    pub counters: crate::pma::PortCounters,
 }
 
 /// Callback that raises an MSI-X vector.
@@ -128,6 +130,7 @@ impl Hca {
             .map(|i| Port {
                 up: true,
                 lid: cfg.base_lid + (u16::from(i) << cfg.lmc.min(7)),
+                counters: crate::pma::PortCounters::default(),
             })
             .collect();
         let msix = vec![0u8; 0x2000];

@@ -22,6 +22,7 @@ pub mod memory;
 pub mod mkey;
 pub mod page_list;
 pub mod pci;
+pub mod pma;
 pub mod qp;
 pub mod sim_hal;
 pub mod sma;

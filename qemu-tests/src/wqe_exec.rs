@@ -42,6 +42,7 @@ use bareverbs_firmware_cmd::ifc::{fm_ce_se, make_op_own, wqe_opcode, CqeOpcode, 
 use crate::dma::AddressSpaceExt;
 use crate::hca::Hca;
 use crate::mkey::KeyFault;
+use crate::pma::Traffic;
 use crate::qp::{Qp, QpState, ServiceType, PSN_MASK};
 
 /// CQE error syndromes (`MLX5_CQE_SYNDROME_*`).
@@ -130,6 +131,8 @@ pub(crate) struct Request {
     /// The 40-byte GRH the packet carries (UD with a global route), as the receiver's HCA
     /// writes it into the start of the receive buffer.
     grh: Option<[u8; 40]>,
+    /// Packets the message takes on the wire (and a READ's response), for the port counters.
+    pkts: u32,
 }
 
 /// The responder's answer.
@@ -580,6 +583,17 @@ impl Hca {
     /// not the expected one starts a new message (rxe `check_psn`: a First or Only packet
     /// resynchronises) and the expected PSN follows it.
     pub(crate) fn respond(&mut self, req: &Request) -> Response {
+        self.count_traffic(req.dlid, Traffic::Rcv, req.payload.len() as u64, req.pkts);
+        let resp = self.respond_at_port(req);
+        if let Response::Ack(data) = &resp {
+            if !data.is_empty() {
+                self.count_traffic(req.dlid, Traffic::Xmit, data.len() as u64, req.pkts);
+            }
+        }
+        resp
+    }
+
+    fn respond_at_port(&mut self, req: &Request) -> Response {
         let rc = req.st == ServiceType::Rc;
         let Some(r) = self.qps.get(&req.dst_qpn).cloned().filter(|r| {
             // A QP in SQE (UC, UD) still receives.
@@ -770,6 +784,19 @@ impl Hca {
     /// Sends `req` towards `dlid`: this HCA answers for its own LIDs, the fabric finds the
     /// others. `None`: the responder's HCA is busy, try again.
     fn route(&mut self, dlid: u16, req: &Request) -> Option<Response> {
+        let resp = self.route_to(dlid, req)?;
+        // What left and came back through the requester's port (READ and atomic responses
+        // carry data back; acknowledgements are not counted).
+        self.count_traffic(req.slid, Traffic::Xmit, req.payload.len() as u64, req.pkts);
+        if let Response::Ack(data) = &resp {
+            if !data.is_empty() {
+                self.count_traffic(req.slid, Traffic::Rcv, data.len() as u64, req.pkts);
+            }
+        }
+        Some(resp)
+    }
+
+    fn route_to(&mut self, dlid: u16, req: &Request) -> Option<Response> {
         if self.owns_lid(dlid) {
             return Some(self.respond(req));
         }
@@ -873,6 +900,11 @@ impl Hca {
             grh: w
                 .ud_grh
                 .map(|g| self.grh(qp.port, &g, msg_len, imm.is_some())),
+            pkts: if qp.st == ServiceType::Ud {
+                1
+            } else {
+                packets(kind, msg_len, qp.mtu)
+            },
         };
         loop {
             let Some(resp) = self.route(dlid, &req) else {
@@ -1033,6 +1065,7 @@ mod tests {
             compare: 0,
             qkey: 0,
             grh: None,
+            pkts: 1,
         }
     }
 

@@ -124,6 +124,83 @@ crate::ifc! {
         0x058 link_speed_enabled: 8,
         0x078 link_speed_active: 8,
     }
+    /// A performance management MAD (Linux `struct ib_pma_mad`, `include/rdma/ib_pma.h`; IBA
+    /// 16.1.1): the common MAD header, 40 reserved bytes, then the 192-byte attribute data.
+    /// (An IBA layout, not mlx5_ifc.)
+    pub struct PmaMad => ib_pma_mad: 0x800 bits {
+        0x000 base_version: 8,
+        0x008 mgmt_class: 8,
+        0x010 class_version: 8,
+        0x018 method: 8,
+        0x020 status: 16,
+        0x040 tid: 64,
+        0x080 attr_id: 16,
+        0x0a0 attr_mod: 32,
+        0x200 data: [u8; 192],
+    }
+    /// ClassPortInfo attribute data, the part an agent without redirection fills (Linux
+    /// `struct ib_class_port_info`, ib_mad.h; IBA 13.4.8.1). Linux ib_core reads
+    /// `capability_mask` to choose the counters it shows (sysfs.c `get_counter_table`).
+    pub struct ClassPortInfo => ib_class_port_info: 0x240 bits {
+        0x000 base_version: 8,
+        0x008 class_version: 8,
+        0x010 capability_mask: 16,
+        0x020 cap_mask2: 27,
+        0x03b resp_time_value: 5,
+    }
+    /// PortCounters attribute data (Linux `struct ib_pma_portcounters`, ib_pma.h; IBA
+    /// 16.1.3.5): 32-bit data and packet counters, data in units of 4 octets.
+    pub struct PmaPortCounters => ib_pma_portcounters: 0x160 bits {
+        0x008 port_select: 8,
+        0x010 counter_select: 16,
+        0x020 symbol_error_counter: 16,
+        0x030 link_error_recovery_counter: 8,
+        0x038 link_downed_counter: 8,
+        0x040 port_rcv_errors: 16,
+        0x050 port_rcv_remphys_errors: 16,
+        0x060 port_rcv_switch_relay_errors: 16,
+        0x070 port_xmit_discards: 16,
+        0x080 port_xmit_constraint_errors: 8,
+        0x088 port_rcv_constraint_errors: 8,
+        0x098 link_overrun_errors: 8,
+        0x0b0 vl15_dropped: 16,
+        0x0c0 port_xmit_data: 32,
+        0x0e0 port_rcv_data: 32,
+        0x100 port_xmit_packets: 32,
+        0x120 port_rcv_packets: 32,
+        0x140 port_xmit_wait: 32,
+    }
+    /// PortCountersExtended attribute data (Linux `struct ib_pma_portcounters_ext`,
+    /// ib_pma.h; IBA 16.1.4.11): the 64-bit counters.
+    pub struct PmaPortCountersExt => ib_pma_portcounters_ext: 0x240 bits {
+        0x008 port_select: 8,
+        0x010 counter_select: 16,
+        0x040 port_xmit_data: 64,
+        0x080 port_rcv_data: 64,
+        0x0c0 port_xmit_packets: 64,
+        0x100 port_rcv_packets: 64,
+        0x140 port_unicast_xmit_packets: 64,
+        0x180 port_unicast_rcv_packets: 64,
+        0x1c0 port_multicast_xmit_packets: 64,
+        0x200 port_multicast_rcv_packets: 64,
+    }
+}
+
+/// Performance management attributes (`IB_PMA_*`, ib_pma.h).
+pub mod pma_attr {
+    /// ClassPortInfo.
+    pub const CLASS_PORT_INFO: u16 = 0x0001;
+    /// PortCounters.
+    pub const PORT_COUNTERS: u16 = 0x0012;
+    /// PortCountersExtended.
+    pub const PORT_COUNTERS_EXT: u16 = 0x001d;
+}
+
+/// ClassPortInfo `capability_mask` bits of the performance management class
+/// (`IB_PMA_CLASS_CAP_*`, ib_pma.h).
+pub mod pma_cap {
+    /// PortCountersExtended has every counter, unicast and multicast included.
+    pub const EXT_WIDTH: u16 = 1 << 9;
 }
 
 /// MAD_IFC `op_mod` bits (Linux mlx5_ib `mlx5_MAD_IFC`).
@@ -308,5 +385,35 @@ mod tests {
             u32::from_be_bytes([d[36], d[37], d[38], d[39]]) & 0xffff,
             0x02c9
         );
+    }
+
+    #[test]
+    fn pma_fields_sit_where_linux_decodes_them() {
+        // ib_pma.h: struct ib_pma_mad data at 24 + 40 = 64; ib_core sysfs.c get_perf_mad
+        // writes PortSelect to ib_mad.data[41] (byte 65) and reads the attribute from
+        // ib_mad.data + 40. ib_class_port_info.capability_mask at byte 2.
+        assert_eq!(ib_pma_mad::data.bit / 8, 64);
+        assert_eq!(PmaMad::BYTES, MAD_BYTES);
+        let mut d = [0u8; 192];
+        ViewMut::<ClassPortInfo>::new_checked(&mut d)
+            .unwrap()
+            .set(ib_class_port_info::capability_mask, pma_cap::EXT_WIDTH)
+            .set(ib_class_port_info::resp_time_value, 18u8);
+        assert_eq!(d[2..8], [0x02, 0x00, 0, 0, 0, 18]);
+        // ib_pma_portcounters: port_select at 1, port_xmit_data at 24 … port_rcv_packets 36.
+        let mut c = [0u8; 44];
+        ViewMut::<PmaPortCounters>::new_checked(&mut c)
+            .unwrap()
+            .set(ib_pma_portcounters::port_select, 1u8)
+            .set(ib_pma_portcounters::port_xmit_data, 0x0102_0304u32)
+            .set(ib_pma_portcounters::port_rcv_packets, 7u32);
+        assert_eq!((c[1], c[24..28].to_vec(), c[39]), (1, vec![1, 2, 3, 4], 7));
+        // ib_pma_portcounters_ext: port_xmit_data at 8, port_multicast_rcv_packets at 64.
+        let mut e = [0u8; 72];
+        ViewMut::<PmaPortCountersExt>::new_checked(&mut e)
+            .unwrap()
+            .set(ib_pma_portcounters_ext::port_xmit_data, 5u64)
+            .set(ib_pma_portcounters_ext::port_multicast_rcv_packets, 9u64);
+        assert_eq!((e[15], e[71]), (5, 9));
     }
 }

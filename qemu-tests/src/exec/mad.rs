@@ -26,9 +26,16 @@ impl Hca {
         if self.port_attrs(port).is_none() || v.get(mad_ifc_in::plane_index) != 0 {
             return Err(bad_param(syndrome::OUT_OF_RANGE));
         }
-        let resp = self
-            .sma(port, v.bytes(mad_ifc_in::mad))
-            .map_err(|_| fail(CmdStatus::BadPacket, MAD_DISCARDED))?;
+        let mad = v.bytes(mad_ifc_in::mad);
+        // Byte 1 of every MAD is its management class: performance management goes to its
+        // agent, everything else to the subnet management agent (which discards what it
+        // does not take).
+        let resp = if mad[1] == mgmt_class::PERF_MGMT {
+            self.pma(port, mad)
+        } else {
+            self.sma(port, mad)
+        }
+        .map_err(|_| fail(CmdStatus::BadPacket, MAD_DISCARDED))?;
         out.bytes_mut(mad_ifc_out::response_mad_packet)
             .copy_from_slice(&resp);
         Ok(())
