@@ -124,8 +124,9 @@ wait_exit() {
 
 # pair NAME SECS PORT "SERVER-COMMAND" "CLIENT-COMMAND": start the server, wait until it
 # listens on PORT, run the client against 127.0.0.1, each side under its own SECS deadline
-# (SIGKILL). Prints both outputs and "RIG-PAIR NAME server=RC client=RC"; true if both are 0.
-# The commands are split on spaces.
+# (SIGKILL). A server whose client failed would wait for it forever: it gets 5 s, then SIGKILL.
+# Prints both outputs and "RIG-PAIR NAME server=RC client=RC"; sets PAIR_SRV and PAIR_CLI to
+# the statuses; true if both are 0. The commands are split on spaces.
 pair() {
   _name=$1 _secs=$2 _port=$3 _srv=$4 _cli=$5
   echo "RIG-IB pair $_name: server: $_srv"
@@ -143,8 +144,10 @@ pair() {
     _crc=255
   fi
   # The server's own timeout bounds it; the margin covers a verbs call stuck in the kernel.
-  wait_exit "$_spid" $((_secs + 70))
+  if [ "$_crc" = 0 ]; then wait_exit "$_spid" $((_secs + 70)); else wait_exit "$_spid" 5; fi
   _src=$WAIT_RC
+  # shellcheck disable=SC2034 # read by the scripts that source this file
+  PAIR_SRV=$_src PAIR_CLI=$_crc
   sed "s/^/RIG-OUT $_name srv| /" "/tmp/$_name.srv"
   sed "s/^/RIG-OUT $_name cli| /" "/tmp/$_name.cli"
   echo "RIG-PAIR $_name server=$_src client=$_crc ($(awk -v a="$_t0" -v b="$(up)" 'BEGIN { printf "%.1f", b - a }') s)"
