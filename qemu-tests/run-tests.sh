@@ -60,6 +60,12 @@ else
 
   step "guest: rc_pingpong between two model HCAs over VFIO"
   qemu-tests/rig/test-pingpong.sh
+
+  step "guest: Linux mlx5_ib and rdma-core 56 (ibv_*_pingpong, perftest) on two model HCAs"
+  qemu-tests/rig/test-mlx5-ib.sh
+
+  step "guest: bareverbs over VFIO against rdma-core on mlx5_ib, across the model's fabric"
+  qemu-tests/rig/test-interop.sh
 fi
 
 step "all tests passed"
