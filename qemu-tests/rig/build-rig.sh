@@ -37,14 +37,15 @@ SUITE=trixie
 # xz-utils are used by make-initramfs.sh, so the host needs neither.
 PKGS_MAIN=(linux-image-amd64 busybox-static cpio xz-utils)
 # rdma-core's user space, copied into guests by make-initramfs.sh --chroot-bin: libibverbs
-# and the providers (libmlx5), the ibv_* utilities, perftest (ib_write_bw, ...).
-PKGS_RDMA=(ibverbs-utils ibverbs-providers perftest)
+# and the providers (libmlx5), the ibv_* utilities, perftest (ib_write_bw, ...); iproute2 for
+# `rdma link add` (a soft-RoCE device, the RDMA tests' self-check without the model).
+PKGS_RDMA=(ibverbs-utils ibverbs-providers perftest iproute2)
 # A compiler to build small C verbs programs against trixie's rdma-core, inside the chroot.
 PKGS_CC=(gcc libc6-dev libibverbs-dev)
 PKGS_BPO=(qemu-system-x86)
 
 # What the stamp must say for the cache to be reused. Bump RECIPE when the build steps change.
-RECIPE=2
+RECIPE=3
 recipe_text() {
   printf 'recipe=%s\nsuite=%s\nmirror=%s\nsecurity=%s\npackages=%s\nrdma-packages=%s\ncc-packages=%s\nbackports-packages=%s\n' \
     "$RECIPE" "$SUITE" "$MIRROR" "$SECURITY" "${PKGS_MAIN[*]}" "${PKGS_RDMA[*]}" "${PKGS_CC[*]}" "${PKGS_BPO[*]}"
@@ -197,7 +198,7 @@ krel=${krels[0]}
 [ -f "$NEW/boot/vmlinuz-$krel" ] || rig_die "kernel image $NEW/boot/vmlinuz-$krel missing"
 [ -f "$NEW/lib/modules/$krel/modules.dep" ] || rig_die "modules.dep missing for $krel"
 [ -x "$NEW/usr/bin/busybox" ] || rig_die "busybox-static did not install /usr/bin/busybox"
-for f in /usr/bin/ibv_devinfo /usr/bin/ibv_rc_pingpong /usr/bin/ib_write_bw /etc/libibverbs.d/mlx5.driver \
+for f in /usr/bin/ibv_devinfo /usr/bin/ibv_rc_pingpong /usr/bin/ib_write_bw /etc/libibverbs.d/mlx5.driver /usr/bin/rdma \
   /usr/include/infiniband/verbs.h /usr/bin/gcc; do
   [ -e "$NEW$f" ] || rig_die "$f missing after installing ${PKGS_RDMA[*]} ${PKGS_CC[*]}"
 done

@@ -206,5 +206,5 @@ show_rdma() {
 # The kernel's messages about mlx5 and RDMA (why mlx5_ib did or did not come up).
 dmesg_rdma() {
   dmesg | grep -iE 'mlx5|infiniband|ib_core|ib_uverbs|uverbs|rdma' |
-    grep -vE 'command line|^\[ *[0-9.]+\]     [A-Z_]+=' | sed 's/^/RIG-DMESG /'
+    grep -viE 'command line|^\[ *[0-9.]+\]     [A-Z_]+=' | sed 's/^/RIG-DMESG /'
 }

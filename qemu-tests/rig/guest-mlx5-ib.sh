@@ -11,6 +11,11 @@
 #   PERF_ITERS=N                  perftest -n (default 20)
 #   PP_TIMEOUT=S PERF_TIMEOUT=S   per-side deadline of one pair (default 90 and 120)
 #   PROBE_WAIT=S                  deadline for each module load and unload (default 100)
+#   SOFT_RDMA=rxe                 self-check of this script and of rdma-core in the guest without
+#                                 the model: a soft-RoCE device rxe0 on a dummy netdev with
+#                                 10.11.12.1/24 (rxe refuses lo) serves both sides (module group
+#                                 "extra" = rdma_rxe dummy crc32_generic; iproute2 ip and rdma)
+#   PP_EXTRA=... PERF_EXTRA=...   more options for every pingpong / perftest (RoCE: -g N / -x N)
 # shellcheck source=guest-ib-lib.sh
 . /bin/guest-ib-lib.sh
 
@@ -20,6 +25,8 @@ perf_iters=${PERF_ITERS:-20}
 pp_timeout=${PP_TIMEOUT:-90}
 perf_timeout=${PERF_TIMEOUT:-120}
 wait_s=${PROBE_WAIT:-100}
+soft=${SOFT_RDMA:-}
+if [ -n "$soft" ]; then dev0=${soft}0 dev1=${soft}0; else dev0=mlx5_0 dev1=mlx5_1; fi
 
 say "start uptime=$(up)s"
 say "lo $(ip -4 addr show dev lo 2>/dev/null | grep -o 'inet [0-9./]*' | head -n 1)"
@@ -27,20 +34,38 @@ for d in /sys/bus/pci/devices/*; do
   [ "$(cat "$d/vendor")" = 0x15b3 ] && say "pci ${d##*/} device=$(cat "$d/device")"
 done
 
-insmod_bounded "$wait_s" mlx5_core || fail "insmod mlx5_core"
-for d in /sys/bus/pci/devices/*; do
-  [ "$(cat "$d/vendor")" = 0x15b3 ] || continue
-  drv=$(readlink "$d/driver" 2>/dev/null)
-  say "driver ${d##*/} ${drv##*/}"
-done
-insmod_bounded 30 ib_core || fail "insmod ib_core"
-insmod_bounded 30 ib_uverbs || fail "insmod ib_uverbs"
-insmod_bounded "$wait_s" mlx5_ib || fail "insmod mlx5_ib"
+if [ -n "$soft" ]; then
+  say "self-check: soft RDMA device $dev0 on a dummy netdev instead of the model's HCAs"
+  load_group_before extra __all__ || fail "modules of group extra"
+  { /usr/bin/ip link add rigdummy0 type dummy && /usr/bin/ip addr add 10.11.12.1/24 dev rigdummy0 &&
+    /usr/bin/ip link set rigdummy0 up; } || fail "dummy netdev rigdummy0"
+  rdma link add "$dev0" type "$soft" netdev rigdummy0 || fail "rdma link add $dev0 type $soft netdev rigdummy0"
+  # The IPv4 GID (index 1) appears once the stack tells rxe about the address.
+  i=0
+  while [ $i -lt 50 ] && ! grep -q ':0a0b:0c01$' "/sys/class/infiniband/$dev0/ports/1/gids/1" 2>/dev/null; do
+    sleep 0.2
+    i=$((i + 1))
+  done
+  say "$dev0 gid1=$(cat "/sys/class/infiniband/$dev0/ports/1/gids/1" 2>/dev/null)"
+else
+  insmod_bounded "$wait_s" mlx5_core || fail "insmod mlx5_core"
+  for d in /sys/bus/pci/devices/*; do
+    [ "$(cat "$d/vendor")" = 0x15b3 ] || continue
+    drv=$(readlink "$d/driver" 2>/dev/null)
+    say "driver ${d##*/} ${drv##*/}"
+  done
+  insmod_bounded 30 ib_core || fail "insmod ib_core"
+  insmod_bounded 30 ib_uverbs || fail "insmod ib_uverbs"
+  insmod_bounded "$wait_s" mlx5_ib || fail "insmod mlx5_ib"
+fi
 show_rdma || fail "ibv_devices"
-for dev in mlx5_0 mlx5_1; do
+devs=$dev0
+[ "$dev1" = "$dev0" ] || devs="$dev0 $dev1"
+for dev in $devs; do
   [ -d "/sys/class/infiniband/$dev" ] || fail "no IB device $dev"
 done
-wait_ports_active 30 mlx5_0 mlx5_1 || fail "ports not all ACTIVE"
+# shellcheck disable=SC2086 # split on purpose
+wait_ports_active 30 $devs || fail "ports not all ACTIVE"
 
 say "devinfo begin"
 ibv_devinfo -v 2>&1
@@ -54,21 +79,26 @@ for c in $(echo "$cases" | tr , ' '); do
   rest=${c#*:}
   size=${rest%%:*}
   iters=${rest#*:}
-  args="-c -s $size -n $iters -p $port"
+  args="-c -s $size -n $iters -p $port ${PP_EXTRA:-}"
   pair "ibv_${t}_pingpong-s$size-n$iters" "$pp_timeout" "$port" \
-    "ibv_${t}_pingpong -d mlx5_0 $args" "ibv_${t}_pingpong -d mlx5_1 $args" ||
+    "ibv_${t}_pingpong -d $dev0 $args" "ibv_${t}_pingpong -d $dev1 $args" ||
     fail "ibv_${t}_pingpong -s $size -n $iters"
   port=$((port + 1))
 done
 
 for p in $(echo "$perf" | tr , ' '); do
-  args="-n $perf_iters -F -p $port"
-  pair "$p" "$perf_timeout" "$port" "$p -d mlx5_0 $args" "$p -d mlx5_1 $args" || fail "$p"
+  args="-n $perf_iters -F -p $port ${PERF_EXTRA:-}"
+  pair "$p" "$perf_timeout" "$port" "$p -d $dev0 $args" "$p -d $dev1 $args" || fail "$p"
   port=$((port + 1))
 done
 
-rmmod_bounded "$wait_s" mlx5_ib || fail "rmmod mlx5_ib"
-rmmod_bounded "$wait_s" mlx5_core || fail "rmmod mlx5_core"
+if [ -n "$soft" ]; then
+  rdma link delete "$dev0" || fail "rdma link delete $dev0"
+  rmmod_bounded "$wait_s" "rdma_$soft" || fail "rmmod rdma_$soft"
+else
+  rmmod_bounded "$wait_s" mlx5_ib || fail "rmmod mlx5_ib"
+  rmmod_bounded "$wait_s" mlx5_core || fail "rmmod mlx5_core"
+fi
 dmesg_rdma
 say "done failures=$FAILS uptime=$(up)s"
 [ "$FAILS" = 0 ]

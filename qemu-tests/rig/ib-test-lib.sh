@@ -9,12 +9,14 @@ RDMA_BINS=(/usr/bin/ibv_devices /usr/bin/ibv_devinfo /usr/bin/ibv_rc_pingpong /u
   /usr/bin/ibv_ud_pingpong /usr/bin/ib_write_bw /usr/bin/ib_read_bw /usr/bin/ib_atomic_bw /usr/bin/ib_send_lat)
 
 # ib_make_initramfs OUTPUT GUEST-SCRIPT [EXTRA-FILE]...: the initramfs with rdma-core, the
-# guest helper library and the guest script as /bin/<name>.
+# guest helper library and the guest script as /bin/<name>; IB_INITRAMFS_ARGS (an array) holds
+# more make-initramfs.sh options.
+IB_INITRAMFS_ARGS=()
 ib_make_initramfs() {
   local out=$1 script=$2 b args=()
   shift 2
   for b in "${RDMA_BINS[@]}"; do args+=(--chroot-bin "$b"); done
-  "$here/make-initramfs.sh" "${args[@]}" --verbs-provider mlx5 "$out" \
+  "$here/make-initramfs.sh" "${args[@]}" --verbs-provider mlx5 "${IB_INITRAMFS_ARGS[@]}" "$out" \
     "$here/guest-ib-lib.sh:/bin/guest-ib-lib.sh" "$script:/bin/${script##*/}" "$@" >"$out.log" 2>&1 ||
     { cat "$out.log" >&2; return 1; }
 }
@@ -52,7 +54,8 @@ ib_check_traces() {
 }
 
 # ib_check_devinfo LOG DEV...: in the guest's `ibv_devinfo -v` output, each DEV is listed with
-# non-zero node and system-image GUIDs, and every port of it is PORT_ACTIVE with a LID and GID 0.
+# non-zero node and system-image GUIDs, and every port of it is PORT_ACTIVE with GID 0 and, on an
+# InfiniBand link layer, a LID.
 ib_check_devinfo() {
   local log=$1 problems
   shift
@@ -63,6 +66,7 @@ ib_check_devinfo() {
     $1 == "port:" { port = hca " port " $2; nports[hca]++; ports[port] = hca; next }
     port != "" && $1 == "state:" { st[port] = $2 }
     port != "" && $1 == "port_lid:" { lid[port] = $2 }
+    port != "" && $1 == "link_layer:" { ll[port] = $2 }
     port != "" && $1 == "GID[" && $2 == "0]:" { gid[port] = $3 }
     END {
       n = split(want, w, " ")
@@ -75,7 +79,7 @@ ib_check_devinfo() {
       }
       for (p in ports) {
         if (st[p] != "PORT_ACTIVE") print p ": state " st[p]
-        if (lid[p] == "" || lid[p] == "0" || lid[p] == "0x0000") print p ": no LID (" lid[p] ")"
+        if (ll[p] != "Ethernet" && (lid[p] == "" || lid[p] == "0" || lid[p] == "0x0000")) print p ": no LID (" lid[p] ")"
         if (gid[p] == "") print p ": no GID[0]"
       }
     }')
