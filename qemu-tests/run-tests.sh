@@ -60,6 +60,15 @@ else
 
   step "guest: rc_pingpong between two model HCAs over VFIO"
   qemu-tests/rig/test-pingpong.sh
+
+  step "guest: the RDMA test's steps on soft-RoCE (rdma-core in the guest, no model)"
+  SELFCHECK=rxe qemu-tests/rig/test-mlx5-ib.sh
+
+  step "guest: Linux mlx5_ib and rdma-core 56 (ibv_*_pingpong, perftest) on two model HCAs"
+  qemu-tests/rig/test-mlx5-ib.sh
+
+  step "guest: bareverbs over VFIO against rdma-core on mlx5_ib, across the model's fabric"
+  qemu-tests/rig/test-interop.sh
 fi
 
 step "all tests passed"

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Build (or reuse) the bareverbs QEMU rig: a Debian trixie chroot holding QEMU 11 from
-# trixie-backports, the trixie 6.12 kernel and busybox-static. See README.md beside this file.
+# trixie-backports, the trixie 6.12 kernel, busybox-static, rdma-core's user space (libibverbs,
+# the mlx5 provider, ibv_* utilities, perftest) and a C compiler with libibverbs-dev.
+# See README.md beside this file.
 #
 # Usage: build-rig.sh [--rebuild] [--help]
 # Environment:
@@ -16,7 +18,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 rig_trap_err
 orig_args=("$@") # for the re-exec into a private mount namespace
 
-usage() { sed -n '2,11s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,12s/^# \{0,1\}//p' "$0"; }
 
 rebuild=0
 while [ $# -gt 0 ]; do
@@ -34,13 +36,19 @@ SUITE=trixie
 # Packages from the suite itself, and packages taken from trixie-backports. cpio and
 # xz-utils are used by make-initramfs.sh, so the host needs neither.
 PKGS_MAIN=(linux-image-amd64 busybox-static cpio xz-utils)
+# rdma-core's user space, copied into guests by make-initramfs.sh --chroot-bin: libibverbs
+# and the providers (libmlx5), the ibv_* utilities, perftest (ib_write_bw, ...); iproute2 for
+# `rdma link add` (a soft-RoCE device, the RDMA tests' self-check without the model).
+PKGS_RDMA=(ibverbs-utils ibverbs-providers perftest iproute2)
+# A compiler to build small C verbs programs against trixie's rdma-core, inside the chroot.
+PKGS_CC=(gcc libc6-dev libibverbs-dev)
 PKGS_BPO=(qemu-system-x86)
 
 # What the stamp must say for the cache to be reused. Bump RECIPE when the build steps change.
-RECIPE=1
+RECIPE=3
 recipe_text() {
-  printf 'recipe=%s\nsuite=%s\nmirror=%s\nsecurity=%s\npackages=%s\nbackports-packages=%s\n' \
-    "$RECIPE" "$SUITE" "$MIRROR" "$SECURITY" "${PKGS_MAIN[*]}" "${PKGS_BPO[*]}"
+  printf 'recipe=%s\nsuite=%s\nmirror=%s\nsecurity=%s\npackages=%s\nrdma-packages=%s\ncc-packages=%s\nbackports-packages=%s\n' \
+    "$RECIPE" "$SUITE" "$MIRROR" "$SECURITY" "${PKGS_MAIN[*]}" "${PKGS_RDMA[*]}" "${PKGS_CC[*]}" "${PKGS_BPO[*]}"
 }
 
 print_versions() {
@@ -72,7 +80,8 @@ elif [ ! -f "$RIG_VERSIONS" ]; then
 else
   krel=$(rig_version KERNEL_RELEASE)
   for f in /usr/bin/qemu-system-x86_64 "/boot/vmlinuz-$krel" "/lib/modules/$krel/modules.dep" \
-    /usr/bin/busybox /usr/bin/cpio /usr/bin/xz; do
+    /usr/bin/busybox /usr/bin/cpio /usr/bin/xz /usr/bin/ibv_devinfo /usr/bin/ib_write_bw \
+    /usr/bin/gcc /usr/include/infiniband/verbs.h; do
     if [ -z "$krel" ] || [ ! -e "$RIG_ROOTFS$f" ]; then
       complete_reason="stamp present but $RIG_ROOTFS$f is missing"
       break
@@ -171,6 +180,10 @@ step "apt-get update in the chroot"
 logged rig_chroot "$NEW" apt-get update
 step "apt-get install ${PKGS_MAIN[*]} (the kernel postinst also builds an unused initrd)"
 logged rig_chroot "$NEW" apt-get install -y "${PKGS_MAIN[@]}"
+step "apt-get install ${PKGS_RDMA[*]} (rdma-core user space)"
+logged rig_chroot "$NEW" apt-get install -y "${PKGS_RDMA[@]}"
+step "apt-get install ${PKGS_CC[*]}"
+logged rig_chroot "$NEW" apt-get install -y "${PKGS_CC[@]}"
 step "apt-get install -t $SUITE-backports ${PKGS_BPO[*]}"
 logged rig_chroot "$NEW" apt-get install -y -t "$SUITE-backports" "${PKGS_BPO[@]}"
 logged rig_chroot "$NEW" apt-get clean
@@ -185,6 +198,12 @@ krel=${krels[0]}
 [ -f "$NEW/boot/vmlinuz-$krel" ] || rig_die "kernel image $NEW/boot/vmlinuz-$krel missing"
 [ -f "$NEW/lib/modules/$krel/modules.dep" ] || rig_die "modules.dep missing for $krel"
 [ -x "$NEW/usr/bin/busybox" ] || rig_die "busybox-static did not install /usr/bin/busybox"
+for f in /usr/bin/ibv_devinfo /usr/bin/ibv_rc_pingpong /usr/bin/ib_write_bw /etc/libibverbs.d/mlx5.driver /usr/bin/rdma \
+  /usr/include/infiniband/verbs.h /usr/bin/gcc; do
+  [ -e "$NEW$f" ] || rig_die "$f missing after installing ${PKGS_RDMA[*]} ${PKGS_CC[*]}"
+done
+compgen -G "$NEW/usr/lib/x86_64-linux-gnu/libibverbs/libmlx5-rdmav*.so" >/dev/null ||
+  rig_die "the mlx5 provider (libibverbs/libmlx5-rdmav*.so) is missing"
 qemu_line=$(rig_chroot "$NEW" qemu-system-x86_64 --version | head -n 1) ||
   rig_die "qemu-system-x86_64 --version failed inside the chroot"
 
@@ -195,6 +214,10 @@ qemu_ver=$(pkgver qemu-system-x86)
 kernel_ver=$(pkgver "$kpkg")
 busybox_ver=$(pkgver busybox-static)
 seabios_ver=$(pkgver seabios 2>/dev/null || echo none)
+rdma_ver=$(pkgver libibverbs1)
+providers_ver=$(pkgver ibverbs-providers)
+perftest_ver=$(pkgver perftest)
+gcc_ver=$(pkgver gcc)
 qemu_upstream=$(printf '%s\n' "$qemu_line" | sed -n 's/.*version \([0-9][0-9.]*\).*/\1/p')
 
 if [ -z "${BAREVERBS_RIG_ANY_VERSION:-}" ]; then
@@ -214,6 +237,10 @@ fi
   printf 'KERNEL_RELEASE=%s\n' "$krel"
   printf 'BUSYBOX_PACKAGE_VERSION=%s\n' "$busybox_ver"
   printf 'SEABIOS_PACKAGE_VERSION=%s\n' "$seabios_ver"
+  printf 'RDMA_CORE_PACKAGE_VERSION=%s\n' "$rdma_ver"
+  printf 'IBVERBS_PROVIDERS_PACKAGE_VERSION=%s\n' "$providers_ver"
+  printf 'PERFTEST_PACKAGE_VERSION=%s\n' "$perftest_ver"
+  printf 'GCC_PACKAGE_VERSION=%s\n' "$gcc_ver"
   printf 'SUITE=%s\n' "$SUITE"
   printf 'BUILT_AT=%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 } >"$NEW/.rig-versions"

@@ -11,7 +11,7 @@ bdfs=""
 for d in /sys/bus/pci/devices/*; do
   [ "$(cat "$d/vendor")" = 0x15b3 ] || continue
   echo vfio-pci >"$d/driver_override"
-  echo "$(basename "$d")" >/sys/bus/pci/drivers_probe
+  basename "$d" >/sys/bus/pci/drivers_probe
   echo "RIG-PINGPONG $(basename "$d") driver=$(basename "$(readlink "$d/driver")")"
   bdfs="$bdfs $(basename "$d")"
 done

@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
-# Build a gzip'd newc initramfs for the rig guest: busybox-static, the mlx5 and VFIO kernel
-# modules of the rig's kernel (decompressed, with their modules.dep dependencies), a busybox
-# /init whose mode is chosen with rig=MODE on the kernel command line, and extra files.
+# Build a gzip'd newc initramfs for the rig guest: busybox-static, the mlx5, rdma and VFIO
+# kernel modules of the rig's kernel (decompressed, with their modules.dep dependencies), a
+# busybox /init whose mode is chosen with rig=MODE on the kernel command line, extra files, and
+# programs from the rig chroot with their shared libraries.
 #
-# Usage: make-initramfs.sh [--module NAME]... OUTPUT [FILE[:GUEST_PATH]]...
+# Usage: make-initramfs.sh [options] OUTPUT [FILE[:GUEST_PATH]]...
 #   OUTPUT             where to write the initramfs (e.g. /tmp/rig/initrd.gz)
 #   FILE[:GUEST_PATH]  extra host file to add; without GUEST_PATH it goes to /bin/<name>
-#                      (use static binaries: the initramfs has no libc). FILE:/init replaces /init.
+#                      (use static binaries, or --chroot-bin). FILE:/init replaces /init.
 #   --module NAME      also add kernel module NAME and its dependencies (group "extra":
 #                      load it in the guest with MODULES=extra on the command line)
+#   --chroot-bin PATH[:GUEST_PATH]  add program PATH of the rig chroot (e.g. /usr/bin/ibv_devinfo)
+#                      at GUEST_PATH (default: the same path; the guest's PATH has /usr/bin) with
+#                      every shared library it needs and the dynamic loader, as the chroot's
+#                      ldd resolves them. If that pulls in libibverbs, the verbs providers
+#                      (--verbs-provider) come too. Repeatable.
+#   --verbs-provider NAME  libibverbs provider to add with libibverbs: its
+#                      /etc/libibverbs.d/NAME.driver and libibverbs/libNAME-rdmav*.so with
+#                      their libraries (repeatable; default: mlx5)
 # Guest modes (rig=...): smoke (default), probe, vfio, run, shell, hang, none. See README.md.
 set -Eeuo pipefail
 
@@ -17,16 +26,29 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 rig_trap_err
 
-usage() { sed -n '2,13s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,22s/^# \{0,1\}//p' "$0"; }
 
 extra_mods=()
 out=""
 files=()
+chroot_bins=()
+providers=()
 while [ $# -gt 0 ]; do
   case $1 in
     --module)
       [ $# -ge 2 ] || rig_die "--module needs a module name"
       extra_mods+=("$2")
+      shift
+      ;;
+    --chroot-bin)
+      [ $# -ge 2 ] || rig_die "--chroot-bin needs a path inside the rig chroot"
+      chroot_bins+=("$2")
+      shift
+      ;;
+    --verbs-provider)
+      [ $# -ge 2 ] || rig_die "--verbs-provider needs a provider name (e.g. mlx5)"
+      case $2 in *[!a-z0-9_]* | '') rig_die "--verbs-provider: bad name '$2'" ;; esac
+      providers+=("$2")
       shift
       ;;
     -h | --help) usage; exit 0 ;;
@@ -43,8 +65,10 @@ rig_need_root
 rig_require_built
 start=$SECONDS
 
-# Module groups. Each becomes /m/<group>.order in the guest: file names in load order.
+# Module groups. Each becomes /m/<group>.order in the guest: file names in load order, the
+# whole dependency closure (loading skips what is already loaded, so "mlx5" then "rdma" works).
 GROUP_MLX5=(mlx5_core)
+GROUP_RDMA=(ib_core ib_uverbs mlx5_ib)
 GROUP_VFIO=(vfio vfio_iommu_type1 irqbypass vfio-pci-core vfio-pci)
 
 moddir=/lib/modules/$RIG_KREL
@@ -131,6 +155,7 @@ write_group() { # GROUP-NAME MODULE...
   rig_log "module group $g: $(tr '\n' ' ' <"$base/m/$g.order")"
 }
 write_group mlx5 "${GROUP_MLX5[@]}"
+write_group rdma "${GROUP_RDMA[@]}"
 write_group vfio "${GROUP_VFIO[@]}"
 if [ "${#extra_mods[@]}" -gt 0 ]; then
   write_group extra "${extra_mods[@]}"
@@ -143,10 +168,12 @@ cat >"$base/init" <<'INIT'
 # Mode: rig=MODE on the kernel command line. KEY=VAL arguments the kernel does not know
 # arrive here as environment variables (WAIT, VFIO_ARGS, VFIO_PROG, RUN, RUN_ARGS, MODULES, RIG_BDF).
 /bin/busybox --install -s /bin
-export PATH=/bin
+export PATH=/bin:/usr/bin:/usr/sbin
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
+# Loopback up (the kernel gives lo 127.0.0.1/8): the pingpongs exchange addresses over TCP.
+ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up
 
 up() { cut -d' ' -f1 /proc/uptime; }
 MODE=$(tr ' ' '\n' </proc/cmdline | sed -n 's/^rig=//p' | tail -n 1)
@@ -180,7 +207,7 @@ modload_file() {
     insmod "/m/$f" || { echo "RIG-ERROR insmod $f failed"; return 1; }
   done <"$1"
 }
-modload() { # GROUP (mlx5, vfio, extra)
+modload() { # GROUP (mlx5, rdma, vfio, extra)
   [ -f "/m/$1.order" ] || { echo "RIG-ERROR no module group '$1'"; return 1; }
   modload_file "/m/$1.order"
 }
@@ -345,6 +372,94 @@ for spec in "${files[@]+"${files[@]}"}"; do
   fi
   rig_log "added $src as $dst"
 done
+
+# ---- programs from the rig chroot, with their shared-library closure -----------------------
+declare -A CHROOT_DONE
+# Copy chroot path P (absolute) into the initramfs at the same path, recreating every symlink on
+# the way (the merged-/usr links /lib -> usr/lib and /lib64 -> usr/lib64, library soname links),
+# so that the guest's loader finds each library where the chroot's ldd saw it.
+copy_chroot_path() {
+  local p=$1 depth=${2:-0} cur="" rest comp t next
+  [ "$depth" -lt 40 ] || rig_die "too many symlinks resolving $1 in the rig chroot"
+  case $p in /*) ;; *) rig_die "chroot path '$p' is not absolute" ;; esac
+  [ -z "${CHROOT_DONE[$p]:-}" ] || return 0
+  CHROOT_DONE[$p]=1
+  rest=${p#/}
+  while [ -n "$rest" ]; do
+    comp=${rest%%/*}
+    if [ "$comp" = "$rest" ]; then rest=""; else rest=${rest#*/}; fi
+    cur=$cur/$comp
+    if [ -L "$RIG_ROOTFS$cur" ]; then
+      t=$(readlink "$RIG_ROOTFS$cur")
+      if [ -d "$base$cur" ] && [ ! -L "$base$cur" ]; then
+        rig_die "$cur is a symlink in the chroot but a directory in the initramfs (asked for $p)"
+      fi
+      mkdir -p "$base${cur%/*}"
+      [ -L "$base$cur" ] || ln -s "$t" "$base$cur"
+      case $t in /*) next=$t ;; *) next=${cur%/*}/$t ;; esac
+      # Lexical clean-up is right here: every component before $cur is a real directory.
+      next=$(realpath -s -m "$next${rest:+/$rest}")
+      copy_chroot_path "$next" $((depth + 1))
+      return 0
+    fi
+  done
+  [ -e "$RIG_ROOTFS$p" ] || rig_die "$p does not exist in the rig chroot"
+  [ -f "$RIG_ROOTFS$p" ] || rig_die "$p in the rig chroot is not a regular file"
+  mkdir -p "$base${p%/*}"
+  cp "$RIG_ROOTFS$p" "$base$p"
+}
+# The shared libraries chroot file P needs (recursively) and the loader, one path a line, as
+# the chroot's ldd resolves them. Nothing for a static file.
+chroot_closure() {
+  local out
+  if ! out=$(rig_chroot "$RIG_ROOTFS" ldd "$1" 2>&1); then
+    case $out in *"not a dynamic executable"* | *"statically linked"*) return 0 ;; esac
+    rig_die "ldd $1 in the rig chroot failed: $out"
+  fi
+  if printf '%s\n' "$out" | grep -q 'not found'; then
+    rig_die "ldd $1 in the rig chroot: missing libraries: $(printf '%s\n' "$out" | grep 'not found' | tr -s ' \t' ' ')"
+  fi
+  printf '%s\n' "$out" | awk '$2 == "=>" && $3 ~ /^\// { print $3; next } $1 ~ /^\// { print $1 }'
+}
+add_with_closure() { # CHROOT-PATH: the file (symlinks kept) and its libraries
+  local lib
+  copy_chroot_path "$1"
+  while IFS= read -r lib; do
+    [ -n "$lib" ] || continue
+    copy_chroot_path "$lib"
+    case $lib in */libibverbs.so.*) verbs_dir=${lib%/*}/libibverbs ;; esac
+  done < <(chroot_closure "$1")
+}
+verbs_dir=""
+for spec in "${chroot_bins[@]+"${chroot_bins[@]}"}"; do
+  src=${spec%%:*}
+  if [ "$src" = "$spec" ]; then dst=$src; else dst=${spec#*:}; fi
+  case $src$dst in *[!A-Za-z0-9_./+-]*) rig_die "--chroot-bin '$spec': unexpected characters" ;; esac
+  case $src in /*) ;; *) rig_die "--chroot-bin path '$src' must be absolute (inside the rig chroot)" ;; esac
+  case $dst in /*) ;; *) rig_die "--chroot-bin guest path '$dst' must be absolute" ;; esac
+  [ -f "$RIG_ROOTFS$src" ] || rig_die "--chroot-bin: $src is not a file in the rig chroot (build-rig.sh installs it?)"
+  add_with_closure "$src"
+  if [ "$dst" != "$src" ]; then
+    mkdir -p "$base${dst%/*}"
+    cp -L "$RIG_ROOTFS$src" "$base$dst"
+  fi
+  rig_log "added chroot program $src as $dst with its libraries"
+done
+if [ -n "$verbs_dir" ]; then
+  # libibverbs finds providers at run time: it reads /etc/libibverbs.d/*.driver and dlopens
+  # <libdir>/libibverbs/lib<name>-rdmav<ABI>.so. Only the chosen providers go in, so that
+  # libibverbs does not warn about drivers it cannot load.
+  [ "${#providers[@]}" -gt 0 ] || providers=(mlx5)
+  for pr in "${providers[@]}"; do
+    drv=/etc/libibverbs.d/$pr.driver
+    [ -f "$RIG_ROOTFS$drv" ] || rig_die "verbs provider '$pr': $drv not in the rig chroot"
+    copy_chroot_path "$drv"
+    mapfile -t plibs < <(cd "$RIG_ROOTFS$verbs_dir" && compgen -G "lib$pr-rdmav*.so" | LC_ALL=C sort)
+    [ "${#plibs[@]}" -gt 0 ] || rig_die "verbs provider '$pr': no $verbs_dir/lib$pr-rdmav*.so in the rig chroot"
+    for pl in "${plibs[@]}"; do add_with_closure "$verbs_dir/$pl"; done
+    rig_log "added verbs provider $pr ($drv, ${plibs[*]})"
+  done
+fi
 
 # Fixed timestamps, sorted names and owner 0: the same inputs give the same bytes.
 find "$base" -exec touch -h -d @0 {} +
