@@ -146,6 +146,9 @@ pair() {
   # The server's own timeout bounds it; the margin covers a verbs call stuck in the kernel.
   if [ "$_crc" = 0 ]; then wait_exit "$_spid" $((_secs + 70)); else wait_exit "$_spid" 5; fi
   _src=$WAIT_RC
+  # rdma-core's --chk reports bad data on stdout ("invalid data in page N") and still exits 0.
+  if grep -q 'invalid data' "/tmp/$_name.srv"; then _src=97; fi
+  if grep -q 'invalid data' "/tmp/$_name.cli"; then _crc=97; fi
   # shellcheck disable=SC2034 # read by the scripts that source this file
   PAIR_SRV=$_src PAIR_CLI=$_crc
   sed "s/^/RIG-OUT $_name srv| /" "/tmp/$_name.srv"
