@@ -53,6 +53,16 @@ ib_check_traces() {
   done
 }
 
+# ib_check_umr TRACE...: mlx5_ib registered memory with UMR work requests (the model's WORK
+# line counts those it executed) and none was refused.
+ib_check_umr() {
+  local t
+  for t in "$@"; do
+    grep -qE '^WORK umr_ok=[1-9][0-9]* umr_failed=0 ' "$t" ||
+      bad "$t: expected UMR work requests, none refused: $(grep '^WORK' "$t" || echo 'no WORK line')"
+  done
+}
+
 # ib_check_devinfo LOG DEV...: in the guest's `ibv_devinfo -v` output, each DEV is listed with
 # non-zero node and system-image GUIDs, and every port of it is PORT_ACTIVE with GID 0 and, on an
 # InfiniBand link layer, a LID.

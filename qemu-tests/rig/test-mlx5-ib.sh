@@ -81,6 +81,7 @@ IFS=, read -r -a perfs <<<"$perf"
 ib_check_pairs "$log" "${names[@]}" "${perfs[@]}"
 ib_check_kernel "$log"
 [ -n "$selfcheck" ] || ib_check_traces "$work/hca0.trace" "$work/hca1.trace"
+ib_check_umr "$work/hca0.trace" "$work/hca1.trace"
 
 ib_summary "$log"
 if [ "$fail" = 0 ] && [ -n "$selfcheck" ]; then echo "PASS: self-check on soft-RoCE $selfcheck (no model)"; fi

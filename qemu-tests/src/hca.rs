@@ -110,6 +110,8 @@ pub struct Hca {
     pub(crate) qp_srqs: BTreeMap<u32, (u32, u32)>,
     /// Send queues waiting to be run again (receiver not ready, or its HCA busy).
     pub(crate) stalled_sqs: BTreeSet<u32>,
+    /// UMR work requests executed, and refused with an error completion.
+    pub(crate) umrs: (u64, u64),
     /// The fabric joining this HCA to others, if any.
     pub(crate) fabric: Option<std::sync::Arc<crate::fabric::Fabric>>,
     pub(crate) next_object: u32,
@@ -170,6 +172,7 @@ impl Hca {
             srqs: BTreeMap::new(),
             qp_srqs: BTreeMap::new(),
             stalled_sqs: BTreeSet::new(),
+            umrs: (0, 0),
             fabric: None,
             next_object: 0,
             driver_version: None,
@@ -218,6 +221,11 @@ impl Hca {
     /// Event queue `eqn`, if it exists.
     pub fn eq(&self, eqn: u8) -> Option<&Eq> {
         self.eqs.get(&eqn)
+    }
+
+    /// UMR work requests executed so far: (done, refused with an error completion).
+    pub fn umr_counts(&self) -> (u64, u64) {
+        self.umrs
     }
 
     /// Pages firmware holds.

@@ -94,6 +94,7 @@ impl Hca {
         };
         match result {
             Ok(()) => {
+                self.umrs.0 += 1;
                 if signaled {
                     let mut c = [0u8; 64];
                     c[0x38..0x3c]
@@ -105,6 +106,7 @@ impl Hca {
                 true
             }
             Err(s) => {
+                self.umrs.1 += 1;
                 self.complete_send_error(qp, wqe_index, opcode, s);
                 false
             }

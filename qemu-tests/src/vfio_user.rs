@@ -181,6 +181,18 @@ impl Backend {
         })
     }
 
+    /// What the device did besides commands, for the trace's `WORK` line: UMR work requests
+    /// executed and refused, and the port 1 traffic counters.
+    pub fn work_summary(&self) -> String {
+        let h = self.dev.lock();
+        let (umr_ok, umr_failed) = h.umr_counts();
+        let c = h.port_counters(1).unwrap_or_default();
+        format!(
+            "umr_ok={umr_ok} umr_failed={umr_failed} xmit_packets={} rcv_packets={}",
+            c.xmit_packets, c.rcv_packets
+        )
+    }
+
     /// The device's state in one line: firmware state, pages held, EQs, UARs, DMA faults.
     pub fn summary(&self) -> String {
         let h = self.dev.lock();
@@ -331,11 +343,13 @@ pub fn serve(
     log::info!("serving mlx5 model on {}", path.display());
     let r = server.run(&mut backend).map_err(err);
     let summary = backend.summary();
+    let work = backend.work_summary();
     // Stops the engine thread, so its last trace lines are written before the END line.
     drop(backend);
     log::info!("client on {} disconnected: {summary}", path.display());
     if let Some(t) = trace {
         if let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(t) {
+            let _ = writeln!(f, "WORK {work}");
             let _ = writeln!(f, "END {summary}");
         }
     }
