@@ -36,38 +36,57 @@ rig_chroot "$RIG_ROOTFS" gcc -O2 -Wall -Wextra -Werror=implicit-function-declara
 cp "$build/rdma-vfio-client" "$work/rdma-vfio-client"
 "$here/make-initramfs.sh" "$work/initrd.gz" "$work/rdma-vfio-client:/bin/rdma-vfio-client" >/dev/null
 
-rm -f "$work/mlx5.sock" "$work"/hca*.trace
-"$target/release/mlx5-vfio-user" --socket "$work/mlx5.sock" --trace-dir "$work" \
-  >"$work/server.log" 2>&1 &
-spid=$!
-trap 'kill $spid 2>/dev/null || true; rm -rf --one-file-system -- "$build"' EXIT
-rc=0
-"$here/run-guest.sh" --initrd "$work/initrd.gz" --mode vfio --iommu --vfio-user "$work/mlx5.sock" \
-  --append 'VFIO_PROG=/bin/rdma-vfio-client VFIO_PROG_ARGS=@BDF' \
-  --timeout "${TIMEOUT:-240}" --quiet --log "$work/guest.log" || rc=$?
-wait $spid 2>/dev/null || true
-log="$work/guest.log"
-trace="$work/hca0.trace"
+# One guest run per case: plain, then firmware asking for pages (before CREATE_MKEY) and
+# returning pages (before DESTROY_MKEY) once rdma-core runs its commands in event mode
+# (page-request EQE, MANAGE_PAGES on the last slot, completion EQEs; mlx5_vfio.c
+# mlx5_vfio_handle_page_req_event).
+run_case() { # NAME WANT-SLOT31-LINE SERVER-ARGS...
+  local name=$1 want=$2 dir="$work/$1" rc=0 step spid
+  shift 2
+  mkdir -p "$dir"
+  rm -f "$dir/mlx5.sock" "$dir"/hca*.trace
+  "$target/release/mlx5-vfio-user" --socket "$dir/mlx5.sock" --trace-dir "$dir" "$@" \
+    >"$dir/server.log" 2>&1 &
+  spid=$!
+  "$here/run-guest.sh" --initrd "$work/initrd.gz" --mode vfio --iommu --vfio-user "$dir/mlx5.sock" \
+    --append 'VFIO_PROG=/bin/rdma-vfio-client VFIO_PROG_ARGS=@BDF' \
+    --timeout "${TIMEOUT:-240}" --quiet --log "$dir/guest.log" || rc=$?
+  # The server writes its END line and exits when QEMU disconnects; stop it only if it hangs.
+  local i
+  for ((i = 0; i < 100; i++)); do kill -0 "$spid" 2>/dev/null || break; sleep 0.1; done
+  kill "$spid" 2>/dev/null || true
+  wait "$spid" 2>/dev/null || true
+  local log="$dir/guest.log" trace="$dir/hca0.trace"
 
-[ "$rc" = 0 ] || bad "guest run failed (status $rc)"
-for step in mlx5dv_get_vfio_device_list ibv_open_device ibv_alloc_pd 'ibv_reg_mr ' \
-            'ibv_reg_mr(unaligned)' 'ibv_dereg_mr(unaligned)' 'ibv_dereg_mr[[:space:]]*$' ibv_dealloc_pd \
-            ibv_close_device ibv_free_device_list; do
-  grep -q "^RDMA-VFIO OK $step" "$log" || bad "client step '$step' did not succeed"
-done
-grep -q "^RDMA-VFIO DONE" "$log" || bad "client did not finish"
-grep -q "RIG-VFIO prog rc=0" "$log" || bad "client exit status not 0"
-if grep -E 'DMAR: .*fault|WARNING:|BUG:|mlx5_vfio_op_code' "$log"; then
-  bad "IOMMU fault, kernel warning or rdma-core command error (above)"
+  [ "$rc" = 0 ] || bad "$name: guest run failed (status $rc)"
+  for step in mlx5dv_get_vfio_device_list ibv_open_device ibv_alloc_pd 'ibv_reg_mr ' \
+              'ibv_reg_mr(unaligned)' 'ibv_dereg_mr(unaligned)' 'ibv_dereg_mr[[:space:]]*$' \
+              ibv_dealloc_pd ibv_close_device ibv_free_device_list; do
+    grep -q "^RDMA-VFIO OK $step" "$log" || bad "$name: client step '$step' did not succeed"
+  done
+  grep -q "^RDMA-VFIO DONE" "$log" || bad "$name: client did not finish"
+  grep -q "RIG-VFIO prog rc=0" "$log" || bad "$name: client exit status not 0"
+  if grep -E 'DMAR: .*fault|WARNING:|BUG:|mlx5_vfio_op_code' "$log"; then
+    bad "$name: IOMMU fault, kernel warning or rdma-core command error (above)"
+  fi
+  [ -s "$trace" ] || { bad "$name: no command trace at $trace"; return; }
+  if grep '^CMD' "$trace" | grep -v ' OK$'; then bad "$name: firmware commands failed (above)"; fi
+  if [ -n "$want" ]; then
+    sed -n '/CREATE_EQ/,$p' "$trace" | grep -qE "$want" ||
+      bad "$name: no '$want' after CREATE_EQ (page request not served in event mode)"
+  fi
+  grep -q '^END state=Disabled pages_held=0 eqs=0 uars=0 dma_faults=0$' "$trace" ||
+    bad "$name: model not clean at the end: $(grep '^END' "$trace" || echo 'no END line')"
+  echo "== $name: rdma-core mlx5_vfio in the guest"
+  grep -E '^RDMA-VFIO' "$log" || true
+  echo "== $name: commands the model executed (opcode(op_mod) xcount, in first-seen order)"
+  grep '^CMD' "$trace" | awk '{ k = $4 "(" $6 ")"; if (!(k in n)) o[++m] = k; n[k]++ } END { for (i = 1; i <= m; i++) printf "%s x%d\n", o[i], n[o[i]] }' || true
+}
+run_case plain ''
+run_case pages-give '^CMD slot 31 MANAGE_PAGES +op_mod 0x0001 OK' --pages-before 0x200:8
+run_case pages-take '^CMD slot 31 MANAGE_PAGES +op_mod 0x0002 OK' --pages-before 0x202:-8
+
+if [ "$fail" = 0 ]; then
+  echo "PASS: rdma-core's mlx5_vfio opened the model HCA, PD and MRs, and closed it (also with page requests in event mode)"
 fi
-[ -s "$trace" ] || bad "no command trace at $trace"
-if grep '^CMD' "$trace" | grep -v ' OK$'; then bad "firmware commands failed (above)"; fi
-grep -q '^END state=Disabled pages_held=0 eqs=0 uars=0 dma_faults=0$' "$trace" ||
-  bad "model not clean at the end: $(grep '^END' "$trace" || echo 'no END line')"
-
-echo "== rdma-core mlx5_vfio in the guest"
-grep -E '^RDMA-VFIO' "$log" || true
-echo "== commands the model executed (opcode(op_mod) xcount, in first-seen order)"
-grep '^CMD' "$trace" | awk '{ k = $4 "(" $6 ")"; if (!(k in n)) o[++m] = k; n[k]++ } END { for (i = 1; i <= m; i++) printf "%s x%d\n", o[i], n[o[i]] }' || true
-if [ "$fail" = 0 ]; then echo "PASS: rdma-core's mlx5_vfio opened the model HCA, PD and MR, and closed it"; fi
 exit "$fail"
