@@ -69,6 +69,9 @@ else
 
   step "guest: bareverbs over VFIO against rdma-core on mlx5_ib, across the model's fabric"
   qemu-tests/rig/test-interop.sh
+
+  step "guest: rdma-core's user-space VFIO driver (mlx5_vfio) opens the model: PD, MR, close"
+  qemu-tests/rig/test-rdma-vfio.sh
 fi
 
 step "all tests passed"

@@ -82,6 +82,10 @@ pub fn general_caps(cfg: &ModelConfig) -> (Vec<u8>, Vec<u8>) {
             (c::rc, 1),
             (c::uar_4k, 1),
             (c::uar_sz, 13),
+            // Objects and user memory may be created with uid 0 (read-only; firmware since
+            // ConnectX-5 16.32 reports it). rdma-core `mlx5_vfio_setup_function` refuses a
+            // device without it (EOPNOTSUPP) after SET_HCA_CAP.
+            (c::umem_uid_0, 1),
             (c::log_pg_sz, 12),
             (c::bf, 1),
             (c::driver_version, 1),
@@ -239,6 +243,23 @@ mod tests {
             assert_eq!(bit(c::umr_modify_atomic_disabled), 0);
             assert_eq!(bit(c::atomic), 1);
         }
+    }
+
+    /// rdma-core 56 `mlx5_vfio_setup_function` requires `umem_uid_0` in the current caps;
+    /// it is a read-only device fact (Linux `handle_hca_cap` never writes it, and it is not in
+    /// [`WRITABLE`]): reported in max and cur, and a SET_HCA_CAP clearing it is refused.
+    #[test]
+    fn umem_uid_0_is_reported_and_read_only() {
+        use bareverbs_firmware_cmd::layout::set_bits;
+        let f = c::umem_uid_0;
+        let (max, cur) = general_caps(&ModelConfig::default());
+        assert_eq!(get_bits(&max, f.bit, f.width), 1);
+        assert_eq!(get_bits(&cur, f.bit, f.width), 1);
+        assert!(!WRITABLE.iter().any(|w| w.name == f.name));
+        let mut req = cur.clone();
+        assert!(check_set_general(&req, &cur, &max).is_ok());
+        set_bits(&mut req, f.bit, f.width, 0);
+        assert!(check_set_general(&req, &cur, &max).is_err());
     }
 
     /// Linux `handle_hca_cap_atomic` sends a zeroed block with only the mode set: accepted,

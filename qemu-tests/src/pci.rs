@@ -114,6 +114,17 @@ impl PciConfig {
         }
     }
 
+    /// True (once) when software has set Initiate Function Level Reset (PCIe Device Control
+    /// bit 15; the device advertises FLR in Device Capabilities bit 28). The bit always reads
+    /// back as 0 (PCIe Base Spec 7.5.3.4). Linux vfio-pci resets the function this way when a
+    /// user opens and releases the device (`vfio_pci_core_enable` / `_disable`).
+    pub fn take_flr(&mut self) -> bool {
+        let at = PCIE_CAP + 9;
+        let flr = self.bytes[at] & 0x80 != 0;
+        self.bytes[at] &= !0x80;
+        flr
+    }
+
     /// One byte.
     pub fn read_u8(&self, off: usize) -> u8 {
         self.bytes.get(off).copied().unwrap_or(0)
@@ -185,5 +196,18 @@ mod tests {
         assert!(!c.msix_enabled());
         c.write(0x9e, &0x8000u16.to_le_bytes());
         assert!(c.msix_enabled());
+    }
+
+    /// PCIe Base Spec: Device Capabilities bit 28 = FLR capable; Device Control bit 15 =
+    /// Initiate FLR, which always reads 0.
+    #[test]
+    fn flr_is_advertised_taken_once_and_reads_zero() {
+        let mut c = PciConfig::new(&ModelConfig::default());
+        assert_ne!(r32(&c, PCIE_CAP + 4) & (1 << 28), 0);
+        assert!(!c.take_flr());
+        c.write(PCIE_CAP + 8, &0x8000u16.to_le_bytes());
+        assert!(c.take_flr());
+        assert_eq!(r32(&c, PCIE_CAP + 8) & 0x8000, 0);
+        assert!(!c.take_flr());
     }
 }

@@ -247,6 +247,12 @@ impl ServerBackend for Backend {
             }
             VFIO_PCI_CONFIG_REGION_INDEX => {
                 self.pci.write(offset as usize, data);
+                if self.pci.take_flr() {
+                    // Function Level Reset: firmware forgets every object and page, and the
+                    // configuration space returns to its reset values.
+                    log::info!("function level reset");
+                    return self.reset();
+                }
                 let bm = self.pci.command() & command::BUS_MASTER != 0;
                 self.mem.bus_master().store(bm, Ordering::Release);
             }

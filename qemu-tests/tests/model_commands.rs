@@ -750,3 +750,95 @@ fn hca_vport_context_port_zero_is_the_functions_own_port() {
         "a two-port function must be told which port"
     );
 }
+
+/// What rdma-core 56 `mlx5_vfio` sends that Linux does not: INIT_HCA with the 16-byte
+/// `init_hca_in` of rdma-core's mlx5_ifc.h (Linux's has 32, `sw_vhca_id`/`sw_owner_id`
+/// added), and MTT entries carrying `MLX5_MTT_PRESENT` (mlx5_ifc `mtt`: `rd_en` bit 0,
+/// `wr_en` bit 1, `ptag_31_8` above six reserved bits) with `pg_access` set
+/// (`mlx5_vfio_reg_mr`).
+#[test]
+fn rdma_core_vfio_short_init_hca_and_mtt_enable_bits() {
+    let raw = Raw::new(Drive::Synchronous);
+    assert_eq!(
+        Raw::status(&raw.cmd(&header(0x104, 0, 16), 12)).0,
+        CmdStatus::Ok
+    );
+    let _pages = [give_pages(&raw, 16), give_pages(&raw, 128)];
+    assert_eq!(
+        Raw::status(&raw.cmd(&header(0x102, 0, 8), 16)).0,
+        CmdStatus::BadInputLength,
+        "shorter than any init_hca_in"
+    );
+    assert_eq!(
+        Raw::status(&raw.cmd(&header(0x102, 0, 16), 16)).0,
+        CmdStatus::Ok,
+        "rdma-core's 16-byte INIT_HCA"
+    );
+    let out = raw.cmd(&header(0x800, 0, 16), 16);
+    assert_eq!(Raw::status(&out).0, CmdStatus::Ok);
+    let pd = View::<AllocPdOut>::new_checked(&out)
+        .unwrap()
+        .get32(alloc_pd_out::pd);
+
+    let buf = raw.hal.dma_alloc(8192, 4096).unwrap().share();
+    let base = buf.iova().0;
+    let mkey = |pg_access: bool, entries: [u64; 2]| {
+        let mut b = header(0x200, 0, CreateMkeyIn::BYTES + 16);
+        let mut v = ViewMut::<CreateMkeyIn>::new_checked(&mut b).unwrap();
+        v.set(create_mkey_in::pg_access, pg_access)
+            .set(create_mkey_in::translations_octword_actual_size, 1u32);
+        let mut c = v.sub(create_mkey_in::memory_key_mkey_entry);
+        set_access_mode(&mut c, mkc_access_mode::MTT);
+        c.set(mkc::lr, 1u8)
+            .set(mkc::lw, 1u8)
+            .set(mkc::pd, pd)
+            .set(mkc::qpn, MKC_QPN_NONE)
+            .set(mkc::start_addr, 0x7f12_3456_0000u64)
+            .set(mkc::len, 8192u64)
+            .set(mkc::translations_octword_size, 1u32)
+            .set(mkc::log_page_size, 12u8);
+        for (k, e) in entries.into_iter().enumerate() {
+            v.set_array(create_mkey_in::klm_pas_mtt, k, e).unwrap();
+        }
+        let out = raw.cmd(&b, 16);
+        let index = View::<CreateMkeyOut>::new_checked(&out)
+            .unwrap()
+            .get32(create_mkey_out::mkey_index);
+        (Raw::status(&out), index)
+    };
+    let rw = mtt_perm::RW;
+    // Present pages: accepted, translated to the addresses without the enable bits.
+    let (st, index) = mkey(true, [base | rw, (base + 4096) | rw]);
+    assert_eq!(st, (CmdStatus::Ok, 0));
+    let k = raw.hal.model().with(|h| h.mkey(index).cloned()).unwrap();
+    assert_eq!(
+        k.translate(0x7f12_3456_0ff8, 16),
+        Ok(vec![(base + 0xff8, 16)])
+    );
+    assert_eq!(
+        k.translate(0x7f12_3456_1000, 8),
+        Ok(vec![(base + 0x1000, 8)])
+    );
+    // Without pg_access the enable bits are not part of the entry (Linux without `pg`
+    // sends 0 there): ignored either way.
+    assert_eq!(mkey(false, [base | rw, base + 4096]).0 .0, CmdStatus::Ok);
+    // Still refused: a truly misaligned page (ptag bits below the page size) and the
+    // reserved bits 7:2.
+    for bad in [base + 0x100, base | 0x4, base + 0x800] {
+        assert_eq!(
+            mkey(true, [bad | rw, (base + 4096) | rw]).0 .0,
+            CmdStatus::BadParameter,
+            "{bad:#x}"
+        );
+    }
+    // Under pg_access an entry with neither enable is a page that is not present: the key is
+    // made, and access through that page faults while the other page translates.
+    let (st, index) = mkey(true, [base, (base + 4096) | mtt_perm::READ]);
+    assert_eq!(st, (CmdStatus::Ok, 0));
+    let k = raw.hal.model().with(|h| h.mkey(index).cloned()).unwrap();
+    assert!(k.translate(0x7f12_3456_0000, 8).is_err());
+    assert_eq!(
+        k.translate(0x7f12_3456_1000, 8),
+        Ok(vec![(base + 0x1000, 8)])
+    );
+}

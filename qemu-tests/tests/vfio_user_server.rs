@@ -123,6 +123,26 @@ fn a_command_through_guest_memory_and_odd_accesses() {
     // Reset forgets the queue address and firmware state.
     c.reset().unwrap();
     assert_eq!(rd32(&mut c, 0, 0x14), [0, 0, 0, 0x56]);
+    // So does a Function Level Reset through PCIe Device Control bit 15 (PCIe Base Spec
+    // 7.5.3.4; Linux vfio-pci issues it when a user opens and releases the device), which
+    // also clears bus mastering.
+    c.region_write(7, 4, &[0x06, 0x00]).unwrap();
+    c.region_write(0, 0x14, &(IOVA as u32).to_be_bytes())
+        .unwrap();
+    assert_ne!(rd32(&mut c, 0, 0x14), [0, 0, 0, 0x56]);
+    c.region_write(7, 0x60 + 8, &0x8000u16.to_le_bytes())
+        .unwrap();
+    assert_eq!(rd32(&mut c, 0, 0x14), [0, 0, 0, 0x56]);
+    assert_eq!(
+        rd32(&mut c, 7, 4)[0] & 0x04,
+        0,
+        "bus mastering off after FLR"
+    );
+    assert_eq!(
+        rd32(&mut c, 7, 0x60 + 8)[1] & 0x80,
+        0,
+        "Initiate FLR reads 0"
+    );
     c.shutdown().unwrap();
     drop(c);
     server.join().unwrap();

@@ -1,9 +1,12 @@
 //! `mlx5-vfio-user`: serves modelled ConnectX-5 HCAs to QEMU's `vfio-user-pci`.
 //!
-//! Usage: `mlx5-vfio-user --socket PATH [--socket PATH ...] [--trace-dir DIR] [--eth]`
+//! Usage: `mlx5-vfio-user --socket PATH [--socket PATH ...] [--trace-dir DIR] [--eth]
+//! [--pages-before OPCODE:N]`
 //!
 //! Each socket is one HCA (node GUIDs differ per HCA). With `--trace-dir`, HCA n writes its
-//! firmware command trace to `DIR/hca<n>.trace` as commands complete. The process exits when
+//! firmware command trace to `DIR/hca<n>.trace` as commands complete. `--pages-before`
+//! makes firmware ask for N more pages (a page-request EQE) the first time OPCODE (hex) runs
+//! after each reset, holding that command until they arrive. The process exits when
 //! every client has disconnected.
 
 use std::path::PathBuf;
@@ -34,6 +37,7 @@ fn main() -> ExitCode {
     let mut sockets = Vec::new();
     let mut trace_dir: Option<PathBuf> = None;
     let mut eth = false;
+    let mut pages_before = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -46,6 +50,10 @@ fn main() -> ExitCode {
                 None => return usage("--trace-dir needs a directory"),
             },
             "--eth" => eth = true,
+            "--pages-before" => match args.next().as_deref().and_then(parse_pages_before) {
+                Some(p) => pages_before = Some(p),
+                None => return usage("--pages-before needs OPCODE:N, e.g. 0x200:8"),
+            },
             "-h" | "--help" => return usage(""),
             other => return usage(&format!("unknown argument {other:?}")),
         }
@@ -63,6 +71,7 @@ fn main() -> ExitCode {
             cfg.node_guid += (n as u64) << 8;
             cfg.base_lid += 16 * n as u16;
             cfg.port_type_eth = eth;
+            cfg.faults.pages_before = pages_before;
             let trace = trace_dir.as_ref().map(|d| d.join(format!("hca{n}.trace")));
             let fabric = fabric.clone();
             std::thread::spawn(move || serve(&path, cfg, trace.as_deref(), Some(&fabric)))
@@ -90,10 +99,20 @@ fn usage(msg: &str) -> ExitCode {
     if !msg.is_empty() {
         eprintln!("mlx5-vfio-user: {msg}");
     }
-    eprintln!("usage: mlx5-vfio-user --socket PATH [--socket PATH ...] [--trace-dir DIR] [--eth]");
+    eprintln!(
+        "usage: mlx5-vfio-user --socket PATH [--socket PATH ...] [--trace-dir DIR] [--eth] \
+         [--pages-before OPCODE:N]"
+    );
     if msg.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(2)
     }
+}
+
+/// `0x200:8` -> (0x200, 8): opcode in hex, page count (negative: firmware returns pages).
+fn parse_pages_before(s: &str) -> Option<(u16, i32)> {
+    let (op, n) = s.split_once(':')?;
+    let op = u16::from_str_radix(op.trim_start_matches("0x"), 16).ok()?;
+    Some((op, n.parse().ok()?))
 }

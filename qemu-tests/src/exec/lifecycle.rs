@@ -2,6 +2,7 @@
 //! SET_DRIVER_VERSION (mlx5-reference 03 §1–3, §7).
 
 use bareverbs_firmware_cmd::ifc::*;
+use bareverbs_firmware_cmd::layout::Layout;
 use bareverbs_firmware_cmd::CmdStatus;
 
 use super::{bad_param, fail, input, output, syndrome, CmdResult};
@@ -9,6 +10,9 @@ use crate::hca::{Hca, HcaState};
 
 /// ISSI values the model supports: 0 and 1.
 const SUPPORTED_ISSI: u32 = 0b11;
+
+/// Length of `init_hca_in` before `sw_vhca_id`/`sw_owner_id` (rdma-core 56 mlx5_ifc.h).
+const INIT_HCA_IN_SHORT_BYTES: usize = 16;
 
 impl Hca {
     pub(super) fn enable_hca(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {
@@ -88,7 +92,16 @@ impl Hca {
     }
 
     pub(super) fn init_hca(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {
-        input::<InitHcaIn>(i)?;
+        // `init_hca_in` grew from 16 bytes (opcode, op_mod, reserved: rdma-core 56
+        // mlx5_ifc.h, which mlx5_vfio sends) to 32 with `sw_vhca_id` and `sw_owner_id`
+        // (Linux mlx5_ifc.h). Firmware takes both: fields past a short input are zero.
+        if i.len() < INIT_HCA_IN_SHORT_BYTES {
+            return Err(fail(CmdStatus::BadInputLength, syndrome::SHORT_INPUT));
+        }
+        let mut full = [0u8; InitHcaIn::BYTES];
+        let n = i.len().min(full.len());
+        full[..n].copy_from_slice(&i[..n]);
+        input::<InitHcaIn>(&full)?;
         output::<InitHcaOut>(o)?;
         self.require_enabled()?;
         if self.state == HcaState::Initialized {

@@ -4,12 +4,31 @@
 use bareverbs_firmware_cmd::ifc::*;
 use bareverbs_firmware_cmd::CmdStatus;
 
-use super::{bad_param, fail, input, output, syndrome, CmdResult};
+use super::{bad_param, fail, input, output, syndrome, CmdResult, Fail};
 use crate::hca::Hca;
-use crate::mkey::{Mkey, Rights, Translation};
+use crate::mkey::{Mkey, Rights, Translation, NOT_PRESENT};
 
 /// First key index handed out: below it sit the special keys (QUERY_SPECIAL_CONTEXTS).
 pub const FIRST_MKEY_INDEX: u32 = 0x10;
+
+/// The page of one MTT entry (mlx5_ifc `mtt`: `ptag_63_32`, `ptag_31_8`, six reserved bits,
+/// `wr_en` = bit 1, `rd_en` = bit 0). Without `pg_access` the enable bits are not part of the
+/// entry and are ignored (Linux mlx5_ib `reg_create`: "The pg_access bit allows setting the
+/// access flags in the page list"; it sends them as 0 unless the `pg` capability is set).
+/// With it (rdma-core `mlx5_vfio_reg_mr` always, Linux with `pg`: `MLX5_MTT_PRESENT`) an entry
+/// with neither enable is a page that is not present: accepted, and any access through it
+/// faults, as for a UMR-loaded entry ([`NOT_PRESENT`]). The address must be aligned to the
+/// key's page size and the reserved bits zero.
+fn mtt_page(entry: u64, page: u64, pg_access: bool) -> Result<u64, Fail> {
+    let addr = entry & !0xff;
+    if entry & 0xfc != 0 || addr % page != 0 {
+        return Err(bad_param(syndrome::BAD_PAGE));
+    }
+    if pg_access && entry & mtt_perm::RW == 0 {
+        return Ok(NOT_PRESENT);
+    }
+    Ok(addr)
+}
 
 impl Hca {
     pub(super) fn create_mkey(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {
@@ -52,12 +71,11 @@ impl Hca {
                 if v.array_len(create_mkey_in::klm_pas_mtt) < need {
                     return Err(fail(CmdStatus::BadInputLength, syndrome::SHORT_INPUT));
                 }
-                let pages: Vec<u64> = (0..need)
+                let pg_access = v.get(create_mkey_in::pg_access) != 0;
+                let pages = (0..need)
                     .filter_map(|k| v.array(create_mkey_in::klm_pas_mtt, k))
-                    .collect();
-                if pages.iter().any(|p| p % page != 0) {
-                    return Err(bad_param(syndrome::BAD_PAGE));
-                }
+                    .map(|e| mtt_page(e, page, pg_access))
+                    .collect::<Result<Vec<u64>, Fail>>()?;
                 Translation::Mtt { log_page, pages }
             }
             _ => return Err(bad_param(syndrome::BAD_OP_MOD)),
