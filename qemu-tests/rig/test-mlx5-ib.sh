@@ -84,6 +84,8 @@ ib_check_kernel "$log"
 ib_check_umr "$work/hca0.trace" "$work/hca1.trace"
 
 ib_summary "$log"
+echo "== what the model did besides commands (UMRs, port 1 packets, queues at a page offset)"
+grep -H '^WORK' "$work/hca0.trace" "$work/hca1.trace" || true
 if [ "$fail" = 0 ] && [ -n "$selfcheck" ]; then echo "PASS: self-check on soft-RoCE $selfcheck (no model)"; fi
 if [ "$fail" = 0 ] && [ -z "$selfcheck" ]; then echo "PASS: mlx5_ib and rdma-core (pingpongs, perftest) on two model HCAs"; fi
 exit "$fail"

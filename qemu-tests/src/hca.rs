@@ -112,6 +112,8 @@ pub struct Hca {
     pub(crate) stalled_sqs: BTreeSet<u32>,
     /// UMR work requests executed, and refused with an error completion.
     pub(crate) umrs: (u64, u64),
+    /// QPs, CQs and SRQs created with a non-zero `page_offset`.
+    pub(crate) offset_queues: u64,
     /// The fabric joining this HCA to others, if any.
     pub(crate) fabric: Option<std::sync::Arc<crate::fabric::Fabric>>,
     pub(crate) next_object: u32,
@@ -173,6 +175,7 @@ impl Hca {
             qp_srqs: BTreeMap::new(),
             stalled_sqs: BTreeSet::new(),
             umrs: (0, 0),
+            offset_queues: 0,
             fabric: None,
             next_object: 0,
             driver_version: None,
@@ -226,6 +229,12 @@ impl Hca {
     /// UMR work requests executed so far: (done, refused with an error completion).
     pub fn umr_counts(&self) -> (u64, u64) {
         self.umrs
+    }
+
+    /// How many QPs, CQs and SRQs were created with a non-zero `page_offset` (their buffer
+    /// starting inside its first page).
+    pub fn offset_queues(&self) -> u64 {
+        self.offset_queues
     }
 
     /// Pages firmware holds.

@@ -182,14 +182,18 @@ impl Backend {
     }
 
     /// What the device did besides commands, for the trace's `WORK` line: UMR work requests
-    /// executed and refused, and the port 1 traffic counters.
+    /// executed and refused, the port 1 traffic counters, and how many queues were created
+    /// with a non-zero `page_offset`.
     pub fn work_summary(&self) -> String {
         let h = self.dev.lock();
         let (umr_ok, umr_failed) = h.umr_counts();
         let c = h.port_counters(1).unwrap_or_default();
         format!(
-            "umr_ok={umr_ok} umr_failed={umr_failed} xmit_packets={} rcv_packets={}",
-            c.xmit_packets, c.rcv_packets
+            "umr_ok={umr_ok} umr_failed={umr_failed} xmit_packets={} rcv_packets={} \
+             queues_at_page_offset={}",
+            c.xmit_packets,
+            c.rcv_packets,
+            h.offset_queues()
         )
     }
 

@@ -53,6 +53,9 @@ impl Hca {
         let cqn = (1..max)
             .find(|n| !self.cqs.contains_key(n))
             .ok_or(fail(CmdStatus::NoResources, syndrome::EXHAUSTED))?;
+        if page_offset != 0 {
+            self.offset_queues += 1;
+        }
         self.cqs.insert(
             cqn,
             Cq {

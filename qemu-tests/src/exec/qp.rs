@@ -117,6 +117,9 @@ impl Hca {
                 cq.users += 1;
             }
         }
+        if qp.page_offset != 0 {
+            self.offset_queues += 1;
+        }
         self.qps.insert(qpn, qp);
         self.attach_qp_srq(qpn, rq_srq);
         out.set(create_qp_out::qpn, qpn);

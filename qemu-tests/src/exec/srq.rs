@@ -96,6 +96,9 @@ impl Hca {
         if let Some(cq) = n.cqn.and_then(|c| self.cqs.get_mut(&c)) {
             cq.users += 1;
         }
+        if srq.page_offset != 0 {
+            self.offset_queues += 1;
+        }
         self.srqs.insert(srqn, srq);
         Ok(srqn)
     }
