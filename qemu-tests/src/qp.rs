@@ -1,10 +1,11 @@
 //! Queue pairs in the model: their state machine, the attributes each transition sets, and the
 //! send and receive queues as firmware tracks them (mlx5-reference 05 §1–2, §6).
 
-use bareverbs_firmware_cmd::ifc::{make_op_own, CqeOpcode};
+use bareverbs_firmware_cmd::ifc::{event_type, make_op_own, CqeOpcode};
 
 use crate::dma::AddressSpaceExt;
 use crate::hca::Hca;
+use crate::wqe_exec::set_srqn_uidx;
 
 /// PSNs are 24 bits wide and wrap.
 pub const PSN_MASK: u32 = 0x00ff_ffff;
@@ -126,6 +127,9 @@ pub struct Qp {
     pub page_offset: u64,
     /// Doorbell record address.
     pub dbr: u64,
+    /// `qpc.user_index`, what CQEs of this QP carry in `srqn_uidx` (CQE version 1);
+    /// [`CQE_V0_UIDX`] asks for version 0 CQEs, which carry the SRQ number there instead.
+    pub user_index: u32,
     /// Port (1-based).
     pub port: u8,
     /// P_Key index.
@@ -205,6 +209,10 @@ impl Qp {
     }
 }
 
+/// `qpc.user_index` asking for version 0 CQEs (Linux 6.12 mlx5_ib qp.c: "0xffffff means we
+/// ask to work with cqe version 0", the `MLX5_IB_DEFAULT_UIDX` of kernel QPs).
+pub const CQE_V0_UIDX: u32 = 0xff_ffff;
+
 /// The local ACK timeout of exponent `t` in nanoseconds: 4.096 µs × 2^t (IBA 9.7.6.1.3);
 /// 0 means infinite.
 pub fn ack_timeout_ns(t: u8) -> u64 {
@@ -233,9 +241,22 @@ impl Hca {
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return;
         };
+        let was_err = qp.state == QpState::Err;
         qp.state = QpState::Err;
         self.flush_rq(qpn);
         self.flush_sq(qpn);
+        // A QP that receives through an SRQ has no receive WQEs of its own to flush: those
+        // posted to the SRQ stay there for its other QPs. It announces instead that it will
+        // take no more (IBA 11.6.3.1 "Last WQE Reached"; Linux 6.12 mlx5_ib qp.c
+        // `mlx5_ib_qp_event` maps MLX5_EVENT_TYPE_SRQ_LAST_WQE to
+        // IB_EVENT_QP_LAST_WQE_REACHED; mlx5_core finds the QP from `qp_srq_n` and type 0, QP).
+        if !was_err && self.qp_srq(qpn).is_some() {
+            self.post_event(
+                event_type::SRQ_LAST_WQE,
+                0,
+                crate::wqe_exec::qp_srq_event_data(0, qpn),
+            );
+        }
     }
 
     /// Moves UC/UD QP `qpn` to SQE: every outstanding send WQE completes with WR_FLUSH_ERR,
@@ -268,9 +289,10 @@ impl Hca {
         }
     }
 
-    /// Completes every posted receive of `qpn` with WR_FLUSH_ERR.
+    /// Completes every posted receive of `qpn` with WR_FLUSH_ERR. A QP without an RQ of its
+    /// own (zero-length, or receiving through an SRQ) has none.
     fn flush_rq(&mut self, qpn: u32) {
-        let Some(qp) = self.qps.get(&qpn).cloned() else {
+        let Some(qp) = self.qps.get(&qpn).cloned().filter(|q| !q.no_rq) else {
             return;
         };
         let Some((rq_head, _)) = self.dbr_heads(&qp) else {
@@ -278,7 +300,7 @@ impl Hca {
         };
         let mut rq = qp.rq_consumed;
         while rq != rq_head {
-            self.flush_cqe(qp.cqn_rcv, qpn, rq, CqeOpcode::RespErr);
+            self.flush_cqe(&qp, rq);
             rq = rq.wrapping_add(1);
         }
         if let Some(q) = self.qps.get_mut(&qpn) {
@@ -307,6 +329,7 @@ impl Hca {
             cqe[0x37] = 0x05;
             cqe[0x38..0x3c].copy_from_slice(&((u32::from(op) << 24) | qpn).to_be_bytes());
             cqe[0x3c..0x3e].copy_from_slice(&sq.to_be_bytes());
+            set_srqn_uidx(&mut cqe, self.cqe_srqn_uidx(&qp, None));
             cqe[0x3f] = make_op_own(CqeOpcode::ReqErr.into(), 0);
             self.post_cqe(qp.cqn_snd, cqe, false);
             sq = sq.wrapping_add(ds.div_ceil(4).max(1));
@@ -316,12 +339,13 @@ impl Hca {
         }
     }
 
-    fn flush_cqe(&mut self, cqn: u32, qpn: u32, counter: u16, opcode: CqeOpcode) {
+    fn flush_cqe(&mut self, qp: &Qp, counter: u16) {
         let mut cqe = [0u8; 64];
         cqe[0x37] = 0x05; // WR_FLUSH_ERR
-        cqe[0x38..0x3c].copy_from_slice(&qpn.to_be_bytes());
+        cqe[0x38..0x3c].copy_from_slice(&qp.qpn.to_be_bytes());
         cqe[0x3c..0x3e].copy_from_slice(&counter.to_be_bytes());
-        cqe[0x3f] = make_op_own(opcode.into(), 0);
-        self.post_cqe(cqn, cqe, false);
+        set_srqn_uidx(&mut cqe, self.cqe_srqn_uidx(qp, None));
+        cqe[0x3f] = make_op_own(CqeOpcode::RespErr.into(), 0);
+        self.post_cqe(qp.cqn_rcv, cqe, false);
     }
 }

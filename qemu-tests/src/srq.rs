@@ -2,8 +2,9 @@
 //! mlx5_ib's single SRQ table — and XRC domains (Linux 6.12 drivers/infiniband/hw/mlx5/
 //! srq_cmd.c, srq.c; include/linux/mlx5/mlx5_ifc.h `srqc`, `xrc_srqc`, `rmpc`, `wq`).
 //!
-//! The receive path does not take WQEs from these queues yet; [`Srq::wqe_iova`] is where it
-//! will find them.
+//! A receive on a QP whose `rq_type` is SRQ takes the next WQE of its queue
+//! ([`crate::wqe_exec`]): the WQEs form a linked list (rdma-core 56 providers/mlx5/srq.c), the
+//! device keeps its own head, starting at WQE 0, and follows each WQE's `next_wqe_index`.
 
 use crate::hca::Hca;
 use crate::page_list::{buffer_iova, page_offset_bytes};
@@ -56,8 +57,14 @@ pub struct Srq {
     pub start: u64,
     /// Doorbell record address (the driver's WQE counter, one big-endian dword).
     pub dbr: u64,
-    /// Limit watermark.
+    /// Limit watermark; not 0: armed (ARM_RQ, ARM_XRC_SRQ, MODIFY_RMP), the limit event fires
+    /// once when fewer WQEs than this are left, and disarms it.
     pub lwm: u16,
+    /// Index of the WQE the device takes next: 0 at creation, then the `next_wqe_index` of
+    /// each WQE taken.
+    pub hw_head: u16,
+    /// WQEs taken so far (16 bits, wrapping), against the doorbell record's counter.
+    pub taken: u16,
     /// QPs whose receives come from this queue.
     pub qp_users: u32,
 }
@@ -122,6 +129,8 @@ mod tests {
             start: 0,
             dbr: 0,
             lwm: 0,
+            hw_head: 0,
+            taken: 0,
             qp_users: 0,
         }
     }

@@ -6,6 +6,10 @@
 //! RC RDMA READ and 8-byte atomics; lkey/rkey validity, PD and rights; receive-buffer length;
 //! UD Q_Key and the 40-byte GRH area; a missing receive (RC: RNR retries exhausted when
 //! `rnr_retry` is 0, otherwise the request waits for the next doorbell; UC and UD: dropped).
+//! Receives on a QP with `rq_type` SRQ take the WQEs of its SRQ/RMP in linked-list order
+//! (rdma-core 56 providers/mlx5/srq.c), with the WQE's index as the CQE's `wqe_counter`, and
+//! may raise the SRQ limit event. Every CQE carries `srqn_uidx` as CQE version 1 defines it
+//! ([`Hca::cqe_srqn_uidx`]).
 //!
 //! Transport (RC, and UC for sequence numbers only). Messages are whole: no packet is lost,
 //! reordered or split, so what follows is about a requester and a responder whose PSNs or
@@ -37,13 +41,17 @@
 //! receive. A send error on a UC or UD QP moves it to SQE instead: the other send requests,
 //! and any posted later, are flushed, receives go on, and SQERR2RTS_QP resumes sending.
 
-use bareverbs_firmware_cmd::ifc::{fm_ce_se, make_op_own, wqe_opcode, CqeOpcode, INLINE_SEG};
+use bareverbs_firmware_cmd::ifc::{
+    cqe64, eqe_qp_srq, event_type, fm_ce_se, make_op_own, wqe_data_seg, wqe_opcode,
+    wqe_srq_next_seg, Cqe64, CqeOpcode, EqeQpSrq, WqeDataSeg, WqeSrqNextSeg, INLINE_SEG,
+};
+use bareverbs_firmware_cmd::layout::{Layout, View, ViewMut};
 
 use crate::dma::AddressSpaceExt;
 use crate::hca::Hca;
 use crate::mkey::KeyFault;
 use crate::pma::Traffic;
-use crate::qp::{Qp, QpState, ServiceType, PSN_MASK};
+use crate::qp::{Qp, QpState, ServiceType, CQE_V0_UIDX, PSN_MASK};
 
 /// CQE error syndromes (`MLX5_CQE_SYNDROME_*`).
 pub(crate) mod synd {
@@ -54,6 +62,31 @@ pub(crate) mod synd {
     pub const REMOTE_ACCESS: u8 = 0x13;
     pub const TRANSPORT_RETRY_EXC: u8 = 0x15;
     pub const RNR_RETRY_EXC: u8 = 0x16;
+}
+
+/// `srqn_uidx` of a CQE (`mlx5_cqe64.srqn`, bits 23:0).
+pub(crate) fn set_srqn_uidx(cqe: &mut [u8; 64], v: u32) {
+    if let Ok(mut c) = ViewMut::<Cqe64>::new_checked(&mut cqe[..]) {
+        c.set(cqe64::srqn, v & 0xff_ffff);
+    }
+}
+
+/// The data of a QP/SRQ asynchronous event EQE (`eqe_qp_srq`): resource type and number.
+pub(crate) fn qp_srq_event_data(ty: u8, n: u32) -> [u8; 28] {
+    let mut d = [0u8; 28];
+    if let Ok(mut v) = ViewMut::<EqeQpSrq>::new_checked(&mut d[..]) {
+        v.set(eqe_qp_srq::r#type, ty).set(eqe_qp_srq::qp_srq_n, n);
+    }
+    d
+}
+
+/// A receive WQE found for a message.
+pub(crate) struct Recv {
+    /// What the CQE's `wqe_counter` carries: the RQ's consumer counter, or the SRQ WQE's index.
+    counter: u16,
+    sges: Vec<Sge>,
+    /// Taken from SRQ `.0`, whose head then moves to `.1`.
+    srq: Option<(u32, u16)>,
 }
 
 /// One gather/scatter entry of a WQE.
@@ -266,6 +299,7 @@ impl Hca {
                         c[0x38..0x3c]
                             .copy_from_slice(&((u32::from(w.opcode) << 24) | qpn).to_be_bytes());
                         c[0x3c..0x3e].copy_from_slice(&w.wqe_index.to_be_bytes());
+                        set_srqn_uidx(&mut c, self.cqe_srqn_uidx(&qp, None));
                         c[0x3f] = make_op_own(CqeOpcode::Req.into(), 0);
                         self.post_cqe(qp.cqn_snd, c, false);
                     }
@@ -292,6 +326,7 @@ impl Hca {
         c[0x37] = syndrome;
         c[0x38..0x3c].copy_from_slice(&((u32::from(opcode) << 24) | qp.qpn).to_be_bytes());
         c[0x3c..0x3e].copy_from_slice(&wqe_index.to_be_bytes());
+        set_srqn_uidx(&mut c, self.cqe_srqn_uidx(qp, None));
         c[0x3f] = make_op_own(CqeOpcode::ReqErr.into(), 0);
         self.post_cqe(qp.cqn_snd, c, false);
         // A send error stops only the send queue of an unreliable QP (SQE); RC goes to ERR.
@@ -485,10 +520,34 @@ impl Hca {
         }
     }
 
-    /// The receive WQE at the head of `rqp`'s RQ, if one is posted.
-    fn next_recv(&mut self, rqp: &Qp) -> Option<(u16, Vec<Sge>)> {
-        // No RQ of its own: a zero-length RQ never receives; an SRQ-fed QP will take WQEs
-        // from its SRQ (`Srq::wqe_iova`), which the model does not do yet.
+    /// The scatter list of a receive WQE: data segments up to the first with
+    /// [`INVALID_LKEY`](bareverbs_firmware_cmd::ifc::INVALID_LKEY) or the end of the WQE.
+    fn recv_sges(raw: &[u8]) -> Vec<Sge> {
+        let mut sges = Vec::new();
+        for seg in raw.chunks_exact(16) {
+            let Ok(d) = View::<WqeDataSeg>::new_checked(seg) else {
+                break;
+            };
+            let lkey = d.get32(wqe_data_seg::lkey);
+            if lkey == bareverbs_firmware_cmd::ifc::INVALID_LKEY {
+                break;
+            }
+            sges.push(Sge {
+                lkey,
+                addr: d.get(wqe_data_seg::addr),
+                len: d.get32(wqe_data_seg::byte_count),
+            });
+        }
+        sges
+    }
+
+    /// The receive WQE `rqp` takes next, if one is posted: the head of its RQ, or of the
+    /// SRQ/RMP it receives from.
+    fn next_recv(&mut self, rqp: &Qp) -> Option<Recv> {
+        if let Some((srqn, _)) = self.qp_srq(rqp.qpn) {
+            return self.next_srq_recv(srqn);
+        }
+        // A zero-length RQ never receives.
         if rqp.no_rq {
             return None;
         }
@@ -502,29 +561,111 @@ impl Hca {
             .dma
             .read_vec(rqp.buf_iova(u64::from(idx) * stride), stride as usize)
             .ok()?;
-        let mut sges = Vec::new();
-        for seg in raw.chunks(16) {
-            let len = u32::from_be_bytes([seg[0], seg[1], seg[2], seg[3]]);
-            let lkey = u32::from_be_bytes([seg[4], seg[5], seg[6], seg[7]]);
-            if lkey == bareverbs_firmware_cmd::ifc::INVALID_LKEY {
-                break;
-            }
-            let addr = u64::from_be_bytes([
-                seg[8], seg[9], seg[10], seg[11], seg[12], seg[13], seg[14], seg[15],
-            ]);
-            sges.push(Sge { lkey, addr, len });
+        Some(Recv {
+            counter: rqp.rq_consumed,
+            sges: Self::recv_sges(&raw),
+            srq: None,
+        })
+    }
+
+    /// The WQE SRQ/RMP `srqn` gives next, if one is posted: the one at the device's head while
+    /// fewer WQEs were taken than the doorbell record's counter says were posted (rdma-core 56
+    /// srq.c `mlx5_post_srq_recv`: `*srq->db = htobe32(srq->counter)`, the number posted).
+    /// The WQE starts with `mlx5_wqe_srq_next_seg`, whose `next_wqe_index` is the next head;
+    /// its data segments follow.
+    fn next_srq_recv(&mut self, srqn: u32) -> Option<Recv> {
+        let srq = self.srq(srqn)?;
+        if !srq.good {
+            return None;
         }
-        Some((rqp.rq_consumed, sges))
+        let (dbr, head, taken) = (srq.dbr, srq.hw_head, srq.taken);
+        let at = srq.wqe_iova(u32::from(head));
+        let stride = 1usize << srq.wqe_shift;
+        let posted = match self.dma.read_be32(dbr) {
+            Ok(v) => v as u16,
+            Err(f) => {
+                self.record_fault(f);
+                return None;
+            }
+        };
+        if posted == taken {
+            return None;
+        }
+        let raw = match self.dma.read_vec(at, stride) {
+            Ok(v) => v,
+            Err(f) => {
+                self.record_fault(f);
+                return None;
+            }
+        };
+        let next = View::<WqeSrqNextSeg>::new_checked(&raw)
+            .ok()?
+            .get(wqe_srq_next_seg::next_wqe_index) as u16;
+        Some(Recv {
+            counter: head,
+            sges: Self::recv_sges(&raw[WqeSrqNextSeg::BYTES..]),
+            srq: Some((srqn, next)),
+        })
+    }
+
+    /// Takes the receive `r` found by [`Self::next_recv`] from `rqp`'s queue; an SRQ whose
+    /// armed limit is now above the WQEs left raises the limit event and disarms.
+    fn take_recv(&mut self, rqp: &Qp, r: &Recv) {
+        let Some((srqn, next)) = r.srq else {
+            if let Some(q) = self.qps.get_mut(&rqp.qpn) {
+                q.rq_consumed = q.rq_consumed.wrapping_add(1);
+            }
+            return;
+        };
+        let Some(s) = self.srqs.get_mut(&srqn) else {
+            return;
+        };
+        s.hw_head = next;
+        s.taken = s.taken.wrapping_add(1);
+        let (dbr, taken, lwm) = (s.dbr, s.taken, s.lwm);
+        if lwm == 0 {
+            return;
+        }
+        let Ok(posted) = self.dma.read_be32(dbr) else {
+            return;
+        };
+        let left = (posted as u16).wrapping_sub(taken);
+        if left < lwm {
+            if let Some(s) = self.srqs.get_mut(&srqn) {
+                s.lwm = 0;
+            }
+            self.post_event(event_type::SRQ_RQ_LIMIT, 0, qp_srq_event_data(0, srqn));
+        }
+    }
+
+    /// What a CQE of `qp` carries in `srqn_uidx` (`mlx5_cqe64.srqn`) for a WQE taken from
+    /// `srqn` (receives through an SRQ) or from the QP's own queues. CQE version 1 (the model
+    /// reports `cmd_hca_cap.cqe_version` 1): the QP's `user_index`, or for a receive from an
+    /// XRC SRQ that SRQ's; rdma-core 56 cq.c `get_cur_rsc` looks the QP up by it
+    /// (`mlx5_find_uidx`) for every CQE when the context's `cqe_version` is 1. A QP created
+    /// with user index [`CQE_V0_UIDX`] gets version 0 CQEs: the SRQ number for receives through
+    /// an SRQ, otherwise 0 (cq.c `get_cur_rsc`: `srqn_uidx` non-zero means an SRQ; Linux
+    /// mlx5_ib cq.c `handle_responder` reads `cqe->srqn` for XRC).
+    pub(crate) fn cqe_srqn_uidx(&self, qp: &Qp, srqn: Option<u32>) -> u32 {
+        let srq = srqn.and_then(|n| self.srq(n));
+        let uidx = match srq {
+            Some(s) if s.kind == crate::srq::SrqKind::XrcSrq => s.user_index,
+            _ => qp.user_index,
+        };
+        if uidx == CQE_V0_UIDX {
+            srqn.unwrap_or(0)
+        } else {
+            uidx
+        }
     }
 
     /// Delivers `req`'s message into `rqp`'s next receive; responder CQE on its receive CQ.
     fn deliver(&mut self, rqp: &Qp, req: &Request, rdma_imm: bool) -> Result<(), u8> {
-        let Some((counter, sges)) = self.next_recv(rqp) else {
+        let Some(recv) = self.next_recv(rqp) else {
             return Err(0);
         };
-        if let Some(q) = self.qps.get_mut(&rqp.qpn) {
-            q.rq_consumed = q.rq_consumed.wrapping_add(1);
-        }
+        self.take_recv(rqp, &recv);
+        let Recv { counter, sges, srq } = recv;
         let ud = req.st == ServiceType::Ud;
         let skip = if ud { 40 } else { 0 };
         // A UD message with a GRH fills the 40-byte area first; without one the area keeps
@@ -541,6 +682,7 @@ impl Hca {
         let mut c = [0u8; 64];
         c[0x38..0x3c].copy_from_slice(&rqp.qpn.to_be_bytes());
         c[0x3c..0x3e].copy_from_slice(&counter.to_be_bytes());
+        set_srqn_uidx(&mut c, self.cqe_srqn_uidx(rqp, srq.map(|(n, _)| n)));
         if let Err(s) = r {
             c[0x37] = s;
             c[0x3f] = make_op_own(CqeOpcode::RespErr.into(), 0);
@@ -985,6 +1127,17 @@ mod tests {
     use crate::SimHal;
 
     #[test]
+    fn qp_srq_event_data_carries_type_and_number() {
+        // Linux device.h `struct mlx5_eqe_qp_srq`: __be32 reserved1[5], u8 type, reserved2[3],
+        // __be32 qp_srq_n (srq_cmd.c `srq_event_notifier` masks it with 0xffffff).
+        let d = qp_srq_event_data(1, 0x12_3456);
+        let mut want = [0u8; 28];
+        want[20] = 1;
+        want[25..28].copy_from_slice(&[0x12, 0x34, 0x56]);
+        assert_eq!(d, want);
+    }
+
+    #[test]
     fn requests_spend_one_psn_per_mtu_and_psns_wrap() {
         let send = Kind::Send;
         // MTU 3 = 1024 bytes.
@@ -1016,6 +1169,7 @@ mod tests {
             page_size: 4096,
             page_offset: 0,
             dbr: 0,
+            user_index: 0,
             port: 1,
             pkey_index: 0,
             qkey: 0,

@@ -49,6 +49,14 @@ crate::ifc! {
         0x20 lkey: 32,
         0x40 addr: 64,
     }
+    /// First 16 bytes of every SRQ / RMP receive WQE (rdma-core 56 mlx5dv.h
+    /// `struct mlx5_wqe_srq_next_seg`): the link of the queue's linked list; data segments
+    /// follow.
+    pub struct WqeSrqNextSeg => wqe_srq_next_seg: 0x80 bits {
+        /// Index of the WQE after this one in the list.
+        0x10 next_wqe_index: 16,
+        0x20 signature: 8,
+    }
     /// Inline data header (`struct mlx5_wqe_inline_seg`): data bytes follow, padded to 16.
     pub struct WqeInlineSeg => wqe_inline_seg: 0x20 bits {
         /// Length | [`INLINE_SEG`] ([`inline_seg_byte_count`]).
@@ -378,6 +386,18 @@ mod tests {
         assert_eq!(inline_seg_ds(10), 1);
         assert_eq!(inline_seg_ds(12), 1);
         assert_eq!(inline_seg_ds(13), 2);
+    }
+
+    #[test]
+    fn golden_srq_next_segment() {
+        // rdma-core 56 mlx5dv.h `struct mlx5_wqe_srq_next_seg`: rsvd0[2], __be16
+        // next_wqe_index, u8 signature, rsvd1[11]; 16 bytes.
+        let mut b = [0xabu8; 16];
+        ViewMut::<WqeSrqNextSeg>::zeroed(&mut b)
+            .unwrap()
+            .set(wqe_srq_next_seg::next_wqe_index, 0x1234u16)
+            .set(wqe_srq_next_seg::signature, 0x5au8);
+        assert_eq!(b, [0, 0, 0x12, 0x34, 0x5a, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
     }
 
     #[test]

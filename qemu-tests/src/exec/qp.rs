@@ -25,7 +25,8 @@ impl Hca {
         // Measured: mlx5_ib creates its UMR QP with `pd` 0; it never touches a PD's memory.
         let no_pd = st == ServiceType::RegUmr && pd == 0;
         // qpc.rq_type (mlx5_ifc; Linux qp.c `get_rq_type`): a regular RQ in the work buffer, or
-        // a zero-length RQ with no space in it. SRQ-fed and cyclic RQs are not modelled.
+        // a zero-length RQ with no space in it, or receives from an SRQ. Cyclic RQs are not
+        // modelled.
         let no_rq = match c.get(qpc::rq_type) as u8 {
             qpc_rq_type::NON_ZERO_RQ => false,
             qpc_rq_type::ZERO_LEN_RQ => true,
@@ -71,6 +72,7 @@ impl Hca {
                 c.get(qpc::page_offset),
             ),
             dbr: c.get(qpc::dbr_addr),
+            user_index: c.get32(qpc::user_index),
             port: 1,
             pkey_index: 0,
             qkey: 0,

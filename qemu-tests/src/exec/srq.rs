@@ -90,6 +90,8 @@ impl Hca {
             start: 0,
             dbr: n.dbr,
             lwm: n.lwm as u16,
+            hw_head: 0,
+            taken: 0,
             qp_users: 0,
         };
         srq.start = srq.wqe_iova(0);
