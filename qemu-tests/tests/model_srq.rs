@@ -3,130 +3,48 @@
 //! CREATE_XRC_SRQ on xrcd 0, a basic SRQ as CREATE_RMP), their queries, references, number
 //! space and page offsets, and CREATE_QP naming them.
 
-use std::time::Duration;
-
 use bareverbs_firmware_cmd::ifc::*;
 use bareverbs_firmware_cmd::layout::{Layout, View, ViewMut};
-use bareverbs_firmware_cmd::{CmdStatus, DeliveryStatus};
-use bareverbs_hal::{BarOffset, Hal, Mmio, SharedDma};
+use bareverbs_firmware_cmd::CmdStatus;
+use bareverbs_hal::{Hal, SharedDma};
 use bareverbs_model::srq::SrqKind;
-use bareverbs_model::{Drive, ModelConfig, SimDma, SimHal};
+use bareverbs_model::{Drive, SimDma, SimHal};
 
-/// A minimal command poster using slot 0 and 1 KiB-aligned mailboxes.
+mod common;
+
+/// An initialized HCA behind the shared command poster, and the pages the tests hand it.
 struct Raw {
-    hal: SimHal,
-    cmdq: SharedDma<SimDma>,
-    boxes: SharedDma<SimDma>,
+    raw: common::Raw,
     _pages: Vec<SharedDma<SimDma>>,
 }
-
-const IN_BOXES: usize = 0;
-const OUT_BOXES: usize = 16 * 1024;
-const TOKEN: u8 = 0x5a;
 
 type Reply = (CmdStatus, Vec<u8>);
 
 impl Raw {
     /// An initialized HCA (ENABLE_HCA, boot and init pages, INIT_HCA).
     fn up() -> Self {
-        let hal = SimHal::new(ModelConfig::default(), Drive::Synchronous);
-        let cmdq = hal.dma_alloc(4096, 4096).unwrap().share();
-        let boxes = hal.dma_alloc(32 * 1024, 4096).unwrap().share();
-        let bar = hal.bar0();
-        let mut n = 0;
-        while bar.read32(BarOffset(0x1fc)) >> 31 != 0 {
-            hal.delay(Duration::from_millis(1));
-            n += 1;
-            assert!(n < 1000, "model never became ready");
-        }
-        bar.write32(BarOffset(0x10), (cmdq.iova().0 >> 32) as u32);
-        bar.write32(BarOffset(0x14), cmdq.iova().0 as u32);
-        let mut raw = Raw {
-            hal,
-            cmdq,
-            boxes,
-            _pages: Vec::new(),
-        };
-        assert_eq!(raw.cmd(&header(0x104, 0, 16), 16).0, CmdStatus::Ok);
-        for n in [16, 128] {
-            let pages: Vec<_> = (0..n).map(|_| raw.page()).collect();
-            let mut b = header(0x108, manage_pages_op_mod::GIVE, 16 + 8 * n);
-            let mut v = ViewMut::<ManagePagesIn>::new_checked(&mut b).unwrap();
-            v.set(manage_pages_in::input_num_entries, n as u32);
-            for (k, p) in pages.iter().enumerate() {
-                v.set_array(manage_pages_in::pas, k, *p).unwrap();
-            }
-            assert_eq!(raw.cmd(&b, 16).0, CmdStatus::Ok);
-        }
-        assert_eq!(raw.cmd(&header(0x102, 0, 32), 16).0, CmdStatus::Ok);
-        raw
+        let raw = common::Raw::new(Drive::Synchronous);
+        let pages = common::bring_up(&raw);
+        Raw { raw, _pages: pages }
+    }
+
+    /// The model under test.
+    fn hal(&self) -> &SimHal {
+        &self.raw.hal
     }
 
     /// A fresh 4 KiB DMA page, kept alive as long as the HCA.
     fn page(&mut self) -> u64 {
-        let p = self.hal.dma_alloc(4096, 4096).unwrap().share();
+        let p = self.raw.hal.dma_alloc(4096, 4096).unwrap().share();
         let a = p.iova().0;
         self._pages.push(p);
         a
     }
 
-    fn chain(&self, base: usize, len: usize) {
-        let blocks = mailbox_blocks(len);
-        for k in 0..blocks {
-            let off = base + k * 1024;
-            let next = if k + 1 < blocks {
-                self.boxes.iova().0 + (off + 1024) as u64
-            } else {
-                0
-            };
-            self.boxes.write64(off + 0x230, next);
-            self.boxes.write32(off + 0x238, k as u32);
-            self.boxes.write8(off + 0x23d, TOKEN);
-        }
-    }
-
     /// Posts `input` expecting `outlen` output bytes; returns the command status and output.
     fn cmd(&self, input: &[u8], outlen: usize) -> Reply {
-        self.cmdq.fill(0, 64, 0).unwrap();
-        self.boxes.fill(0, 32 * 1024, 0).unwrap();
-        self.cmdq.write8(0, CMD_XPORT_PCI);
-        self.cmdq.write32(4, input.len() as u32);
-        self.cmdq.write32(0x38, outlen as u32);
-        self.cmdq.write8(0x3c, TOKEN);
-        self.cmdq
-            .write_bytes(0x10, &input[..input.len().min(16)])
-            .unwrap();
-        if input.len() > 16 {
-            self.chain(IN_BOXES, input.len());
-            self.cmdq.write64(8, self.boxes.iova().0 + IN_BOXES as u64);
-            for (k, chunk) in input[16..].chunks(512).enumerate() {
-                self.boxes.write_bytes(IN_BOXES + k * 1024, chunk).unwrap();
-            }
-        }
-        if outlen > 16 {
-            self.chain(OUT_BOXES, outlen);
-            self.cmdq
-                .write64(0x30, self.boxes.iova().0 + OUT_BOXES as u64);
-        }
-        self.cmdq.write8(0x3f, CMD_OWNER_HW);
-        self.hal.bar0().write32(BarOffset(0x18), 1);
-        let mut spins = 0u64;
-        while self.cmdq.read8(0x3f) & 1 != 0 {
-            self.hal.relax();
-            spins += 1;
-            assert!(spins < 5_000_000, "command never completed");
-        }
-        assert_eq!(
-            DeliveryStatus::from(self.cmdq.read8(0x3f) >> 1),
-            DeliveryStatus::Ok
-        );
-        let mut out = vec![0u8; outlen];
-        let head = outlen.min(16);
-        self.cmdq.read_bytes(0x20, &mut out[..head]).unwrap();
-        for (k, chunk) in out[head..].chunks_mut(512).enumerate() {
-            self.boxes.read_bytes(OUT_BOXES + k * 1024, chunk).unwrap();
-        }
-        (CmdStatus::from(out[0]), out)
+        let out = self.raw.cmd(input, outlen);
+        (common::Raw::status(&out).0, out)
     }
 
     /// A command with a 16-byte input whose object number sits at byte 9 (DW2 [23:0]).
@@ -143,15 +61,7 @@ impl Raw {
     }
 }
 
-fn header(opcode: u16, op_mod: u16, len: usize) -> Vec<u8> {
-    let mut b = vec![0u8; len.max(16)];
-    ViewMut::<MboxIn>::new_checked(&mut b)
-        .unwrap()
-        .set(mbox_in::opcode, opcode)
-        .set(mbox_in::op_mod, op_mod);
-    b.truncate(len);
-    b
-}
+use common::header;
 
 /// The objects every test needs: a PD, and a CQ on a UAR and an EQ.
 struct Base {
@@ -294,9 +204,9 @@ fn xrc_domains_come_from_the_pd_number_space_and_are_freed_once() {
     let x1 = Raw::number(raw.on(0x80e, 0, 0, 16));
     assert!(x0 != 0 && x0 != x1 && pd != x0 && pd != x1);
     assert!(x0 < 1 << 24 && x1 < 1 << 24);
-    assert!(raw.hal.model().with(|h| h.xrcd_exists(x1)));
+    assert!(raw.hal().model().with(|h| h.xrcd_exists(x1)));
     assert_eq!(raw.on(0x80f, 0, x1, 16).0, CmdStatus::Ok);
-    assert!(!raw.hal.model().with(|h| h.xrcd_exists(x1)));
+    assert!(!raw.hal().model().with(|h| h.xrcd_exists(x1)));
     assert_eq!(raw.on(0x80f, 0, x1, 16).0, CmdStatus::BadResource);
     assert_eq!(raw.on(0x80f, 0, 0x77_7777, 16).0, CmdStatus::BadResource);
 }
@@ -335,7 +245,7 @@ fn xrc_srq_round_trip_returns_what_was_created() {
         .set(arm_xrc_srq_in::xrc_srqn, n)
         .set(arm_xrc_srq_in::lwm, 0u16);
     assert_eq!(raw.cmd(&arm, 16).0, CmdStatus::Ok);
-    assert_eq!(raw.hal.model().with(|h| h.srq(n).unwrap().lwm), 0);
+    assert_eq!(raw.hal().model().with(|h| h.srq(n).unwrap().lwm), 0);
 
     assert_eq!(raw.on(0x706, 0, n, 16).0, CmdStatus::Ok);
     assert_eq!(raw.on(0x707, 0, n, 272).0, CmdStatus::BadResource);
@@ -474,7 +384,7 @@ fn srqs_xrc_srqs_and_rmps_share_one_number_space() {
     let rn = Raw::number(create_rmp(&raw, &r));
     assert_ne!(xn, rn);
     let kinds = raw
-        .hal
+        .hal()
         .model()
         .with(|h| (h.srq(xn).unwrap().kind, h.srq(rn).unwrap().kind));
     assert_eq!(kinds, (SrqKind::XrcSrq, SrqKind::Rmp));
@@ -501,7 +411,7 @@ fn page_offset_moves_the_queue_start_in_64ths_of_a_page() {
     // An RMP at 16/64 of a 4 KiB page (wq.page_offset, 5 bits): 1 KiB in.
     r.page_offset = 16;
     let n = Raw::number(create_rmp(&raw, &r));
-    let (start, w1) = raw.hal.model().with(|h| {
+    let (start, w1) = raw.hal().model().with(|h| {
         let s = h.srq(n).unwrap();
         (s.start, s.wqe_iova(1))
     });
@@ -516,7 +426,7 @@ fn page_offset_moves_the_queue_start_in_64ths_of_a_page() {
     x.log_size = 6;
     x.log_rq_stride = 2;
     let p8k = |raw: &mut Raw| {
-        let p = raw.hal.dma_alloc(8192, 8192).unwrap().share();
+        let p = raw.hal().dma_alloc(8192, 8192).unwrap().share();
         let a = p.iova().0;
         raw._pages.push(p);
         a
@@ -525,7 +435,7 @@ fn page_offset_moves_the_queue_start_in_64ths_of_a_page() {
     assert_eq!(create_xrc_srq(&raw, &x).0, CmdStatus::BadInputLength);
     x.pas.push(p8k(&mut raw));
     let n = Raw::number(create_xrc_srq(&raw, &x));
-    let s = raw.hal.model().with(|h| h.srq(n).unwrap().clone());
+    let s = raw.hal().model().with(|h| h.srq(n).unwrap().clone());
     assert_eq!(s.start, x.pas[0] + 63 * 128);
     assert_eq!(s.wqe_iova(1), x.pas[0] + 8128);
     assert_eq!(s.wqe_iova(2), x.pas[1]);
@@ -640,7 +550,7 @@ fn create_qp_checks_its_srq_only_with_rq_type_srq() {
         0x7777,
         0x7777,
     ));
-    assert_eq!(raw.hal.model().with(|h| h.qp_srq(regular)), None);
+    assert_eq!(raw.hal().model().with(|h| h.qp_srq(regular)), None);
     assert_eq!(
         create_qp(&mut raw, &b, qpc_rq_type::SRQ_RQ, 0x7777, x0).0,
         CmdStatus::BadResource
@@ -650,7 +560,7 @@ fn create_qp_checks_its_srq_only_with_rq_type_srq() {
         CmdStatus::BadResource
     );
     let qpn = Raw::number(create_qp(&mut raw, &b, qpc_rq_type::SRQ_RQ, rmpn, x0));
-    assert_eq!(raw.hal.model().with(|h| h.qp_srq(qpn)), Some((rmpn, x0)));
+    assert_eq!(raw.hal().model().with(|h| h.qp_srq(qpn)), Some((rmpn, x0)));
     // QUERY_QP reports the SRQ the QP receives from.
     let (st, out) = raw.on(0x50b, 0, qpn, QueryQpOut::BYTES);
     assert_eq!(st, CmdStatus::Ok);
