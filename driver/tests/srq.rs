@@ -18,7 +18,7 @@ use bareverbs_hal::{Hal, SharedDma};
 use bareverbs_model::{SimDma, SimHal};
 
 mod common;
-use common::{poll_one, region, send_wr, sge};
+use common::{exec, poll_one, raw_rst2rtr, region, send_wr, sge};
 
 const PAGE: usize = 4096;
 /// log2 of the SRQ's WQEs.
@@ -29,11 +29,6 @@ const LOG_STRIDE: u8 = 6;
 const PAGE_OFFSET: u8 = 16;
 /// Data segments per WQE.
 const MAX_GS: usize = 3;
-
-fn exec<C: Command>(dev: &Device<&SimHal>, i: &mut [u8]) -> Result<Vec<u8>, bareverbs::Error> {
-    let mut o = vec![0u8; C::Out::BYTES];
-    dev.exec::<C>(i, &mut o).map(|()| o)
-}
 
 /// The SRQ's buffer and doorbell record, posted to as rdma-core 56 srq.c does: WQEs linked
 /// 0 → 1 → … → n−1 at creation (`mlx5_alloc_srq_buf`, here without a wait queue), head 0,
@@ -312,27 +307,13 @@ fn srq_qp(
     let qpn = View::<CreateQpOut>::new_checked(&o)
         .unwrap()
         .get32(create_qp_out::qpn);
-    let mut i = vec![0u8; Rst2InitQpIn::BYTES];
-    {
-        let mut v = ViewMut::<Rst2InitQpIn>::zeroed(&mut i).unwrap();
-        v.set(rst2init_qp_in::qpn, qpn);
-        v.sub(rst2init_qp_in::qpc)
-            .sub(qpc::primary_address_path)
-            .set(ads::vhca_port_num, 1u8);
-    }
-    exec::<Rst2InitQp>(dev, &mut i).unwrap();
-    let mut i = vec![0u8; Init2RtrQpIn::BYTES];
-    {
-        let mut v = ViewMut::<Init2RtrQpIn>::zeroed(&mut i).unwrap();
-        v.set(init2rtr_qp_in::qpn, qpn);
-        let mut c = v.sub(init2rtr_qp_in::qpc);
+    raw_rst2rtr(dev, qpn, |c| {
         c.set(qpc::mtu, qpc_mtu::MTU_4K)
             .set(qpc::log_msg_max, 30u8)
             .set(qpc::remote_qpn, peer)
             .set(qpc::min_rnr_nak, 12u8);
         c.sub(qpc::primary_address_path).set(ads::rlid, 1u16);
-    }
-    exec::<Init2RtrQp>(dev, &mut i).unwrap();
+    });
     (qpn, buf)
 }
 

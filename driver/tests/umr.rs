@@ -15,7 +15,7 @@ use bareverbs_hal::{Hal, SharedDma};
 use bareverbs_model::{ModelEvent, SimDma, SimHal};
 
 mod common;
-use common::{connect_pair, poll_one, region, send_wr, sge};
+use common::{connect_pair, exec, poll_one, raw_rst2rtr, region, send_wr, sge};
 
 const PAGE: usize = 4096;
 /// MSI-X vector of the completion EQ (the driver's own EQ uses vector 0).
@@ -24,11 +24,6 @@ const COMP_VECTOR: u16 = 3;
 const VA: u64 = 0x7000_0000_0000;
 
 /// A command through the driver's `exec`, input and output sized for `C`.
-fn exec<C: Command>(dev: &Device<&SimHal>, i: &mut [u8]) -> Result<Vec<u8>, bareverbs::Error> {
-    let mut o = vec![0u8; C::Out::BYTES];
-    dev.exec::<C>(i, &mut o).map(|()| o)
-}
-
 /// The kernel's UMR resources: a completion EQ, a CQ on it, the REG_UMR QP.
 struct UmrQp {
     uar: u32,
@@ -118,24 +113,9 @@ impl UmrQp {
             .get32(create_qp_out::qpn);
         // umr.c `mlx5r_umr_qp_rst2rts`: INIT on port 1, then RTR and RTS with no attributes;
         // qp.c sets MTU 4096 and log_msg_max 12 for the UMR QP in every transition.
-        let mut i = vec![0u8; Rst2InitQpIn::BYTES];
-        {
-            let mut v = ViewMut::<Rst2InitQpIn>::zeroed(&mut i).unwrap();
-            v.set(rst2init_qp_in::qpn, qpn);
-            v.sub(rst2init_qp_in::qpc)
-                .sub(qpc::primary_address_path)
-                .set(ads::vhca_port_num, 1u8);
-        }
-        exec::<Rst2InitQp>(dev, &mut i).unwrap();
-        let mut i = vec![0u8; Init2RtrQpIn::BYTES];
-        {
-            let mut v = ViewMut::<Init2RtrQpIn>::zeroed(&mut i).unwrap();
-            v.set(init2rtr_qp_in::qpn, qpn);
-            v.sub(init2rtr_qp_in::qpc)
-                .set(qpc::mtu, qpc_mtu::MTU_4K)
-                .set(qpc::log_msg_max, 12u8);
-        }
-        exec::<Init2RtrQp>(dev, &mut i).unwrap();
+        raw_rst2rtr(dev, qpn, |c| {
+            c.set(qpc::mtu, qpc_mtu::MTU_4K).set(qpc::log_msg_max, 12u8);
+        });
         let mut i = vec![0u8; Rtr2RtsQpIn::BYTES];
         {
             let mut v = ViewMut::<Rtr2RtsQpIn>::zeroed(&mut i).unwrap();

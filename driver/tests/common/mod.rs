@@ -68,3 +68,41 @@ pub fn poll_one<H: Hal>(cq: &mut Cq<'_, H>) -> Wc {
     assert_eq!(cq.poll(&mut wc), 1, "expected a completion");
     wc[0]
 }
+
+/// Runs command `C` with the hand-built input `i` through the driver's `exec`; its output.
+pub fn exec<C: bareverbs_firmware_cmd::commands::Command>(
+    dev: &bareverbs::Device<&SimHal>,
+    i: &mut [u8],
+) -> Result<Vec<u8>, bareverbs::Error> {
+    use bareverbs_firmware_cmd::Layout;
+    let mut o = vec![0u8; <C::Out as Layout>::BYTES];
+    dev.exec::<C>(i, &mut o).map(|()| o)
+}
+
+/// RST2INIT of QP `qpn` on port 1, then INIT2RTR with the context `rtr` fills in, sent as
+/// hand-built commands (for QPs our driver does not own: REG_UMR, SRQ-fed).
+pub fn raw_rst2rtr(
+    dev: &bareverbs::Device<&SimHal>,
+    qpn: u32,
+    rtr: impl FnOnce(&mut bareverbs_firmware_cmd::ViewMut<'_, bareverbs_firmware_cmd::ifc::Qpc>),
+) {
+    use bareverbs_firmware_cmd::commands::{Init2RtrQp, Rst2InitQp};
+    use bareverbs_firmware_cmd::ifc::*;
+    use bareverbs_firmware_cmd::{Layout, ViewMut};
+    let mut i = vec![0u8; Rst2InitQpIn::BYTES];
+    {
+        let mut v = ViewMut::<Rst2InitQpIn>::zeroed(&mut i).unwrap();
+        v.set(rst2init_qp_in::qpn, qpn);
+        v.sub(rst2init_qp_in::qpc)
+            .sub(qpc::primary_address_path)
+            .set(ads::vhca_port_num, 1u8);
+    }
+    exec::<Rst2InitQp>(dev, &mut i).unwrap();
+    let mut i = vec![0u8; Init2RtrQpIn::BYTES];
+    {
+        let mut v = ViewMut::<Init2RtrQpIn>::zeroed(&mut i).unwrap();
+        v.set(init2rtr_qp_in::qpn, qpn);
+        rtr(&mut v.sub(init2rtr_qp_in::qpc));
+    }
+    exec::<Init2RtrQp>(dev, &mut i).unwrap();
+}
