@@ -548,3 +548,326 @@ fn two_qps_share_an_rmp_and_take_its_wqes_in_list_order() {
         assert_eq!(poll_one(&mut scq).status, WcStatus::Success);
     }
 }
+
+/// An XRC SRQ over `ring`'s buffer as Linux 6.12 srq_cmd.c `create_xrc_srq_cmd` builds it
+/// (`xrc_srqc`: domain, CQ, PD, user index, the queue `page_offset` 64ths into its page).
+fn create_xrc_srq(
+    dev: &Device<&SimHal>,
+    ring: &SrqRing,
+    pdn: u32,
+    (xrcd, cqn): (u32, u32),
+    user_index: u32,
+) -> u32 {
+    let dbr = ring.buf.iova().0 + SrqRing::DBR as u64;
+    let mut i = vec![0u8; CreateXrcSrqIn::BYTES + 8];
+    {
+        let mut v = ViewMut::<CreateXrcSrqIn>::zeroed(&mut i).unwrap();
+        v.sub(create_xrc_srq_in::xrc_srq_context_entry)
+            .set(xrc_srqc::log_xrc_srq_size, LOG_SRQ)
+            .set(xrc_srqc::log_rq_stride, LOG_STRIDE - 4)
+            .set(xrc_srqc::page_offset, PAGE_OFFSET)
+            .set(xrc_srqc::xrcd, xrcd)
+            .set(xrc_srqc::cqn, cqn)
+            .set(xrc_srqc::pd, pdn)
+            .set(xrc_srqc::user_index, user_index)
+            .set(xrc_srqc::db_record_addr_h, dbr >> 32)
+            .set(xrc_srqc::db_record_addr_l, (dbr & 0xffff_ffff) >> 2);
+        v.set_array(create_xrc_srq_in::pas, 0, ring.buf.iova().0)
+            .unwrap();
+    }
+    let o = exec::<CreateXrcSrq>(dev, &mut i).unwrap();
+    View::<CreateXrcSrqOut>::new_checked(&o)
+        .unwrap()
+        .get32(create_xrc_srq_out::xrc_srqn)
+}
+
+/// An XRC QP (`st` XRC, `rq_type` SRQ naming the default SRQ `s0` and `xrcd`; Linux 6.12 qp.c
+/// `get_rx_type`): with `target`, as `create_xrc_tgt_qp` makes it (`no_sq`, no UAR and no
+/// pages, the CQs mlx5_ib's placeholder `c0`), else the initiator with a 4-WQEBB send queue
+/// completing on `cq`. Brought to RTS towards `peer` with remote write enabled.
+fn xrc_qp(
+    hal: &SimHal,
+    dev: &Device<&SimHal>,
+    pdn: u32,
+    cq: &RawCq,
+    (s0, xrcd): (u32, u32),
+    target: bool,
+    user_index: u32,
+) -> (u32, SharedDma<SimDma>) {
+    let buf = hal.dma_alloc(2 * PAGE, PAGE).unwrap().share();
+    buf.fill(0, 2 * PAGE, 0).unwrap();
+    let mut i = vec![0u8; CreateQpIn::BYTES + 8];
+    {
+        let mut v = ViewMut::<CreateQpIn>::zeroed(&mut i).unwrap();
+        let mut c = v.sub(create_qp_in::qpc);
+        c.set(qpc::st, qpc_st::XRC)
+            .set(qpc::pm_state, qpc_pm_state::MIGRATED)
+            .set(qpc::pd, pdn)
+            .set(qpc::rq_type, qpc_rq_type::SRQ_RQ)
+            .set(qpc::user_index, user_index)
+            .set(qpc::cqn_snd, cq.cqn)
+            .set(qpc::cqn_rcv, cq.cqn)
+            .set(qpc::srqn_rmpn_xrqn, s0)
+            .set(qpc::xrcd, xrcd)
+            .set(qpc::dbr_addr, buf.iova().0 + PAGE as u64);
+        if target {
+            c.set(qpc::no_sq, 1u8);
+        } else {
+            c.set(qpc::log_sq_size, 2u8)
+                .set(qpc::uar_page, dev.uar().unwrap().index().raw());
+            v.set_array(create_qp_in::pas, 0, buf.iova().0).unwrap();
+        }
+    }
+    let o = exec::<CreateQp>(dev, &mut i).unwrap();
+    let qpn = View::<CreateQpOut>::new_checked(&o)
+        .unwrap()
+        .get32(create_qp_out::qpn);
+    (qpn, buf)
+}
+
+/// RST2INIT (remote write, read and atomics on), INIT2RTR towards `peer` and RTR2RTS with
+/// `rnr_retry`, as hand-built commands.
+fn xrc_to_rts(dev: &Device<&SimHal>, qpn: u32, peer: u32, rnr_retry: u8) {
+    let mut i = vec![0u8; Rst2InitQpIn::BYTES];
+    {
+        let mut v = ViewMut::<Rst2InitQpIn>::zeroed(&mut i).unwrap();
+        v.set(rst2init_qp_in::qpn, qpn);
+        let mut c = v.sub(rst2init_qp_in::qpc);
+        c.set(qpc::rre, 1u8).set(qpc::rwe, 1u8).set(qpc::rae, 1u8);
+        c.sub(qpc::primary_address_path)
+            .set(ads::vhca_port_num, 1u8);
+    }
+    exec::<Rst2InitQp>(dev, &mut i).unwrap();
+    let mut i = vec![0u8; Init2RtrQpIn::BYTES];
+    {
+        let mut v = ViewMut::<Init2RtrQpIn>::zeroed(&mut i).unwrap();
+        v.set(init2rtr_qp_in::qpn, qpn);
+        let mut c = v.sub(init2rtr_qp_in::qpc);
+        c.set(qpc::mtu, qpc_mtu::MTU_4K)
+            .set(qpc::log_msg_max, 30u8)
+            .set(qpc::remote_qpn, peer)
+            .set(qpc::min_rnr_nak, 12u8);
+        c.sub(qpc::primary_address_path).set(ads::rlid, 1u16);
+    }
+    exec::<Init2RtrQp>(dev, &mut i).unwrap();
+    let mut i = vec![0u8; Rtr2RtsQpIn::BYTES];
+    {
+        let mut v = ViewMut::<Rtr2RtsQpIn>::zeroed(&mut i).unwrap();
+        v.set(rtr2rts_qp_in::qpn, qpn);
+        v.sub(rtr2rts_qp_in::qpc)
+            .set(qpc::retry_count, 7u8)
+            .set(qpc::rnr_retry, rnr_retry);
+    }
+    exec::<Rtr2RtsQp>(dev, &mut i).unwrap();
+}
+
+/// Posts one signaled WQE on XRC initiator `qpn` (buffer `buf`, doorbell record at its second
+/// page) as rdma-core 56 providers/mlx5/qp.c `_mlx5_post_send` lays it out for
+/// IBV_QPT_XRC_SEND: control segment, XRC segment naming `xrc_srqn`, for RDMA WRITE the remote
+/// address segment, one data segment; then runs the send queue.
+fn xrc_post(
+    hal: &SimHal,
+    (qpn, buf): (u32, &SharedDma<SimDma>),
+    pi: &mut u16,
+    opcode: u8,
+    xrc_srqn: u32,
+    raddr: Option<(u64, u32)>,
+    sg: Sge,
+) {
+    let ds = 3 + u8::from(raddr.is_some());
+    let mut w = vec![0u8; usize::from(ds) * 16];
+    ViewMut::<WqeCtrlSeg>::new_checked(&mut w[..16])
+        .unwrap()
+        .set(wqe_ctrl_seg::opcode, opcode)
+        .set(wqe_ctrl_seg::wqe_index, *pi)
+        .set(wqe_ctrl_seg::qpn, qpn)
+        .set(wqe_ctrl_seg::ds, ds)
+        .set(wqe_ctrl_seg::fm_ce_se, fm_ce_se::CQ_UPDATE);
+    ViewMut::<WqeXrcSeg>::new_checked(&mut w[16..32])
+        .unwrap()
+        .set(wqe_xrc_seg::xrc_srqn, xrc_srqn);
+    let mut off = 32;
+    if let Some((addr, rkey)) = raddr {
+        ViewMut::<WqeRaddrSeg>::new_checked(&mut w[off..off + 16])
+            .unwrap()
+            .set(wqe_raddr_seg::raddr, addr)
+            .set(wqe_raddr_seg::rkey, rkey);
+        off += 16;
+    }
+    ViewMut::<WqeDataSeg>::new_checked(&mut w[off..off + 16])
+        .unwrap()
+        .set(wqe_data_seg::byte_count, sg.length)
+        .set(wqe_data_seg::lkey, sg.lkey.raw())
+        .set(wqe_data_seg::addr, sg.addr);
+    // A WQE of up to 4 segments fits one 64-byte WQEBB of the 4-WQEBB queue.
+    buf.write_bytes(usize::from(*pi % 4) * 64, &w).unwrap();
+    *pi = pi.wrapping_add(1);
+    buf.write_bytes(PAGE + 4, &u32::from(*pi).to_be_bytes())
+        .unwrap();
+    hal.model().with(|h| h.run_sq(qpn));
+}
+
+#[test]
+fn an_xrc_initiator_sends_through_one_target_into_the_srq_each_message_names() {
+    let hal = SimHal::synchronous();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let pdn = pd.pdn().raw();
+    // Linux's device resources: the domain of the default SRQ s0, and mlx5_ib's c0.
+    let mut c0 = RawCq::new(&hal, &dev);
+    let x_default = alloc_xrcd(&dev);
+    let ring0 = SrqRing::new(&hal);
+    let s0 = create_rmp(&dev, &ring0, pdn, 0);
+    // The application's domain, its two XRC SRQs each completing on its own CQ, and an XRC
+    // SRQ of another domain.
+    let xrcd = alloc_xrcd(&dev);
+    let other = alloc_xrcd(&dev);
+    let (mut cq1, mut cq2, mut cq3) = (
+        RawCq::new(&hal, &dev),
+        RawCq::new(&hal, &dev),
+        RawCq::new(&hal, &dev),
+    );
+    let (mut ring1, mut ring2, mut ring3) =
+        (SrqRing::new(&hal), SrqRing::new(&hal), SrqRing::new(&hal));
+    let srq1 = create_xrc_srq(&dev, &ring1, pdn, (xrcd, cq1.cqn), 0x21);
+    let srq2 = create_xrc_srq(&dev, &ring2, pdn, (xrcd, cq2.cqn), 0x22);
+    let srq3 = create_xrc_srq(&dev, &ring3, pdn, (other, cq3.cqn), 0x23);
+
+    let mut scq = RawCq::new(&hal, &dev);
+    let (tgt, _tb) = xrc_qp(&hal, &dev, pdn, &c0, (s0, xrcd), true, 0x30);
+    let (ini, ib) = xrc_qp(&hal, &dev, pdn, &scq, (s0, x_default), false, 0x40);
+    xrc_to_rts(&dev, tgt, ini, 0);
+    xrc_to_rts(&dev, ini, tgt, 7);
+
+    let dst = region(
+        &hal,
+        &pd,
+        4 * SrqRing::N * 256,
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+    );
+    let src = region(&hal, &pd, PAGE, AccessFlags::LOCAL_WRITE);
+    let mut pi = 0u16;
+    let mut msg = 0u8;
+    let mut send = |hal: &SimHal, pi: &mut u16, srqn: u32| -> (u32, u8) {
+        msg += 1;
+        let len = 100 + u32::from(msg);
+        src.buf().fill(0, len as usize, msg).unwrap();
+        xrc_post(
+            hal,
+            (ini, &ib),
+            pi,
+            wqe_opcode::SEND,
+            srqn,
+            None,
+            sge(&src, 0, len),
+        );
+        (len, msg)
+    };
+    // The receive CQE on the XRC SRQ's CQ: the target QP's number, the SRQ WQE's index, and in
+    // srqn_uidx the XRC SRQ's user index (rdma-core 56 cq.c `get_resp_ctx_v1` finds the SRQ by
+    // it: `mlx5_find_uidx`, then `is_srq`), data in that WQE's buffer.
+    let check = |cq: &mut RawCq, base: usize, wqe: usize, uidx: u32, (len, msg): (u32, u8)| {
+        let c = cq.poll().expect("a receive completion");
+        assert_eq!(
+            recv(&c),
+            Recv {
+                opcode: CqeOpcode::RespSend.into(),
+                wqe_counter: wqe as u16,
+                byte_cnt: len,
+                qpn: tgt,
+                srqn_uidx: uidx,
+            },
+            "message {msg}"
+        );
+        let mut b = vec![0u8; len as usize + 1];
+        dst.buf().read_bytes(base + wqe * 256, &mut b).unwrap();
+        assert!(
+            b[..len as usize].iter().all(|&x| x == msg) && b[len as usize] == 0,
+            "message {msg} fills WQE {wqe}'s buffer and no more"
+        );
+    };
+    // The send CQE on the initiator's CQ: its QPN and user index (Linux 6.12 qp.c sets
+    // qpc.user_index for every QP with CQE version 1).
+    let sent = |scq: &mut RawCq, wqe: u16, op: u8| {
+        let c = scq.poll().expect("a send completion");
+        let v = View::<Cqe64>::new_checked(&c).unwrap();
+        assert_eq!(
+            get_cqe_opcode(v.get(cqe64::op_own) as u8),
+            u8::from(CqeOpcode::Req)
+        );
+        assert_eq!(cqe_qpn(v.get32(cqe64::sop_drop_qpn)), ini);
+        assert_eq!(v.get(cqe64::sop_drop_qpn) >> 24, u64::from(op));
+        assert_eq!(v.get(cqe64::wqe_counter) as u16, wqe);
+        assert_eq!(cqe_srqn(v.get32(cqe64::srqn)), 0x40);
+    };
+    let (b1, b2) = (0, SrqRing::N * 256);
+    for i in 0..2 {
+        assert_eq!(
+            ring1.post(&[sge(&dst, (b1 + i * 256) as u64, 256)]),
+            Some(i)
+        );
+    }
+    assert_eq!(ring2.post(&[sge(&dst, b2 as u64, 256)]), Some(0));
+
+    // Three SENDs through the one target QP, each into the XRC SRQ its WQE names.
+    let m = send(&hal, &mut pi, srq1);
+    check(&mut cq1, b1, 0, 0x21, m);
+    let m = send(&hal, &mut pi, srq2);
+    check(&mut cq2, b2, 0, 0x22, m);
+    let m = send(&hal, &mut pi, srq1);
+    check(&mut cq1, b1, 1, 0x21, m);
+    for w in 0..3 {
+        sent(&mut scq, w, wqe_opcode::SEND);
+    }
+    assert!(
+        cq1.poll().is_none() && cq2.poll().is_none(),
+        "one CQE per message"
+    );
+    assert!(c0.poll().is_none(), "nothing on the target QP's own CQ");
+
+    // RDMA WRITE on XRC works as on RC; the rkey is checked against the XRC SRQ's PD.
+    let wbase = 2 * SrqRing::N * 256;
+    src.buf().fill(0, 64, 0x77).unwrap();
+    xrc_post(
+        &hal,
+        (ini, &ib),
+        &mut pi,
+        wqe_opcode::RDMA_WRITE,
+        srq2,
+        Some((dst.addr() + wbase as u64, dst.rkey().raw())),
+        sge(&src, 0, 64),
+    );
+    sent(&mut scq, 3, wqe_opcode::RDMA_WRITE);
+    let mut b = [0u8; 65];
+    dst.buf().read_bytes(wbase, &mut b).unwrap();
+    assert!(b[..64].iter().all(|&x| x == 0x77) && b[64] == 0);
+    assert!(cq2.poll().is_none(), "a WRITE takes no receive");
+
+    // An empty XRC SRQ: RNR NAKs (rnr_retry 7 retries for ever), nothing delivered; once a
+    // receive is posted the retry after the target's RNR timer (min_rnr_nak 12, 0.64 ms)
+    // lands in it.
+    let m = send(&hal, &mut pi, srq2);
+    assert!(cq2.poll().is_none() && scq.poll().is_none());
+    let tries = hal.model().with(|h| h.qp(ini).map(|q| q.rnr_tries));
+    assert!(tries.unwrap() > 0, "RNR NAKed");
+    assert_eq!(ring2.post(&[sge(&dst, (b2 + 256) as u64, 256)]), Some(1));
+    hal.delay(Duration::from_micros(700));
+    check(&mut cq2, b2, 1, 0x22, m);
+    sent(&mut scq, 4, wqe_opcode::SEND);
+
+    // An XRC SRQ of another domain: the target refuses the request with a remote access
+    // error, nothing lands there, and the initiator's RC-like error moves it to ERR.
+    assert_eq!(ring3.post(&[sge(&dst, 0, 256)]), Some(0));
+    let _ = send(&hal, &mut pi, srq3);
+    let c = scq.poll().expect("an error completion");
+    let e = View::<ErrCqe>::new_checked(&c).unwrap();
+    assert_eq!(
+        CqeSyndrome::from(e.get(err_cqe::syndrome) as u8),
+        CqeSyndrome::RemoteAccessErr
+    );
+    assert!(cq3.poll().is_none());
+    assert_eq!(
+        hal.model().with(|h| h.qp(ini).map(|q| q.state)),
+        Some(bareverbs_model::qp::QpState::Err)
+    );
+}

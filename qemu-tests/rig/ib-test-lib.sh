@@ -6,7 +6,8 @@
 # rdma-core programs the guests run, taken from the rig chroot with their libraries (and,
 # through libibverbs, the mlx5 provider).
 RDMA_BINS=(/usr/bin/ibv_devices /usr/bin/ibv_devinfo /usr/bin/ibv_rc_pingpong /usr/bin/ibv_uc_pingpong
-  /usr/bin/ibv_ud_pingpong /usr/bin/ibv_srq_pingpong /usr/bin/ib_write_bw /usr/bin/ib_read_bw /usr/bin/ib_atomic_bw /usr/bin/ib_send_lat)
+  /usr/bin/ibv_ud_pingpong /usr/bin/ibv_srq_pingpong /usr/bin/ibv_xsrq_pingpong
+  /usr/bin/ib_write_bw /usr/bin/ib_read_bw /usr/bin/ib_atomic_bw /usr/bin/ib_send_lat)
 
 # ib_make_initramfs OUTPUT GUEST-SCRIPT [EXTRA-FILE]...: the initramfs with rdma-core, the
 # guest helper library and the guest script as /bin/<name>; IB_INITRAMFS_ARGS (an array) holds

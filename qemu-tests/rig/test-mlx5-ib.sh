@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Guest test: Linux mlx5_core + mlx5_ib and rdma-core 56 on two model HCAs (IB ports, one
 # fabric, one vfio-user server), no IOMMU. In the guest (guest-mlx5-ib.sh): ibv_devinfo -v,
-# ibv_rc/uc/ud/srq_pingpong with data checks at several sizes, perftest ib_write_bw, ib_read_bw,
-# ib_atomic_bw, ib_send_lat between mlx5_0 and mlx5_1 over 127.0.0.1, then rmmod. Passes only when
+# ibv_rc/uc/ud/srq_pingpong with data checks at several sizes, ibv_xsrq_pingpong (XRC), perftest
+# ib_write_bw, ib_read_bw, ib_atomic_bw, ib_send_lat between mlx5_0 and mlx5_1 over 127.0.0.1, then
+# rmmod. Passes only when
 #   - both modules load and both IB devices exist, every port PORT_ACTIVE with a LID and GID 0,
 #     non-zero GUIDs;
 #   - every pingpong and perftest pair exits 0 on both sides;
@@ -27,7 +28,7 @@ bad() { echo "FAIL: $*"; fail=1; }
 # shellcheck source=ib-test-lib.sh
 . "$here/ib-test-lib.sh"
 
-cases=${PP_CASES:-rc:64:50,rc:4096:50,rc:65536:10,uc:64:50,uc:4096:50,ud:64:50,ud:1024:50,srq:4096:20}
+cases=${PP_CASES:-rc:64:50,rc:4096:50,rc:65536:10,uc:64:50,uc:4096:50,ud:64:50,ud:1024:50,srq:4096:20,xsrq:4096:20}
 perf=${PERF_TESTS:-ib_write_bw,ib_read_bw,ib_atomic_bw,ib_send_lat}
 
 append="RUN=/bin/guest-mlx5-ib.sh PP_CASES=$cases PERF_TESTS=$perf PERF_ITERS=${PERF_ITERS:-20}"

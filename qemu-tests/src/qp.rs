@@ -19,6 +19,11 @@ pub enum ServiceType {
     Uc,
     /// Unreliable datagram.
     Ud,
+    /// Extended reliable connected (`MLX5_QP_ST_XRC`): RC's transport, with each request
+    /// naming the XRC SRQ it is delivered to. Linux 6.12 mlx5_ib qp.c creates both ends with
+    /// it: the initiator (`IB_QPT_XRC_INI`) with a send queue, the target
+    /// (`create_xrc_tgt_qp`) with `no_sq` and the XRC domain in `qpc.xrcd`.
+    Xrc,
     /// The subnet management QP of a port (`MLX5_QP_ST_QP0`): a datagram QP whose MADs
     /// Linux answers through MAD_IFC, so the model does not send on it.
     Qp0,
@@ -36,6 +41,7 @@ impl ServiceType {
             ServiceType::Rc => qpc_st::RC,
             ServiceType::Uc => qpc_st::UC,
             ServiceType::Ud => qpc_st::UD,
+            ServiceType::Xrc => qpc_st::XRC,
             ServiceType::Qp0 => qpc_st::QP0,
             ServiceType::Qp1 => qpc_st::QP1,
             ServiceType::RegUmr => qpc_st::REG_UMR,
@@ -48,12 +54,18 @@ impl ServiceType {
             ServiceType::Rc,
             ServiceType::Uc,
             ServiceType::Ud,
+            ServiceType::Xrc,
             ServiceType::Qp0,
             ServiceType::Qp1,
             ServiceType::RegUmr,
         ]
         .into_iter()
         .find(|t| t.raw() == st)
+    }
+
+    /// Reliable: acknowledged, retransmitted, errors move the QP to ERR (RC and XRC).
+    pub fn reliable(self) -> bool {
+        matches!(self, ServiceType::Rc | ServiceType::Xrc)
     }
 }
 

@@ -43,7 +43,8 @@
 
 use bareverbs_firmware_cmd::ifc::{
     cqe64, eqe_qp_srq, event_type, fm_ce_se, make_op_own, wqe_data_seg, wqe_opcode,
-    wqe_srq_next_seg, Cqe64, CqeOpcode, EqeQpSrq, WqeDataSeg, WqeSrqNextSeg, INLINE_SEG,
+    wqe_srq_next_seg, wqe_xrc_seg, Cqe64, CqeOpcode, EqeQpSrq, WqeDataSeg, WqeSrqNextSeg,
+    WqeXrcSeg, INLINE_SEG,
 };
 use bareverbs_firmware_cmd::layout::{Layout, View, ViewMut};
 
@@ -89,6 +90,16 @@ pub(crate) struct Recv {
     srq: Option<(u32, u16)>,
 }
 
+/// The XRC SRQ an XRC request is delivered through, found by [`Hca::xrc_target_srq`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct XrcTarget {
+    srqn: u32,
+    /// `xrc_srqc.pd`: the PD of its WQEs' lkeys and of the request's rkey.
+    pd: u32,
+    /// `xrc_srqc.cqn`: where its receives complete.
+    cqn: u32,
+}
+
 /// One gather/scatter entry of a WQE.
 #[derive(Clone, Copy, Debug)]
 struct Sge {
@@ -119,6 +130,8 @@ struct SendWqe {
     ud_grh: Option<AvGrh>,
     inline: Option<Vec<u8>>,
     sges: Vec<Sge>,
+    /// The XRC segment's `xrc_srqn` (XRC initiator QPs).
+    xrc_srqn: Option<u32>,
 }
 
 /// The global route of a UD address vector (`mlx5_av` bytes 26–47).
@@ -166,6 +179,8 @@ pub(crate) struct Request {
     grh: Option<[u8; 40]>,
     /// Packets the message takes on the wire (and a READ's response), for the port counters.
     pkts: u32,
+    /// XRC: the XRC SRQ at the target the request is for (the XRCETH's XRCSRQ).
+    xrc_srqn: Option<u32>,
 }
 
 /// The responder's answer.
@@ -336,7 +351,7 @@ impl Hca {
             ServiceType::Uc | ServiceType::Ud | ServiceType::Qp0 | ServiceType::Qp1 => {
                 self.qp_to_sqe(qp.qpn)
             }
-            ServiceType::Rc | ServiceType::RegUmr => self.qp_to_error(qp.qpn),
+            ServiceType::Rc | ServiceType::Xrc | ServiceType::RegUmr => self.qp_to_error(qp.qpn),
         }
     }
 
@@ -379,8 +394,17 @@ impl Hca {
             ud_grh: None,
             inline: None,
             sges: Vec::new(),
+            xrc_srqn: None,
         };
         let mut off = 16;
+        // An XRC initiator's WQEs carry the XRC segment right after the control segment
+        // (rdma-core 56 providers/mlx5/qp.c `_mlx5_post_send`, IBV_QPT_XRC_SEND; Linux 6.12
+        // qp.c `sq_overhead` counts it for IB_QPT_XRC_INI); then come RC's segments.
+        if qp.st == ServiceType::Xrc {
+            let seg = View::<WqeXrcSeg>::new_checked(raw.get(off..off + WqeXrcSeg::BYTES)?).ok()?;
+            w.xrc_srqn = Some(seg.get32(wqe_xrc_seg::xrc_srqn) & 0xff_ffff);
+            off += WqeXrcSeg::BYTES;
+        }
         if qp.st == ServiceType::Ud {
             w.ud_qkey = be32(off);
             w.ud_dqpn = be32(off + 8) & 0x00ff_ffff;
@@ -542,8 +566,11 @@ impl Hca {
     }
 
     /// The receive WQE `rqp` takes next, if one is posted: the head of its RQ, or of the
-    /// SRQ/RMP it receives from.
-    fn next_recv(&mut self, rqp: &Qp) -> Option<Recv> {
+    /// SRQ/RMP it receives from, or for an XRC request of the XRC SRQ `xrc` it names.
+    fn next_recv(&mut self, rqp: &Qp, xrc: Option<XrcTarget>) -> Option<Recv> {
+        if let Some(x) = xrc {
+            return self.next_srq_recv(x.srqn);
+        }
         if let Some((srqn, _)) = self.qp_srq(rqp.qpn) {
             return self.next_srq_recv(srqn);
         }
@@ -638,6 +665,21 @@ impl Hca {
         }
     }
 
+    /// The XRC SRQ `srqn` named by a request to XRC target QP `r`, if it is an XRC SRQ of the
+    /// QP's XRC domain (`qpc.xrcd`, Linux 6.12 qp.c `create_xrc_tgt_qp`; `xrc_srqc.xrcd`).
+    fn xrc_target_srq(&self, r: &Qp, srqn: u32) -> Option<XrcTarget> {
+        let (_, xrcd) = self.qp_srq(r.qpn)?;
+        let s = self.srq(srqn)?;
+        if s.kind != crate::srq::SrqKind::XrcSrq || s.xrcd != Some(xrcd) {
+            return None;
+        }
+        Some(XrcTarget {
+            srqn,
+            pd: s.pd,
+            cqn: s.cqn?,
+        })
+    }
+
     /// What a CQE of `qp` carries in `srqn_uidx` (`mlx5_cqe64.srqn`) for a WQE taken from
     /// `srqn` (receives through an SRQ) or from the QP's own queues. CQE version 1 (the model
     /// reports `cmd_hca_cap.cqe_version` 1): the QP's `user_index`, or for a receive from an
@@ -660,10 +702,20 @@ impl Hca {
     }
 
     /// Delivers `req`'s message into `rqp`'s next receive; responder CQE on its receive CQ.
-    fn deliver(&mut self, rqp: &Qp, req: &Request, rdma_imm: bool) -> Result<(), u8> {
-        let Some(recv) = self.next_recv(rqp) else {
+    /// An XRC request (`xrc`) takes its XRC SRQ's next receive, scatters with that SRQ's PD and
+    /// completes on that SRQ's CQ (`xrc_srqc.pd`, `xrc_srqc.cqn`; the target QP's own CQs are
+    /// mlx5_ib's placeholders).
+    fn deliver(
+        &mut self,
+        rqp: &Qp,
+        req: &Request,
+        rdma_imm: bool,
+        xrc: Option<XrcTarget>,
+    ) -> Result<(), u8> {
+        let Some(recv) = self.next_recv(rqp, xrc) else {
             return Err(0);
         };
+        let (pd, cqn) = xrc.map_or((rqp.pd, rqp.cqn_rcv), |x| (x.pd, x.cqn));
         self.take_recv(rqp, &recv);
         let Recv { counter, sges, srq } = recv;
         let ud = req.st == ServiceType::Ud;
@@ -671,13 +723,13 @@ impl Hca {
         // A UD message with a GRH fills the 40-byte area first; without one the area keeps
         // what it held.
         let grh = match (ud, &req.grh) {
-            (true, Some(h)) => self.scatter(rqp.pd, &sges, 0, h),
+            (true, Some(h)) => self.scatter(pd, &sges, 0, h),
             _ => Ok(()),
         };
         let r = if rdma_imm {
             Ok(())
         } else {
-            grh.and_then(|()| self.scatter(rqp.pd, &sges, skip, &req.payload))
+            grh.and_then(|()| self.scatter(pd, &sges, skip, &req.payload))
         };
         let mut c = [0u8; 64];
         c[0x38..0x3c].copy_from_slice(&rqp.qpn.to_be_bytes());
@@ -686,7 +738,7 @@ impl Hca {
         if let Err(s) = r {
             c[0x37] = s;
             c[0x3f] = make_op_own(CqeOpcode::RespErr.into(), 0);
-            self.post_cqe(rqp.cqn_rcv, c, false);
+            self.post_cqe(cqn, c, false);
             self.qp_to_error(rqp.qpn);
             return Err(s);
         }
@@ -710,7 +762,7 @@ impl Hca {
             (false, false) => CqeOpcode::RespSend,
         };
         c[0x3f] = make_op_own(op.into(), 0) | if req.solicited { 0x02 } else { 0 };
-        self.post_cqe(rqp.cqn_rcv, c, req.solicited);
+        self.post_cqe(cqn, c, req.solicited);
         Ok(())
     }
 
@@ -736,7 +788,7 @@ impl Hca {
     }
 
     fn respond_at_port(&mut self, req: &Request) -> Response {
-        let rc = req.st == ServiceType::Rc;
+        let rc = req.st.reliable();
         let Some(r) = self.qps.get(&req.dst_qpn).cloned().filter(|r| {
             // A QP in SQE (UC, UD) still receives.
             matches!(
@@ -752,7 +804,7 @@ impl Hca {
         };
         if req.st == ServiceType::Ud {
             if r.qkey == req.qkey {
-                let _ = self.deliver(&r, req, false);
+                let _ = self.deliver(&r, req, false, None);
             }
             return Response::Dropped;
         }
@@ -775,11 +827,22 @@ impl Hca {
 
     /// Executes `req` at responder QP `r` (`duplicate`: an RC request seen before).
     fn execute_request(&mut self, r: &Qp, req: &Request, duplicate: bool) -> Response {
-        let rc = req.st == ServiceType::Rc;
+        let rc = req.st.reliable();
         let dropped = |nak: Response| if rc { nak } else { Response::Dropped };
         if duplicate && matches!(req.kind, Kind::Send | Kind::Write) {
             return Response::Ack(Vec::new());
         }
+        // XRC: the request names its XRC SRQ, which must be one of the target QP's domain; it
+        // gives the receive WQEs, the CQ and the PD that every key of the request is checked
+        // against (IBA Annex A14: the XRC domain is what lets a target deliver into an SRQ).
+        let xrc = match req.xrc_srqn {
+            Some(n) => match self.xrc_target_srq(r, n) {
+                Some(x) => Some(x),
+                None => return Response::Nak(synd::REMOTE_ACCESS),
+            },
+            None => None,
+        };
+        let pd = xrc.map_or(r.pd, |x| x.pd);
         // ibv_poll_cq(3), IBV_WC_REM_INV_REQ_ERR: an operation the receive queue does not
         // support (the QP's remote-access enables; with mlx5 a QP with max_dest_rd_atomic 0
         // has rre and rae clear, as Linux mlx5_ib `to_mlx5_access_flags` sets them), or an RDMA
@@ -796,19 +859,18 @@ impl Hca {
         }
         let needs_recv = matches!(req.kind, Kind::Send)
             || (matches!(req.kind, Kind::Write) && req.imm.is_some());
-        if needs_recv && self.next_recv(r).is_none() {
+        if needs_recv && self.next_recv(r, xrc).is_none() {
             return dropped(Response::Rnr(r.min_rnr_nak));
         }
         match req.kind {
-            Kind::Send => match self.deliver(r, req, false) {
+            Kind::Send => match self.deliver(r, req, false, xrc) {
                 Ok(()) => Response::Ack(Vec::new()),
                 Err(_) => dropped(Response::Nak(synd::REMOTE_INVAL_REQ)),
             },
             Kind::Write => {
-                let dest =
-                    self.key_range(req.rkey, r.pd, req.raddr, req.payload.len() as u64, |k| {
-                        k.remote_write
-                    });
+                let dest = self.key_range(req.rkey, pd, req.raddr, req.payload.len() as u64, |k| {
+                    k.remote_write
+                });
                 let Ok(dest) = dest else {
                     return dropped(Response::Nak(synd::REMOTE_ACCESS));
                 };
@@ -818,12 +880,12 @@ impl Hca {
                     at += n as usize;
                 }
                 if req.imm.is_some() {
-                    let _ = self.deliver(r, req, true);
+                    let _ = self.deliver(r, req, true, xrc);
                 }
                 Response::Ack(Vec::new())
             }
             Kind::Read => {
-                let Ok(src) = self.key_range(req.rkey, r.pd, req.raddr, req.len, |k| k.remote_read)
+                let Ok(src) = self.key_range(req.rkey, pd, req.raddr, req.len, |k| k.remote_read)
                 else {
                     return Response::Nak(synd::REMOTE_ACCESS);
                 };
@@ -837,7 +899,7 @@ impl Hca {
                 if req.raddr % 8 != 0 {
                     return Response::Nak(synd::REMOTE_INVAL_REQ);
                 }
-                let Ok(t) = self.key_range(req.rkey, r.pd, req.raddr, 8, |k| k.atomic) else {
+                let Ok(t) = self.key_range(req.rkey, pd, req.raddr, 8, |k| k.atomic) else {
                     return Response::Nak(synd::REMOTE_ACCESS);
                 };
                 let Some(&(target, _)) = t.first() else {
@@ -942,7 +1004,7 @@ impl Hca {
         if self.owns_lid(dlid) {
             return Some(self.respond(req));
         }
-        let unreachable = if req.st == ServiceType::Rc {
+        let unreachable = if req.st.reliable() {
             Response::NoQp
         } else {
             Response::Dropped
@@ -982,12 +1044,12 @@ impl Hca {
             }
             (_, wqe_opcode::SEND | wqe_opcode::SEND_IMM) => Kind::Send,
             (
-                ServiceType::Rc | ServiceType::Uc,
+                ServiceType::Rc | ServiceType::Uc | ServiceType::Xrc,
                 wqe_opcode::RDMA_WRITE | wqe_opcode::RDMA_WRITE_IMM,
             ) => Kind::Write,
-            (ServiceType::Rc, wqe_opcode::RDMA_READ) => Kind::Read,
-            (ServiceType::Rc, wqe_opcode::ATOMIC_CS) => Kind::Atomic { fetch_add: false },
-            (ServiceType::Rc, wqe_opcode::ATOMIC_FA) => Kind::Atomic { fetch_add: true },
+            (st, wqe_opcode::RDMA_READ) if st.reliable() => Kind::Read,
+            (st, wqe_opcode::ATOMIC_CS) if st.reliable() => Kind::Atomic { fetch_add: false },
+            (st, wqe_opcode::ATOMIC_FA) if st.reliable() => Kind::Atomic { fetch_add: true },
             _ => return Outcome::Failed(synd::LOCAL_QP_OP),
         };
         // ibv_poll_cq(3), IBV_WC_LOC_LEN_ERR: a message longer than the QP may send
@@ -1047,6 +1109,7 @@ impl Hca {
             } else {
                 packets(kind, msg_len, qp.mtu)
             },
+            xrc_srqn: w.xrc_srqn,
         };
         loop {
             let Some(resp) = self.route(dlid, &req) else {
@@ -1220,6 +1283,7 @@ mod tests {
             qkey: 0,
             grh: None,
             pkts: 1,
+            xrc_srqn: None,
         }
     }
 

@@ -579,3 +579,95 @@ fn create_qp_checks_its_srq_only_with_rq_type_srq() {
     assert_eq!(raw.on(0x90e, 0, rmpn, 16).0, CmdStatus::Ok);
     assert_eq!(raw.on(0x80f, 0, x0, 16).0, CmdStatus::Ok);
 }
+
+/// CREATE_QP for an XRC QP on `b`: the initiator as Linux 6.12 qp.c `create_user_qp` builds
+/// it for IB_QPT_XRC_INI (a send queue, `rq_type` SRQ with the default SRQ and domain), or,
+/// with `target`, as `create_xrc_tgt_qp` does (`no_sq`, no UAR, no pages).
+fn create_xrc_qp(
+    raw: &mut Raw,
+    b: &Base,
+    target: bool,
+    rq_type: u8,
+    srqn: u32,
+    xrcd: u32,
+) -> Reply {
+    let dbr = raw.page();
+    let buf = raw.page();
+    let mut c = header(0x500, 0, CreateQpIn::BYTES + if target { 0 } else { 8 });
+    let mut v = ViewMut::<CreateQpIn>::new_checked(&mut c).unwrap();
+    let mut q = v.sub(create_qp_in::qpc);
+    q.set(qpc::st, qpc_st::XRC)
+        .set(qpc::pd, b.pd)
+        .set(qpc::cqn_snd, b.cqn)
+        .set(qpc::cqn_rcv, b.cqn)
+        .set(qpc::dbr_addr, dbr)
+        .set(qpc::rq_type, rq_type)
+        .set(qpc::srqn_rmpn_xrqn, srqn)
+        .set(qpc::xrcd, xrcd);
+    if target {
+        q.set(qpc::no_sq, 1u8);
+    } else {
+        q.set(qpc::uar_page, b.uar).set(qpc::log_sq_size, 2u8);
+        v.set_array(create_qp_in::pas, 0, buf).unwrap();
+    }
+    raw.cmd(&c, 16)
+}
+
+#[test]
+fn xrc_qps_receive_through_srqs_and_hold_their_domain() {
+    // Linux 6.12 qp.c `get_rx_type`: XRC initiator and target QPs both have rq_type SRQ;
+    // `create_xrc_tgt_qp` names the XRC domain in qpc.xrcd, the default SRQ s0 in
+    // srqn_rmpn_xrqn, and gives no uar_page, no_sq and no pages.
+    let mut raw = Raw::up();
+    let b = base(&mut raw);
+    let x0 = Raw::number(raw.on(0x80e, 0, 0, 16));
+    let x1 = Raw::number(raw.on(0x80e, 0, 0, 16));
+    let (_, r) = default_srqs(&mut raw, &b, x0);
+    let s0 = Raw::number(create_rmp(&raw, &r));
+
+    // XRC QPs have no RQ of their own: another rq_type is a bad parameter; the domain and the
+    // SRQ must exist.
+    for rq_type in [qpc_rq_type::NON_ZERO_RQ, qpc_rq_type::ZERO_LEN_RQ] {
+        assert_eq!(
+            create_xrc_qp(&mut raw, &b, true, rq_type, s0, x1).0,
+            CmdStatus::BadParameter
+        );
+    }
+    assert_eq!(
+        create_xrc_qp(&mut raw, &b, true, qpc_rq_type::SRQ_RQ, s0, 0x7777).0,
+        CmdStatus::BadResource
+    );
+    assert_eq!(
+        create_xrc_qp(&mut raw, &b, true, qpc_rq_type::SRQ_RQ, 0x7777, x1).0,
+        CmdStatus::BadResource
+    );
+    let tgt = Raw::number(create_xrc_qp(
+        &mut raw,
+        &b,
+        true,
+        qpc_rq_type::SRQ_RQ,
+        s0,
+        x1,
+    ));
+    let ini = Raw::number(create_xrc_qp(
+        &mut raw,
+        &b,
+        false,
+        qpc_rq_type::SRQ_RQ,
+        s0,
+        x0,
+    ));
+    let (st, out) = raw.on(0x50b, 0, tgt, QueryQpOut::BYTES);
+    assert_eq!(st, CmdStatus::Ok);
+    let q = View::<QueryQpOut>::new_checked(&out).unwrap();
+    let c = q.sub(query_qp_out::qpc);
+    assert_eq!(c.get(qpc::st), u64::from(qpc_st::XRC));
+    assert_eq!(c.get(qpc::no_sq), 1);
+    assert_eq!(c.get32(qpc::xrcd), x1);
+
+    // The target holds its domain: DEALLOC_XRCD is refused until the QP is gone.
+    assert_eq!(raw.on(0x80f, 0, x1, 16).0, CmdStatus::ResourceBusy);
+    assert_eq!(raw.on(0x501, 0, tgt, 16).0, CmdStatus::Ok);
+    assert_eq!(raw.on(0x80f, 0, x1, 16).0, CmdStatus::Ok);
+    assert_eq!(raw.on(0x501, 0, ini, 16).0, CmdStatus::Ok);
+}

@@ -57,6 +57,12 @@ crate::ifc! {
         0x10 next_wqe_index: 16,
         0x20 signature: 8,
     }
+    /// XRC segment, after the control segment of every send WQE on an XRC initiator QP (Linux
+    /// qp.h and rdma-core 56 wqe.h `struct mlx5_wqe_xrc_seg`: `__be32 xrc_srqn`, 12 reserved
+    /// bytes): the XRC SRQ at the target that receives the message.
+    pub struct WqeXrcSeg => wqe_xrc_seg: 0x80 bits {
+        0x00 xrc_srqn: 32,
+    }
     /// Inline data header (`struct mlx5_wqe_inline_seg`): data bytes follow, padded to 16.
     pub struct WqeInlineSeg => wqe_inline_seg: 0x20 bits {
         /// Length | [`INLINE_SEG`] ([`inline_seg_byte_count`]).
@@ -398,6 +404,17 @@ mod tests {
             .set(wqe_srq_next_seg::next_wqe_index, 0x1234u16)
             .set(wqe_srq_next_seg::signature, 0x5au8);
         assert_eq!(b, [0, 0, 0x12, 0x34, 0x5a, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn golden_xrc_segment() {
+        // rdma-core 56 providers/mlx5/wqe.h `struct mlx5_wqe_xrc_seg`: __be32 xrc_srqn,
+        // u8 rsvd[12]; 16 bytes.
+        let mut b = [0xabu8; 16];
+        ViewMut::<WqeXrcSeg>::zeroed(&mut b)
+            .unwrap()
+            .set(wqe_xrc_seg::xrc_srqn, 0x0012_3456u32);
+        assert_eq!(b, [0, 0x12, 0x34, 0x56, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
     }
 
     #[test]

@@ -34,12 +34,28 @@ impl Hca {
             qpc_rq_type::SRQ_RQ => true,
             _ => return Err(bad_param(syndrome::OUT_OF_RANGE)),
         };
+        // XRC QPs receive through the XRC SRQ each request names, never through an RQ of their
+        // own: Linux 6.12 qp.c `get_rx_type` gives both the initiator and the target `rq_type`
+        // SRQ, with `srqn_rmpn_xrqn` its default SRQ and `xrcd` the domain (the target's from
+        // `create_xrc_tgt_qp`, checked below with the SRQ by `qp_rq_srq`). The device must
+        // offer XRC (`cmd_hca_cap.xrc`).
+        if st == ServiceType::Xrc {
+            if self.cap(cmd_hca_cap::xrc) == 0 {
+                return Err(bad_param(syndrome::OUT_OF_RANGE));
+            }
+            if c.get(qpc::rq_type) != u64::from(qpc_rq_type::SRQ_RQ) {
+                return Err(bad_param(syndrome::OUT_OF_RANGE));
+            }
+        }
         let (cqn_snd, cqn_rcv) = (c.get32(qpc::cqn_snd), c.get32(qpc::cqn_rcv));
         let uar = c.get32(qpc::uar_page);
+        // The UAR rings the send queue: a QP without one needs none (Linux 6.12 qp.c
+        // `create_xrc_tgt_qp` leaves `uar_page` 0).
+        let no_sq = c.get(qpc::no_sq) != 0;
         if !(no_pd || self.pds.contains(&pd))
             || !self.cqs.contains_key(&cqn_snd)
             || !self.cqs.contains_key(&cqn_rcv)
-            || !self.uars.contains(&uar)
+            || !(no_sq || self.uars.contains(&uar))
         {
             return Err(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT));
         }
@@ -63,7 +79,7 @@ impl Hca {
             log_sq_size,
             log_rq_size,
             rq_wqe_shift: c.get(qpc::log_rq_stride) as u8 + 4,
-            no_sq: c.get(qpc::no_sq) != 0,
+            no_sq,
             no_rq,
             pas: Vec::new(),
             page_size: 4096 << log_page,
@@ -242,7 +258,9 @@ impl Hca {
                 q.sl = path.get(ads::sl) as u8;
                 // Connected QPs need a path MTU; Linux 6.12 qp.c sets 256 for QP0/QP1 and 4096
                 // for the UMR QP itself, and UD takes none.
-                if matches!(q.st, ServiceType::Rc | ServiceType::Uc) && q.mtu == 0 {
+                if matches!(q.st, ServiceType::Rc | ServiceType::Uc | ServiceType::Xrc)
+                    && q.mtu == 0
+                {
                     return Err(bad_param(syndrome::OUT_OF_RANGE));
                 }
             }
