@@ -29,6 +29,9 @@ bad() { echo "FAIL: $*"; fail=1; }
 . "$here/ib-test-lib.sh"
 
 cases=${PP_CASES:-rc:64:50,rc:4096:50,rc:65536:10,uc:64:50,uc:4096:50,ud:64:50,ud:1024:50,srq:4096:20,xsrq:4096:20}
+# Soft-RoCE has no XRC ("Couldn't Open the XRC Domain 95": EOPNOTSUPP): the self-check runs
+# every other case.
+if [ -n "$selfcheck" ]; then cases=$(echo "$cases" | tr , '\n' | grep -v '^xsrq:' | paste -sd, -); fi
 perf=${PERF_TESTS:-ib_write_bw,ib_read_bw,ib_atomic_bw,ib_send_lat}
 
 append="RUN=/bin/guest-mlx5-ib.sh PP_CASES=$cases PERF_TESTS=$perf PERF_ITERS=${PERF_ITERS:-20}"
