@@ -231,6 +231,40 @@ fn recv(c: &[u8; 64]) -> Recv {
 }
 
 /// An RMP over `ring`'s buffer as Linux 6.12 srq_cmd.c `create_rmp_cmd` builds it: state
+/// The next receive CQE on `cq` is message `msg` of `len` bytes taken from SRQ WQE `wqe` of
+/// QP `qpn`, and the message fills the WQE's buffer at `at` in `buf` and no more. rdma-core 56
+/// cq.c `handle_responder`: with an SRQ, wr_id = srq->wrid[wqe_counter], the SRQ WQE's index;
+/// `get_cur_rsc` finds the QP (or, for XRC, `get_resp_ctx_v1` the SRQ) by `srqn_uidx` (CQE
+/// version 1), or the SRQ by it (version 0).
+fn check_recv(
+    cq: &mut RawCq,
+    buf: &SharedDma<SimDma>,
+    at: usize,
+    wqe: usize,
+    qpn: u32,
+    uidx: u32,
+    (len, msg): (u32, u8),
+) {
+    let c = cq.poll().expect("a receive completion");
+    assert_eq!(
+        recv(&c),
+        Recv {
+            opcode: CqeOpcode::RespSend.into(),
+            wqe_counter: wqe as u16,
+            byte_cnt: len,
+            qpn,
+            srqn_uidx: uidx,
+        },
+        "message {msg}"
+    );
+    let mut b = vec![0u8; len as usize + 1];
+    buf.read_bytes(at, &mut b).unwrap();
+    assert!(
+        b[..len as usize].iter().all(|&x| x == msg) && b[len as usize] == 0,
+        "message {msg} fills WQE {wqe}'s buffer and no more"
+    );
+}
+
 /// ready, linked-list `wq`, the queue `page_offset` 64ths into its first page.
 fn create_rmp(dev: &Device<&SimHal>, ring: &SrqRing, pdn: u32, lwm: u16) -> u32 {
     let mut i = vec![0u8; CreateRmpIn::BYTES + 8];
@@ -428,28 +462,8 @@ fn two_qps_share_an_rmp_and_take_its_wqes_in_list_order() {
             .unwrap();
         (len, msg)
     };
-    let check = |rcq: &mut RawCq, wqe: usize, qpn: u32, uidx: u32, (len, msg): (u32, u8)| {
-        let c = rcq.poll().expect("a receive completion");
-        // rdma-core 56 cq.c `handle_responder`: with an SRQ, wr_id = srq->wrid[wqe_counter],
-        // the SRQ WQE's index; `get_cur_rsc` finds the QP by `srqn_uidx` (CQE version 1) or
-        // the SRQ by it (version 0).
-        assert_eq!(
-            recv(&c),
-            Recv {
-                opcode: CqeOpcode::RespSend.into(),
-                wqe_counter: wqe as u16,
-                byte_cnt: len,
-                qpn,
-                srqn_uidx: uidx,
-            },
-            "message {msg}"
-        );
-        let mut b = vec![0u8; len as usize + 1];
-        dst.buf().read_bytes(wqe * 256, &mut b).unwrap();
-        assert!(
-            b[..len as usize].iter().all(|&x| x == msg) && b[len as usize] == 0,
-            "message {msg} fills WQE {wqe}'s buffer and no more"
-        );
+    let check = |rcq: &mut RawCq, wqe: usize, qpn: u32, uidx: u32, m: (u32, u8)| {
+        check_recv(rcq, dst.buf(), wqe * 256, wqe, qpn, uidx, m)
     };
 
     // Three receives: WQEs 0, 1, 2, taken in that order whichever QP a message arrives on.
@@ -766,25 +780,8 @@ fn an_xrc_initiator_sends_through_one_target_into_the_srq_each_message_names() {
     // The receive CQE on the XRC SRQ's CQ: the target QP's number, the SRQ WQE's index, and in
     // srqn_uidx the XRC SRQ's user index (rdma-core 56 cq.c `get_resp_ctx_v1` finds the SRQ by
     // it: `mlx5_find_uidx`, then `is_srq`), data in that WQE's buffer.
-    let check = |cq: &mut RawCq, base: usize, wqe: usize, uidx: u32, (len, msg): (u32, u8)| {
-        let c = cq.poll().expect("a receive completion");
-        assert_eq!(
-            recv(&c),
-            Recv {
-                opcode: CqeOpcode::RespSend.into(),
-                wqe_counter: wqe as u16,
-                byte_cnt: len,
-                qpn: tgt,
-                srqn_uidx: uidx,
-            },
-            "message {msg}"
-        );
-        let mut b = vec![0u8; len as usize + 1];
-        dst.buf().read_bytes(base + wqe * 256, &mut b).unwrap();
-        assert!(
-            b[..len as usize].iter().all(|&x| x == msg) && b[len as usize] == 0,
-            "message {msg} fills WQE {wqe}'s buffer and no more"
-        );
+    let check = |cq: &mut RawCq, base: usize, wqe: usize, uidx: u32, m: (u32, u8)| {
+        check_recv(cq, dst.buf(), base + wqe * 256, wqe, tgt, uidx, m)
     };
     // The send CQE on the initiator's CQ: its QPN and user index (Linux 6.12 qp.c sets
     // qpc.user_index for every QP with CQE version 1).

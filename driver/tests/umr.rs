@@ -138,6 +138,24 @@ impl UmrQp {
         }
     }
 
+    /// A UMR that sets only the FREE bit of `key` (umr.c `get_umr_disable_mr_mask`): the key
+    /// keeps its PD, range and pages and grants nothing.
+    fn disable(&mut self, hal: &SimHal, key: u32) {
+        self.post(
+            hal,
+            key,
+            umr_flags::INLINE,
+            mkey_mask::FREE,
+            0,
+            0,
+            |m| {
+                m.set(mkc::free, 1u8);
+            },
+            None,
+            &[],
+        );
+    }
+
     /// Posts one UMR WQE for `key` and rings the doorbell; `xlt` is the data segment
     /// (lkey, address, bytes) of a translation in host memory, `inline` entries carried in
     /// the WQE itself.
@@ -531,21 +549,7 @@ fn umr_completions_raise_the_interrupt_of_the_cqs_eq_when_armed() {
     // Armed (mlx5_ib's IB_POLL_SOFTIRQ CQ re-arms after each poll): one completion EQE in the
     // CQ's `c_eqn` EQ carrying the CQN (EQE data 0x18), and that EQ's MSI-X vector.
     umr.arm_cq(&hal);
-    let revoke = |umr: &mut UmrQp| {
-        umr.post(
-            &hal,
-            key,
-            umr_flags::INLINE,
-            mkey_mask::FREE,
-            0,
-            0,
-            |m| {
-                m.set(mkc::free, 1u8);
-            },
-            None,
-            &[],
-        )
-    };
+    let revoke = |umr: &mut UmrQp| umr.disable(&hal, key);
     revoke(&mut umr);
     assert!(umr.poll().is_some());
     assert_eq!(irqs(), 1);
@@ -655,19 +659,7 @@ fn revoke_frees_the_key_and_rereg_changes_pd_and_access() {
     assert_eq!(&got, b"granted");
     // The FREE mask bit alone (umr.c `get_umr_disable_mr_mask`): the key keeps its PD,
     // range and pages, and still grants nothing.
-    umr.post(
-        &hal,
-        key,
-        umr_flags::INLINE,
-        mkey_mask::FREE,
-        0,
-        0,
-        |m| {
-            m.set(mkc::free, 1u8);
-        },
-        None,
-        &[],
-    );
+    umr.disable(&hal, key);
     assert_eq!(umr.poll(), Some((u8::from(CqeOpcode::Req), 0, umr.qpn)));
     let c = query_mkey(&dev, key);
     let c = View::<Mkc>::new_checked(&c).unwrap();

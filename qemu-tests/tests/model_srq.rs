@@ -512,23 +512,43 @@ fn bad_parameters_are_refused() {
     assert_eq!(raw.cmd(&arm, 16).0, CmdStatus::BadParameter);
 }
 
-/// CREATE_QP for an RC QP on `b` with `rq_type`, `srqn_rmpn_xrqn` and `xrcd`.
-fn create_qp(raw: &mut Raw, b: &Base, rq_type: u8, srqn: u32, xrcd: u32) -> Reply {
+/// Which QP [`create_qp`] builds.
+#[derive(Clone, Copy)]
+enum QpShape {
+    /// An RC QP with a send queue.
+    Rc,
+    /// An XRC initiator as Linux 6.12 qp.c `create_user_qp` builds it for IB_QPT_XRC_INI: a
+    /// send queue, `rq_type` SRQ with the default SRQ and domain.
+    XrcInitiator,
+    /// An XRC target as `create_xrc_tgt_qp` builds it: `no_sq`, no UAR, no pages.
+    XrcTarget,
+}
+
+/// CREATE_QP of `shape` on `b` with `rq_type`, `srqn_rmpn_xrqn` and `xrcd`.
+fn create_qp(raw: &mut Raw, b: &Base, shape: QpShape, rq_type: u8, srqn: u32, xrcd: u32) -> Reply {
     let (buf, dbr) = (raw.page(), raw.page());
-    let mut c = header(0x500, 0, CreateQpIn::BYTES + 8);
+    let target = matches!(shape, QpShape::XrcTarget);
+    let mut c = header(0x500, 0, CreateQpIn::BYTES + if target { 0 } else { 8 });
     let mut v = ViewMut::<CreateQpIn>::new_checked(&mut c).unwrap();
-    v.sub(create_qp_in::qpc)
-        .set(qpc::st, qpc_st::RC)
+    let st = match shape {
+        QpShape::Rc => qpc_st::RC,
+        QpShape::XrcInitiator | QpShape::XrcTarget => qpc_st::XRC,
+    };
+    let mut q = v.sub(create_qp_in::qpc);
+    q.set(qpc::st, st)
         .set(qpc::pd, b.pd)
-        .set(qpc::uar_page, b.uar)
-        .set(qpc::log_sq_size, 2u8)
         .set(qpc::cqn_snd, b.cqn)
         .set(qpc::cqn_rcv, b.cqn)
         .set(qpc::dbr_addr, dbr)
         .set(qpc::rq_type, rq_type)
         .set(qpc::srqn_rmpn_xrqn, srqn)
         .set(qpc::xrcd, xrcd);
-    v.set_array(create_qp_in::pas, 0, buf).unwrap();
+    if target {
+        q.set(qpc::no_sq, 1u8);
+    } else {
+        q.set(qpc::uar_page, b.uar).set(qpc::log_sq_size, 2u8);
+        v.set_array(create_qp_in::pas, 0, buf).unwrap();
+    }
     raw.cmd(&c, 16)
 }
 
@@ -546,20 +566,28 @@ fn create_qp_checks_its_srq_only_with_rq_type_srq() {
     let regular = Raw::number(create_qp(
         &mut raw,
         &b,
+        QpShape::Rc,
         qpc_rq_type::NON_ZERO_RQ,
         0x7777,
         0x7777,
     ));
     assert_eq!(raw.hal().model().with(|h| h.qp_srq(regular)), None);
     assert_eq!(
-        create_qp(&mut raw, &b, qpc_rq_type::SRQ_RQ, 0x7777, x0).0,
+        create_qp(&mut raw, &b, QpShape::Rc, qpc_rq_type::SRQ_RQ, 0x7777, x0).0,
         CmdStatus::BadResource
     );
     assert_eq!(
-        create_qp(&mut raw, &b, qpc_rq_type::SRQ_RQ, rmpn, 0x7777).0,
+        create_qp(&mut raw, &b, QpShape::Rc, qpc_rq_type::SRQ_RQ, rmpn, 0x7777).0,
         CmdStatus::BadResource
     );
-    let qpn = Raw::number(create_qp(&mut raw, &b, qpc_rq_type::SRQ_RQ, rmpn, x0));
+    let qpn = Raw::number(create_qp(
+        &mut raw,
+        &b,
+        QpShape::Rc,
+        qpc_rq_type::SRQ_RQ,
+        rmpn,
+        x0,
+    ));
     assert_eq!(raw.hal().model().with(|h| h.qp_srq(qpn)), Some((rmpn, x0)));
     // QUERY_QP reports the SRQ the QP receives from.
     let (st, out) = raw.on(0x50b, 0, qpn, QueryQpOut::BYTES);
@@ -580,39 +608,6 @@ fn create_qp_checks_its_srq_only_with_rq_type_srq() {
     assert_eq!(raw.on(0x80f, 0, x0, 16).0, CmdStatus::Ok);
 }
 
-/// CREATE_QP for an XRC QP on `b`: the initiator as Linux 6.12 qp.c `create_user_qp` builds
-/// it for IB_QPT_XRC_INI (a send queue, `rq_type` SRQ with the default SRQ and domain), or,
-/// with `target`, as `create_xrc_tgt_qp` does (`no_sq`, no UAR, no pages).
-fn create_xrc_qp(
-    raw: &mut Raw,
-    b: &Base,
-    target: bool,
-    rq_type: u8,
-    srqn: u32,
-    xrcd: u32,
-) -> Reply {
-    let dbr = raw.page();
-    let buf = raw.page();
-    let mut c = header(0x500, 0, CreateQpIn::BYTES + if target { 0 } else { 8 });
-    let mut v = ViewMut::<CreateQpIn>::new_checked(&mut c).unwrap();
-    let mut q = v.sub(create_qp_in::qpc);
-    q.set(qpc::st, qpc_st::XRC)
-        .set(qpc::pd, b.pd)
-        .set(qpc::cqn_snd, b.cqn)
-        .set(qpc::cqn_rcv, b.cqn)
-        .set(qpc::dbr_addr, dbr)
-        .set(qpc::rq_type, rq_type)
-        .set(qpc::srqn_rmpn_xrqn, srqn)
-        .set(qpc::xrcd, xrcd);
-    if target {
-        q.set(qpc::no_sq, 1u8);
-    } else {
-        q.set(qpc::uar_page, b.uar).set(qpc::log_sq_size, 2u8);
-        v.set_array(create_qp_in::pas, 0, buf).unwrap();
-    }
-    raw.cmd(&c, 16)
-}
-
 #[test]
 fn xrc_qps_receive_through_srqs_and_hold_their_domain() {
     // Linux 6.12 qp.c `get_rx_type`: XRC initiator and target QPs both have rq_type SRQ;
@@ -629,30 +624,46 @@ fn xrc_qps_receive_through_srqs_and_hold_their_domain() {
     // SRQ must exist.
     for rq_type in [qpc_rq_type::NON_ZERO_RQ, qpc_rq_type::ZERO_LEN_RQ] {
         assert_eq!(
-            create_xrc_qp(&mut raw, &b, true, rq_type, s0, x1).0,
+            create_qp(&mut raw, &b, QpShape::XrcTarget, rq_type, s0, x1).0,
             CmdStatus::BadParameter
         );
     }
     assert_eq!(
-        create_xrc_qp(&mut raw, &b, true, qpc_rq_type::SRQ_RQ, s0, 0x7777).0,
+        create_qp(
+            &mut raw,
+            &b,
+            QpShape::XrcTarget,
+            qpc_rq_type::SRQ_RQ,
+            s0,
+            0x7777
+        )
+        .0,
         CmdStatus::BadResource
     );
     assert_eq!(
-        create_xrc_qp(&mut raw, &b, true, qpc_rq_type::SRQ_RQ, 0x7777, x1).0,
+        create_qp(
+            &mut raw,
+            &b,
+            QpShape::XrcTarget,
+            qpc_rq_type::SRQ_RQ,
+            0x7777,
+            x1
+        )
+        .0,
         CmdStatus::BadResource
     );
-    let tgt = Raw::number(create_xrc_qp(
+    let tgt = Raw::number(create_qp(
         &mut raw,
         &b,
-        true,
+        QpShape::XrcTarget,
         qpc_rq_type::SRQ_RQ,
         s0,
         x1,
     ));
-    let ini = Raw::number(create_xrc_qp(
+    let ini = Raw::number(create_qp(
         &mut raw,
         &b,
-        false,
+        QpShape::XrcInitiator,
         qpc_rq_type::SRQ_RQ,
         s0,
         x0,
