@@ -18,6 +18,7 @@ use crate::pages::PageManager;
 use crate::port::PortInfo;
 use crate::trace::{Outcome, Trace, TraceRecord};
 use crate::uar::Uar;
+use bareverbs_firmware_cmd::ifc::eqe::data as eqe_data;
 
 /// Addresses per MANAGE_PAGES command (4 KiB of addresses, nine mailbox blocks).
 pub const PAGES_PER_COMMAND: usize = 512;
@@ -27,23 +28,110 @@ pub const MAX_PORTS: usize = 4;
 /// Asynchronous events kept until the user reads them.
 pub const EVENT_QUEUE_LEN: usize = 32;
 
-/// An asynchronous event the device reported.
+/// An asynchronous event the device reported: `struct ibv_async_event`, its type named as
+/// `enum ibv_event_type` names it and carrying the object it concerns. mlx5 event types map
+/// as Linux 6.12 mlx5_ib does (`mlx5_ib_qp_event`, `mlx5_ib_srq_event`, `mlx5_ib_cq_event`,
+/// `handle_port_change`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
 pub enum AsyncEvent {
-    /// A port changed state (`sub_type`: 1 down, 4 active, 5 initialized, 6 LID …).
-    PortChange {
-        /// Port number.
-        port: u8,
-        /// Event subtype.
-        sub_type: u8,
-    },
     /// A completion event for an armed CQ (`ibv_get_cq_event`).
     Completion {
         /// The CQ.
         cqn: u32,
     },
+    /// `IBV_EVENT_CQ_ERR`: the CQ overran or its context is bad (CQ_ERROR).
+    CqErr {
+        /// The CQ.
+        cqn: u32,
+        /// Firmware's syndrome (1 overrun, 2 access violation).
+        syndrome: u8,
+    },
+    /// `IBV_EVENT_QP_FATAL` (WQ_CATAS_ERROR).
+    QpFatal {
+        /// The QP.
+        qpn: u32,
+    },
+    /// `IBV_EVENT_QP_REQ_ERR` (WQ_INVAL_REQ_ERROR).
+    QpReqErr {
+        /// The QP.
+        qpn: u32,
+    },
+    /// `IBV_EVENT_QP_ACCESS_ERR` (WQ_ACCESS_ERROR).
+    QpAccessErr {
+        /// The QP.
+        qpn: u32,
+    },
+    /// `IBV_EVENT_COMM_EST`: a message arrived at a QP in RTR (COMM_EST).
+    CommEst {
+        /// The QP.
+        qpn: u32,
+    },
+    /// `IBV_EVENT_SQ_DRAINED` (SQ_DRAINED).
+    SqDrained {
+        /// The QP.
+        qpn: u32,
+    },
+    /// `IBV_EVENT_PATH_MIG`: the QP now uses its alternate path (PATH_MIG).
+    PathMig {
+        /// The QP.
+        qpn: u32,
+    },
+    /// `IBV_EVENT_PATH_MIG_ERR` (PATH_MIG_FAILED).
+    PathMigErr {
+        /// The QP.
+        qpn: u32,
+    },
+    /// `IBV_EVENT_QP_LAST_WQE_REACHED`: a QP on an SRQ went to ERR and will take no more
+    /// receives from it (SRQ_LAST_WQE).
+    QpLastWqeReached {
+        /// The QP.
+        qpn: u32,
+    },
+    /// `IBV_EVENT_SRQ_ERR` (SRQ_CATAS_ERROR).
+    SrqErr {
+        /// The SRQ.
+        srqn: u32,
+    },
+    /// `IBV_EVENT_SRQ_LIMIT_REACHED`: fewer WQEs than the armed limit are posted
+    /// (SRQ_RQ_LIMIT); the limit is disarmed.
+    SrqLimitReached {
+        /// The SRQ.
+        srqn: u32,
+    },
+    /// `IBV_EVENT_PORT_ACTIVE` (PORT_CHANGE, subtype ACTIVE).
+    PortActive {
+        /// Port number.
+        port: u8,
+    },
+    /// `IBV_EVENT_PORT_ERR` (PORT_CHANGE, subtype DOWN or INITIALIZED).
+    PortErr {
+        /// Port number.
+        port: u8,
+    },
+    /// `IBV_EVENT_LID_CHANGE` (PORT_CHANGE, subtype LID).
+    LidChange {
+        /// Port number.
+        port: u8,
+    },
+    /// `IBV_EVENT_PKEY_CHANGE` (PORT_CHANGE, subtype PKEY).
+    PkeyChange {
+        /// Port number.
+        port: u8,
+    },
+    /// `IBV_EVENT_GID_CHANGE` (PORT_CHANGE, subtype GUID).
+    GidChange {
+        /// Port number.
+        port: u8,
+    },
+    /// `IBV_EVENT_CLIENT_REREGISTER` (PORT_CHANGE, subtype CLIENT_REREG).
+    ClientReregister {
+        /// Port number.
+        port: u8,
+    },
+    /// `IBV_EVENT_DEVICE_FATAL` (INTERNAL_ERROR).
+    DeviceFatal,
     /// Any other event, with its raw type and subtype.
     Other {
         /// Event type.
@@ -51,6 +139,62 @@ pub enum AsyncEvent {
         /// Event subtype.
         sub_type: u8,
     },
+}
+
+impl AsyncEvent {
+    /// Decodes an EQE (not a page request or command completion) into the event it reports.
+    pub fn from_eqe(eqe: &[u8; EQE_BYTES]) -> Self {
+        let (ty, sub) = (eqe[1], eqe[3]);
+        let Ok(e) = View::<Eqe>::new_checked(eqe) else {
+            return AsyncEvent::Other {
+                event_type: ty,
+                sub_type: sub,
+            };
+        };
+        let obj = eqe_data::<EqeQpSrq>(&e).get32(eqe_qp_srq::qp_srq_n);
+        let port = eqe_data::<EqePortState>(&e).get32(eqe_port_state::port) as u8;
+        match ty {
+            event_type::COMP => AsyncEvent::Completion {
+                cqn: eqe_data::<EqeComp>(&e).get32(eqe_comp::cqn),
+            },
+            event_type::CQ_ERROR => {
+                let d = eqe_data::<EqeCqErr>(&e);
+                AsyncEvent::CqErr {
+                    cqn: d.get32(eqe_cq_err::cqn),
+                    syndrome: d.get32(eqe_cq_err::syndrome) as u8,
+                }
+            }
+            event_type::WQ_CATAS_ERROR => AsyncEvent::QpFatal { qpn: obj },
+            event_type::WQ_INVAL_REQ_ERROR => AsyncEvent::QpReqErr { qpn: obj },
+            event_type::WQ_ACCESS_ERROR => AsyncEvent::QpAccessErr { qpn: obj },
+            event_type::COMM_EST => AsyncEvent::CommEst { qpn: obj },
+            event_type::SQ_DRAINED => AsyncEvent::SqDrained { qpn: obj },
+            event_type::PATH_MIG => AsyncEvent::PathMig { qpn: obj },
+            event_type::PATH_MIG_FAILED => AsyncEvent::PathMigErr { qpn: obj },
+            event_type::SRQ_LAST_WQE => AsyncEvent::QpLastWqeReached { qpn: obj },
+            event_type::SRQ_CATAS_ERROR => AsyncEvent::SrqErr { srqn: obj },
+            event_type::SRQ_RQ_LIMIT => AsyncEvent::SrqLimitReached { srqn: obj },
+            event_type::INTERNAL_ERROR => AsyncEvent::DeviceFatal,
+            event_type::PORT_CHANGE => match sub {
+                port_change_subtype::ACTIVE => AsyncEvent::PortActive { port },
+                port_change_subtype::DOWN | port_change_subtype::INITIALIZED => {
+                    AsyncEvent::PortErr { port }
+                }
+                port_change_subtype::LID => AsyncEvent::LidChange { port },
+                port_change_subtype::PKEY => AsyncEvent::PkeyChange { port },
+                port_change_subtype::GUID => AsyncEvent::GidChange { port },
+                port_change_subtype::CLIENT_REREG => AsyncEvent::ClientReregister { port },
+                _ => AsyncEvent::Other {
+                    event_type: ty,
+                    sub_type: sub,
+                },
+            },
+            _ => AsyncEvent::Other {
+                event_type: ty,
+                sub_type: sub,
+            },
+        }
+    }
 }
 
 /// Special memory keys (QUERY_SPECIAL_CONTEXTS).
@@ -433,23 +577,12 @@ impl<H: Hal> Control<H> {
         let mut n = 0;
         while let Some(eqe) = self.eq.as_mut().and_then(EventQueue::next) {
             n += 1;
-            let (ty, sub) = (eqe[1], eqe[3]);
-            let ev = match ty {
+            let ev = match eqe[1] {
                 event_type::PAGE_REQUEST => {
                     self.handle_page_request(hal, &eqe);
                     None
                 }
-                event_type::COMP => Some(AsyncEvent::Completion {
-                    cqn: u32::from_be_bytes([0, eqe[0x39], eqe[0x3a], eqe[0x3b]]),
-                }),
-                event_type::PORT_CHANGE => Some(AsyncEvent::PortChange {
-                    port: eqe[0x28] >> 4,
-                    sub_type: sub,
-                }),
-                _ => Some(AsyncEvent::Other {
-                    event_type: ty,
-                    sub_type: sub,
-                }),
+                _ => Some(AsyncEvent::from_eqe(&eqe)),
             };
             if let Some(ev) = ev {
                 if self.events.is_full() {

@@ -400,13 +400,7 @@ fn runtime_page_requests_and_port_events() {
     assert_eq!(m.pages_held(), 148);
     m.set_port(2, false);
     dev.poll_events();
-    assert_eq!(
-        dev.next_event(),
-        Some(AsyncEvent::PortChange {
-            port: 2,
-            sub_type: 1
-        })
-    );
+    assert_eq!(dev.next_event(), Some(AsyncEvent::PortErr { port: 2 }));
     assert_eq!(dev.next_event(), None);
     assert_eq!(dev.query_port(2).unwrap().state, PortState::Down);
     assert_eq!(dev.query_port(3), Err(Error::NoSuchPort { port: 3 }));

@@ -404,12 +404,12 @@ fn alloc_xrcd(dev: &Device<&SimHal>) -> u32 {
         .get32(alloc_xrcd_out::xrcd)
 }
 
-/// The asynchronous events of `ty` the driver has seen since the last call.
-fn events_of(dev: &Device<&SimHal>, ty: u8) -> usize {
+/// The asynchronous events the driver has seen since the last call that `want` picks.
+fn events_of(dev: &Device<&SimHal>, want: impl Fn(AsyncEvent) -> bool) -> usize {
     dev.poll_events();
     let mut n = 0;
     while let Some(e) = dev.next_event() {
-        if matches!(e, AsyncEvent::Other { event_type, .. } if event_type == ty) {
+        if want(e) {
             n += 1;
         }
     }
@@ -524,24 +524,35 @@ fn two_qps_share_an_rmp_and_take_its_wqes_in_list_order() {
     // The limit event: armed at 2, it fires once when the WQEs left drop below 2
     // (ibv_modify_srq(3): the limit is then disarmed), as EQE type 0x14 (mlx5_ifc / device.h
     // MLX5_EVENT_TYPE_SRQ_RQ_LIMIT) on the asynchronous EQ.
-    assert_eq!(events_of(&dev, event_type::SRQ_RQ_LIMIT), 0);
+    assert_eq!(
+        events_of(&dev, |e| e == AsyncEvent::SrqLimitReached { srqn: rmpn }),
+        0
+    );
     arm_rmp(&dev, rmpn, 2);
     let next: Vec<_> = (3..6).map(|i| ring.post(&slot(i)).unwrap()).collect();
     assert_eq!(next, [3, 4, 5]);
     let m = send(&mut b);
     check(&mut rcq, 3, s2, rmpn, m);
     assert_eq!(
-        events_of(&dev, event_type::SRQ_RQ_LIMIT),
+        events_of(&dev, |e| e == AsyncEvent::SrqLimitReached { srqn: rmpn }),
         0,
         "2 left: not below 2"
     );
     let m = send(&mut b);
     check(&mut rcq, 4, s2, rmpn, m);
-    assert_eq!(events_of(&dev, event_type::SRQ_RQ_LIMIT), 1, "1 left");
+    assert_eq!(
+        events_of(&dev, |e| e == AsyncEvent::SrqLimitReached { srqn: rmpn }),
+        1,
+        "1 left"
+    );
     assert_eq!(hal.model().with(|h| h.srq(rmpn).map(|s| s.lwm)), Some(0));
     let m = send(&mut b);
     check(&mut rcq, 5, s2, rmpn, m);
-    assert_eq!(events_of(&dev, event_type::SRQ_RQ_LIMIT), 0, "disarmed");
+    assert_eq!(
+        events_of(&dev, |e| e == AsyncEvent::SrqLimitReached { srqn: rmpn }),
+        0,
+        "disarmed"
+    );
 
     // s1 to ERR: it has no receive WQEs of its own, so nothing is flushed and the SRQ keeps
     // its WQEs for s2; the QP announces its last WQE (event 0x13, SRQ_LAST_WQE).
@@ -551,7 +562,10 @@ fn two_qps_share_an_rmp_and_take_its_wqes_in_list_order() {
         .set(qp_2err_in::qpn, s1);
     exec::<Qp2Err>(&dev, &mut i).unwrap();
     assert!(rcq.poll().is_none(), "no flush completion");
-    assert_eq!(events_of(&dev, event_type::SRQ_LAST_WQE), 1);
+    assert_eq!(
+        events_of(&dev, |e| e == AsyncEvent::QpLastWqeReached { qpn: s1 }),
+        1
+    );
     assert_eq!(ring.post(&slot(6)), Some(6));
     let m = send(&mut b);
     check(&mut rcq, 6, s2, rmpn, m);

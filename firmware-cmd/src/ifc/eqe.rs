@@ -87,6 +87,12 @@ pub mod port_change_subtype {
     pub const INITIALIZED: u8 = 5;
     /// LID changed.
     pub const LID: u8 = 6;
+    /// P_Key table changed.
+    pub const PKEY: u8 = 7;
+    /// GUID (GID table) changed.
+    pub const GUID: u8 = 8;
+    /// The SM asks clients to re-register.
+    pub const CLIENT_REREG: u8 = 9;
 }
 
 /// Linux's asynchronous event mask (`MLX5_ASYNC_EVENT_MASK`): QP/CQ/SRQ errors, port change.
