@@ -71,13 +71,7 @@ fn rc_send_write_read_atomics_and_inline() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let init = |t| QpInitAttr {
-        qp_type: t,
-        send_cq: &scq,
-        recv_cq: &rcq,
-        cap: cap(),
-        sq_sig_all: false,
-    };
+    let init = |t| QpInitAttr::new(t, &scq, &rcq, cap());
     let mut a = pd.create_qp(&init(QpType::Rc)).unwrap();
     let mut b = pd.create_qp(&init(QpType::Rc)).unwrap();
     connect(&mut a, &mut b, 7);
@@ -285,11 +279,8 @@ fn bad_requests_stop_at_their_index_and_nothing_is_sent() {
     let pd = dev.alloc_pd().unwrap();
     let mut cq = dev.create_cq(64).unwrap();
     let init = |t| QpInitAttr {
-        qp_type: t,
-        send_cq: &cq,
-        recv_cq: &cq,
-        cap: cap(),
         sq_sig_all: true,
+        ..QpInitAttr::new(t, &cq, &cq, cap())
     };
     let mut a = pd.create_qp(&init(QpType::Rc)).unwrap();
     let mut b = pd.create_qp(&init(QpType::Rc)).unwrap();
@@ -383,11 +374,8 @@ fn errors_flush_outstanding_requests() {
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
     let init = QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: &scq,
-        recv_cq: &rcq,
-        cap: cap(),
         sq_sig_all: true,
+        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap())
     };
     let [mut a, mut b, mut c, mut d, mut e, mut f] = [(); 6].map(|()| pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b, 0);
@@ -484,11 +472,8 @@ fn ud_checks_the_qkey_and_leaves_room_for_the_grh() {
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
     let init = QpInitAttr {
-        qp_type: QpType::Ud,
-        send_cq: &scq,
-        recv_cq: &rcq,
-        cap: cap(),
         sq_sig_all: true,
+        ..QpInitAttr::new(QpType::Ud, &scq, &rcq, cap())
     };
     let mut a = pd.create_qp(&init).unwrap();
     let mut b = pd.create_qp(&init).unwrap();
@@ -579,20 +564,14 @@ fn rc_and_ud_between_two_hcas_on_a_fabric() {
         let (mut c1, mut c2) = (d1.create_cq(64).unwrap(), d2.create_cq(64).unwrap());
         let mut a = p1
             .create_qp(&QpInitAttr {
-                qp_type: QpType::Rc,
-                send_cq: &c1,
-                recv_cq: &c1,
-                cap: cap(),
                 sq_sig_all: true,
+                ..QpInitAttr::new(QpType::Rc, &c1, &c1, cap())
             })
             .unwrap();
         let mut b = p2
             .create_qp(&QpInitAttr {
-                qp_type: QpType::Rc,
-                send_cq: &c2,
-                recv_cq: &c2,
-                cap: cap(),
                 sq_sig_all: true,
+                ..QpInitAttr::new(QpType::Rc, &c2, &c2, cap())
             })
             .unwrap();
         let all = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
@@ -681,11 +660,8 @@ fn rc_and_ud_between_two_hcas_on_a_fabric() {
         // A LID nobody owns: transport retries exceeded.
         let mut x = p1
             .create_qp(&QpInitAttr {
-                qp_type: QpType::Rc,
-                send_cq: &c1,
-                recv_cq: &c1,
-                cap: cap(),
                 sq_sig_all: true,
+                ..QpInitAttr::new(QpType::Rc, &c1, &c1, cap())
             })
             .unwrap();
         x.to_init(1, 0, all, 0).unwrap();
@@ -722,11 +698,8 @@ fn rnr_waits_then_delivers_and_bad_keys_and_destroy_with_work_outstanding() {
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
     let init = QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: &scq,
-        recv_cq: &rcq,
-        cap: cap(),
         sq_sig_all: true,
+        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap())
     };
     let [mut a, mut b, mut c, mut d] = [(); 4].map(|()| pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b, 7);
@@ -831,11 +804,8 @@ fn resize_cq_keeps_unpolled_completions_in_order() {
     let (mut scq, mut rcq) = (dev.create_cq(4).unwrap(), dev.create_cq(4).unwrap());
     assert_eq!(scq.capacity(), 8);
     let init = QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: &scq,
-        recv_cq: &rcq,
-        cap: cap(),
         sq_sig_all: true,
+        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap())
     };
     let mut a = pd.create_qp(&init).unwrap();
     let mut b = pd.create_qp(&init).unwrap();
@@ -924,11 +894,8 @@ fn completions_of_qps_sharing_a_cq_keep_their_order_and_wr_ids() {
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
     let init = QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: &scq,
-        recv_cq: &rcq,
-        cap: cap(),
         sq_sig_all: true,
+        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap())
     };
     let mut tx: Vec<_> = (0..3).map(|_| pd.create_qp(&init).unwrap()).collect();
     let mut rx: Vec<_> = (0..3).map(|_| pd.create_qp(&init).unwrap()).collect();
@@ -995,11 +962,8 @@ fn a_region_past_a_thousand_4k_pages_takes_one_or_two_translation_pages() {
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
     let init = QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: &scq,
-        recv_cq: &rcq,
-        cap: cap(),
         sq_sig_all: true,
+        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap())
     };
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b, 7);
@@ -1069,11 +1033,8 @@ fn cqs_past_a_thousand_4k_pages_take_2_mib_pages_and_resize_across_sizes() {
     assert_eq!(pages(&scq), (2 << 20, 4));
     assert_eq!(pages(&rcq), (4096, 1));
     let init = QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: &scq,
-        recv_cq: &rcq,
-        cap: cap(),
         sq_sig_all: true,
+        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap())
     };
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b, 7);
@@ -1124,11 +1085,8 @@ fn a_qp_buffer_past_a_thousand_4k_pages_takes_2_mib_pages() {
         max_inline_data: 0,
     };
     let init = |cap| QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: &scq,
-        recv_cq: &rcq,
-        cap,
         sq_sig_all: true,
+        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap)
     };
     let sender = QpCap {
         max_send_wr: 128,
@@ -1212,11 +1170,8 @@ fn a_device_without_host_endian_atomics_refuses_atomics_before_the_ring() {
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
     let init = QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: &scq,
-        recv_cq: &rcq,
-        cap: cap(),
         sq_sig_all: true,
+        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap())
     };
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b, 7);
@@ -1279,11 +1234,8 @@ fn a_hal_that_aligns_only_4k_gets_queues_in_4k_pages_and_typed_limits_past_them(
     };
     assert_eq!(pages(&scq), (4096, 16));
     let init = |cap| QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: &scq,
-        recv_cq: &rcq,
-        cap,
         sq_sig_all: true,
+        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap)
     };
     let big = QpCap {
         max_send_wr: 16_384,

@@ -27,13 +27,7 @@ fn rc_qp_lifecycle_and_cq_in_use() {
     let scq = dev.create_cq(64).unwrap();
     let rcq = dev.create_cq(128).unwrap();
     let mut qp = pd
-        .create_qp(&QpInitAttr {
-            qp_type: QpType::Rc,
-            send_cq: &scq,
-            recv_cq: &rcq,
-            cap: cap(),
-            sq_sig_all: false,
-        })
+        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq, cap()))
         .unwrap();
     let got = qp.cap();
     assert!(
@@ -173,11 +167,8 @@ fn ud_qp_takes_a_qkey_and_no_path() {
     let cq = dev.create_cq(16).unwrap();
     let mut qp = pd
         .create_qp(&QpInitAttr {
-            qp_type: QpType::Ud,
-            send_cq: &cq,
-            recv_cq: &cq,
-            cap: cap(),
             sq_sig_all: true,
+            ..QpInitAttr::new(QpType::Ud, &cq, &cq, cap())
         })
         .unwrap();
     // ACCESS_FLAGS is refused for UD at RESET -> INIT; QKEY is required.
@@ -208,25 +199,13 @@ fn sizes_past_the_device_limits_are_refused() {
         max_send_wr: 1 << 20,
         ..cap()
     };
-    let r = pd.create_qp(&QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: &cq,
-        recv_cq: &cq,
-        cap: big,
-        sq_sig_all: false,
-    });
+    let r = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, big));
     assert!(matches!(r, Err(Error::ExceedsLimit { .. })));
     let inline = QpCap {
         max_inline_data: 4096,
         ..cap()
     };
-    let r = pd.create_qp(&QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: &cq,
-        recv_cq: &cq,
-        cap: inline,
-        sq_sig_all: false,
-    });
+    let r = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, inline));
     assert!(matches!(r, Err(Error::ExceedsLimit { .. })));
 }
 
@@ -248,13 +227,7 @@ fn the_qp_table_holds_max_qps_and_cq_uses_come_and_go() {
         max_inline_data: 0,
     };
     fn init<'c, 'd, 'h>(cq: &'c Cq<'d, &'h SimHal>, cap: QpCap) -> QpInitAttr<'c, 'd, &'h SimHal> {
-        QpInitAttr {
-            qp_type: QpType::Rc,
-            send_cq: cq,
-            recv_cq: cq,
-            cap,
-            sq_sig_all: false,
-        }
+        QpInitAttr::new(QpType::Rc, cq, cq, cap)
     }
     // Inline tables hold 64 QPs; with `alloc` the table takes as many as the device does.
     let n = MAX_QPS.unwrap_or(300);

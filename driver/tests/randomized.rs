@@ -179,13 +179,7 @@ fn random_traffic_on_three_pairs_sharing_cqs_moves_every_byte_and_completes_in_o
         max_recv_sge: 3,
         max_inline_data: MAX_INLINE,
     };
-    let init = QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: &scq,
-        recv_cq: &rcq,
-        cap,
-        sq_sig_all: false,
-    };
+    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap);
     let mut tx: Vec<_> = (0..PAIRS).map(|_| pd.create_qp(&init).unwrap()).collect();
     let mut rx: Vec<_> = (0..PAIRS).map(|_| pd.create_qp(&init).unwrap()).collect();
     for (a, b) in tx.iter_mut().zip(rx.iter_mut()) {
@@ -408,19 +402,18 @@ fn random_lists_past_a_full_queue_stop_at_their_index_and_resume_without_loss() 
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, rcq) = (dev.create_cq(256).unwrap(), dev.create_cq(16).unwrap());
-    let init = QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: &scq,
-        recv_cq: &rcq,
-        cap: QpCap {
+    let init = QpInitAttr::new(
+        QpType::Rc,
+        &scq,
+        &rcq,
+        QpCap {
             max_send_wr: 32,
             max_recv_wr: 1,
             max_send_sge: 1,
             max_recv_sge: 1,
             max_inline_data: MAX_INLINE,
         },
-        sq_sig_all: false,
-    };
+    );
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
@@ -506,19 +499,18 @@ fn one_thread_posts_while_another_polls_against_a_model_on_its_own_thread() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(16).unwrap());
-    let init = QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: &scq,
-        recv_cq: &rcq,
-        cap: QpCap {
+    let init = QpInitAttr::new(
+        QpType::Rc,
+        &scq,
+        &rcq,
+        QpCap {
             max_send_wr: 16,
             max_recv_wr: 1,
             max_send_sge: 1,
             max_recv_sge: 1,
             max_inline_data: 16,
         },
-        sq_sig_all: false,
-    };
+    );
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
@@ -592,19 +584,18 @@ fn random_errors_flush_what_follows_and_reset_queues_start_over_cleanly() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(256).unwrap(), dev.create_cq(16).unwrap());
-    let init = QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: &scq,
-        recv_cq: &rcq,
-        cap: QpCap {
+    let init = QpInitAttr::new(
+        QpType::Rc,
+        &scq,
+        &rcq,
+        QpCap {
             max_send_wr: 16,
             max_recv_wr: 1,
             max_send_sge: 1,
             max_recv_sge: 1,
             max_inline_data: 64,
         },
-        sq_sig_all: false,
-    };
+    );
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
@@ -737,17 +728,19 @@ fn random_datagrams_arrive_when_they_should_with_the_grh_area_and_are_dropped_ot
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
     const QKEY: u32 = 0x1111;
     let init = QpInitAttr {
-        qp_type: QpType::Ud,
-        send_cq: &scq,
-        recv_cq: &rcq,
-        cap: QpCap {
-            max_send_wr: 8,
-            max_recv_wr: 8,
-            max_send_sge: 2,
-            max_recv_sge: 1,
-            max_inline_data: 64,
-        },
         sq_sig_all: true,
+        ..QpInitAttr::new(
+            QpType::Ud,
+            &scq,
+            &rcq,
+            QpCap {
+                max_send_wr: 8,
+                max_recv_wr: 8,
+                max_send_sge: 2,
+                max_recv_sge: 1,
+                max_inline_data: 64,
+            },
+        )
     };
     let mut qps: Vec<_> = (0..3).map(|_| pd.create_qp(&init).unwrap()).collect();
     for q in qps.iter_mut() {
@@ -900,17 +893,19 @@ fn random_uc_traffic_drops_what_finds_no_receive_and_delivers_the_rest() {
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
     let init = QpInitAttr {
-        qp_type: QpType::Uc,
-        send_cq: &scq,
-        recv_cq: &rcq,
-        cap: QpCap {
-            max_send_wr: 8,
-            max_recv_wr: 8,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 64,
-        },
         sq_sig_all: true,
+        ..QpInitAttr::new(
+            QpType::Uc,
+            &scq,
+            &rcq,
+            QpCap {
+                max_send_wr: 8,
+                max_recv_wr: 8,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 64,
+            },
+        )
     };
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
@@ -1038,17 +1033,19 @@ fn random_atomics_agree_with_a_shadow_of_the_counters() {
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(16).unwrap());
     let init = QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: &scq,
-        recv_cq: &rcq,
-        cap: QpCap {
-            max_send_wr: 8,
-            max_recv_wr: 1,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
         sq_sig_all: true,
+        ..QpInitAttr::new(
+            QpType::Rc,
+            &scq,
+            &rcq,
+            QpCap {
+                max_send_wr: 8,
+                max_recv_wr: 1,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+        )
     };
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;

@@ -136,11 +136,8 @@ fn new_qp<'p, 'd, 'h>(
     recv_cq: &Cq<'d, &'h SimHal>,
 ) -> Qp<'p, 'd, &'h SimHal> {
     pd.create_qp(&QpInitAttr {
-        qp_type,
-        send_cq,
-        recv_cq,
-        cap: cap(),
         sq_sig_all: true,
+        ..QpInitAttr::new(qp_type, send_cq, recv_cq, cap())
     })
     .unwrap()
 }

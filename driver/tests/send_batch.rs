@@ -32,13 +32,7 @@ fn every_batch_method_moves_data_and_completes_in_order() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let init = QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: &scq,
-        recv_cq: &rcq,
-        cap: cap(),
-        sq_sig_all: false,
-    };
+    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap());
     let mut a = pd.create_qp(&init).unwrap();
     let mut b = pd.create_qp(&init).unwrap();
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;

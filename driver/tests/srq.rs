@@ -356,19 +356,18 @@ fn sender<'p, 'd, 'h>(
     pd: &'p Pd<'d, &'h SimHal>,
     cq: &Cq<'d, &'h SimHal>,
 ) -> Qp<'p, 'd, &'h SimHal> {
-    let attr = QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: cq,
-        recv_cq: cq,
-        cap: QpCap {
+    let attr = QpInitAttr::new(
+        QpType::Rc,
+        cq,
+        cq,
+        QpCap {
             max_send_wr: 8,
             max_recv_wr: 1,
             max_send_sge: 1,
             max_recv_sge: 1,
             max_inline_data: 0,
         },
-        sq_sig_all: false,
-    };
+    );
     pd.create_qp(&attr).unwrap()
 }
 

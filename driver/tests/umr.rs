@@ -476,19 +476,18 @@ fn rc_pair<'p, 'd, 'h>(
     scq: &Cq<'d, &'h SimHal>,
     rcq: &Cq<'d, &'h SimHal>,
 ) -> (Qp<'p, 'd, &'h SimHal>, Qp<'p, 'd, &'h SimHal>) {
-    let attr = QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: scq,
-        recv_cq: rcq,
-        cap: QpCap {
+    let attr = QpInitAttr::new(
+        QpType::Rc,
+        scq,
+        rcq,
+        QpCap {
             max_send_wr: 4,
             max_recv_wr: 4,
             max_send_sge: 1,
             max_recv_sge: 1,
             max_inline_data: 64,
         },
-        sq_sig_all: false,
-    };
+    );
     let mut a = pd.create_qp(&attr).unwrap();
     let mut b = pd.create_qp(&attr).unwrap();
     connect_pair(

@@ -310,11 +310,8 @@ pub fn run_side<H: Hal>(hal: H, qp_type: QpType, o: &Opts) -> Result<String, Str
     };
     let mut qp = pd
         .create_qp(&QpInitAttr {
-            qp_type,
-            send_cq: &scq,
-            recv_cq: &rcq,
-            cap,
             sq_sig_all: true,
+            ..QpInitAttr::new(qp_type, &scq, &rcq, cap)
         })
         .map_err(|e| format!("couldn't create QP: {e}"))?;
     let len = o.size + grh;

@@ -399,13 +399,7 @@ fn driver(mode: &str, kind: Kind, batch: usize, iters: usize) {
         max_recv_sge: 1,
         max_inline_data: 64,
     };
-    let init = QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: &scq,
-        recv_cq: &rcq,
-        cap,
-        sq_sig_all: false,
-    };
+    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap);
     let (mut qa, mut qb) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     let mr = pd

@@ -13,14 +13,9 @@
 //! let dev = Device::bring_up(&hal, Config::default()).unwrap();
 //! let pd = dev.alloc_pd().unwrap();
 //! let (mut scq, rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
-//! let init = QpInitAttr {
-//!     qp_type: QpType::Rc,
-//!     send_cq: &scq,
-//!     recv_cq: &rcq,
-//!     cap: QpCap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1,
-//!                  max_inline_data: 64 },
-//!     sq_sig_all: false,
-//! };
+//! let cap = QpCap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1,
+//!                   max_inline_data: 64 };
+//! let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap);
 //! let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
 //! let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
 //! let path = AhAttr { dlid: 1, port_num: 1, ..AhAttr::default() }; // port 1's LID

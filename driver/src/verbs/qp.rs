@@ -187,6 +187,27 @@ pub struct Qp<'p, 'd, H: Hal> {
     pub(crate) bf_register: usize,
 }
 
+impl<'c, 'd, H: Hal> QpInitAttr<'c, 'd, H> {
+    /// The attributes of a QP of `qp_type` completing into `send_cq` and `recv_cq`, sized by
+    /// `cap`, signalling only the requests that ask for it; the other fields take their
+    /// defaults and can be set with struct update syntax
+    /// (`QpInitAttr { sq_sig_all: true, ..QpInitAttr::new(..) }`).
+    pub fn new(
+        qp_type: QpType,
+        send_cq: &'c Cq<'d, H>,
+        recv_cq: &'c Cq<'d, H>,
+        cap: QpCap,
+    ) -> Self {
+        QpInitAttr {
+            qp_type,
+            send_cq,
+            recv_cq,
+            cap,
+            sq_sig_all: false,
+        }
+    }
+}
+
 fn log2_ceil(n: u32) -> u8 {
     n.max(1).next_power_of_two().trailing_zeros() as u8
 }
