@@ -45,6 +45,10 @@ cargo run --locked -q -p bareverbs-examples --bin devinfo -- --background >/dev/
 for t in rc uc ud; do
   cargo run --locked -q -p bareverbs-examples --bin ${t}_pingpong -- -n 200 -s 1024 -c -p $((20000 + RANDOM % 20000)) >/dev/null
 done
+# Event-driven (-e): completion channels, req_notify, get_cq_event, ack_cq_events.
+for t in rc ud; do
+  cargo run --locked -q -p bareverbs-examples --bin ${t}_pingpong -- -n 200 -s 1024 -c -e -p $((20000 + RANDOM % 20000)) >/dev/null
+done
 
 if [ "${1:-}" = "--no-guest" ]; then
   step "guest tests skipped (--no-guest)"

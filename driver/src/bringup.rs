@@ -9,7 +9,7 @@ use bareverbs_firmware_cmd::ifc::*;
 use bareverbs_firmware_cmd::init_seg::{
     self, cmd_exec_to, cmd_q_init_to, cmdif_rev_fw_sub, cmdq_addr_l_sz, fw_rev, initializing,
 };
-use bareverbs_firmware_cmd::{Eqn, Layout, UarIndex, View, ViewMut};
+use bareverbs_firmware_cmd::{Layout, UarIndex, View, ViewMut};
 use bareverbs_hal::{Deadline, Hal, Mmio};
 use heapless::{Deque, Vec};
 
@@ -120,6 +120,7 @@ impl<H: Hal> Device<H> {
                 progress: Progress::default(),
                 key_byte: 0,
                 cq_users: crate::table::Table::new(),
+                cq_events: crate::table::Table::new(),
             }),
             books: spin::RwLock::new(crate::verbs::book::Books::new()),
         };
@@ -395,39 +396,18 @@ impl<H: Hal> Device<H> {
     /// pages (`log_page_size` 0, one `pas` entry per page, as Linux does). It is polled, never
     /// armed.
     fn create_async_eq(&mut self) -> Result<(), Error> {
-        /// Largest async EQ: 2^12 EQEs = 256 KiB = 64 pages.
-        const MAX_LOG_SIZE: u8 = 12;
-        const MAX_PAGES: usize = (64 << MAX_LOG_SIZE) / 4096;
         let uar = self.ctl.get_mut().uar.ok_or(Error::NotUp)?;
         let log_size = self
             .cfg
             .async_eq_log_size
-            .clamp(EventQueue::<H>::log_size_for(0), MAX_LOG_SIZE)
+            .clamp(EventQueue::<H>::log_size_for(0), crate::eq::MAX_LOG_SIZE)
             .min(self.info.caps.log_max_eq_size);
-        let buf = EventQueue::<H>::alloc(&self.hal, log_size)?;
-        let npages = buf.len() / 4096;
-        let mut inp = [0u8; CreateEqIn::BYTES + 8 * MAX_PAGES];
-        let len = CreateEqIn::BYTES + 8 * npages;
-        {
-            let mut v = input::<CreateEq>(&mut inp[..len])?;
-            v.sub(create_eq_in::eq_context_entry)
-                .set(eqc::log_eq_size, log_size)
-                .set(eqc::uar_page, uar.index().raw())
-                .set(eqc::intr, 0u8)
-                .set(eqc::log_page_size, 0u8);
-            set_event_bitmask(
-                &mut v,
-                0,
-                ASYNC_EVENT_MASK | (1 << event_type::PAGE_REQUEST),
-            );
-            for k in 0..npages {
-                v.set_array(create_eq_in::pas, k, buf.iova().0 + (k * 4096) as u64)?;
-            }
-        }
-        let mut out = [0u8; CreateEqOut::BYTES];
-        let [buf] = self.exec_handing_over::<CreateEq, 1>(&mut inp[..len], &mut out, [buf])?;
-        let eqn = Eqn(View::<CreateEqOut>::new_checked(&out)?.get(create_eq_out::eq_number) as u8);
-        self.ctl.get_mut().eq = Some(EventQueue::new(buf, eqn, log_size, uar));
+        let eq = self.create_eq(
+            uar,
+            log_size,
+            ASYNC_EVENT_MASK | (1 << event_type::PAGE_REQUEST),
+        )?;
+        self.ctl.get_mut().eq = Some(eq);
         Ok(())
     }
 
@@ -549,16 +529,7 @@ impl<H: Hal> Device<H> {
             }
         };
         if let Some(eq) = self.ctl.get_mut().eq.take() {
-            let mut inp = [0u8; DestroyEqIn::BYTES];
-            let mut out = [0u8; DestroyEqOut::BYTES];
-            let r = input::<DestroyEq>(&mut inp)
-                .map(|mut v| {
-                    v.set(destroy_eq_in::eq_number, eq.eqn.raw());
-                })
-                .and_then(|()| self.exec::<DestroyEq>(&mut inp, &mut out));
-            if r.is_err() {
-                eq.buf.leak();
-            }
+            let r = self.destroy_eq(eq);
             note(r.at(Step::DestroyEq));
         }
         if let Some(uar) = self.ctl.get_mut().uar.take() {

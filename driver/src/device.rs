@@ -289,6 +289,9 @@ pub(crate) struct Control<H: Hal> {
     pub(crate) key_byte: u8,
     /// How many QPs complete into each CQ (a CQ in use cannot be destroyed).
     pub(crate) cq_users: crate::table::Table<u32, { 2 * crate::verbs::book::INLINE_QPS }>,
+    /// Completion events of the CQs without a channel, counted per CQ (never dropped).
+    pub(crate) cq_events:
+        crate::table::Table<crate::verbs::comp_channel::CqEvents, { crate::verbs::cq::CQ_TABLE }>,
 }
 
 /// A zeroed input buffer viewed as a command's input layout.
@@ -342,12 +345,18 @@ impl<H: Hal> Device<H> {
         self.ctl.lock().service_events(&self.hal)
     }
 
-    /// The oldest unread asynchronous event.
+    /// The next unread event: a completion event of a CQ without a channel (counted per CQ,
+    /// never dropped; reading one counts as `ibv_get_cq_event`, acknowledge it with
+    /// [`Cq::ack_events`](crate::verbs::Cq::ack_events)), else the oldest asynchronous event.
     pub fn next_event(&self) -> Option<AsyncEvent> {
+        if let Some(e) = self.next_completion() {
+            return Some(e);
+        }
         self.ctl.lock().events.pop_front()
     }
 
-    /// Events dropped because nobody read them in time.
+    /// Asynchronous events (not completion events, which are never dropped) dropped because
+    /// [`EVENT_QUEUE_LEN`] were waiting unread.
     pub fn events_dropped(&self) -> u64 {
         self.ctl.lock().events_dropped
     }
@@ -582,7 +591,15 @@ impl<H: Hal> Control<H> {
                     self.handle_page_request(hal, &eqe);
                     None
                 }
-                _ => Some(AsyncEvent::from_eqe(&eqe)),
+                _ => match AsyncEvent::from_eqe(&eqe) {
+                    AsyncEvent::Completion { cqn } if self.cq_events.contains_key(&cqn) => {
+                        if let Some(e) = self.cq_events.get_mut(&cqn) {
+                            e.pending = e.pending.saturating_add(1);
+                        }
+                        None
+                    }
+                    ev => Some(ev),
+                },
             };
             if let Some(ev) = ev {
                 if self.events.is_full() {

@@ -141,6 +141,12 @@ pub enum Error {
     },
     /// The object is still in use (e.g. a CQ a QP completes into).
     Busy,
+    /// A CQ with completion events read but not acknowledged cannot be destroyed
+    /// (`ibv_destroy_cq` would wait for them; here it refuses instead of hanging).
+    EventsUnacknowledged {
+        /// Events read and not acknowledged.
+        count: u32,
+    },
     /// The queue has no room for the request (back-pressure; poll the CQ and retry).
     QueueFull,
     /// A QP modification that the transition table refuses; nothing was sent to the device.
@@ -183,6 +189,11 @@ pub enum Invalid {
     AddressVector,
     /// A CQ resize to fewer entries than completions waiting to be polled.
     FewerEntriesThanUnpolled,
+    /// A completion vector the CQ cannot use: each completion channel has one (vector 0).
+    CompVector,
+    /// Acknowledging no events, or more completion events than were read and not yet
+    /// acknowledged (`ibv_ack_cq_events`).
+    AckCount,
 }
 
 /// A device limit.
@@ -202,6 +213,8 @@ pub enum Limit {
     InlineData,
     /// QPs with posted work at once.
     QpCount,
+    /// CQs of a device (or of one completion channel) at once, without the `alloc` feature.
+    CqCount,
     /// Bytes of a QP's work buffer: what one CREATE_QP can describe in the pages the HAL could
     /// align (992 pages; 2 MiB each on VFIO, 4 KiB with a HAL that aligns no further).
     QpBufferBytes,
@@ -264,6 +277,9 @@ impl fmt::Display for Error {
                 )
             }
             Error::Busy => f.write_str("object still in use"),
+            Error::EventsUnacknowledged { count } => {
+                write!(f, "{count} completion events read but not acknowledged")
+            }
             Error::QueueFull => f.write_str("work queue full"),
             Error::ModifyQp(e) => e.fmt(f),
         }

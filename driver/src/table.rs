@@ -92,6 +92,16 @@ impl<V, const N: usize> Table<V, N> {
     pub(crate) fn remove(&mut self, k: &u32) -> Option<V> {
         self.map.remove(k)
     }
+
+    /// Entries held.
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Every entry, in no particular order.
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (&u32, &mut V)> {
+        self.map.iter_mut()
+    }
 }
 
 #[cfg(test)]

@@ -198,16 +198,16 @@ fn cq_events_after_arming() {
     let mut wc = [bareverbs::verbs::Wc::EMPTY; 4];
     assert_eq!(cq.poll(&mut wc), 1);
     // Armed: exactly one event for the next completion.
-    cq.req_notify(false);
+    cq.req_notify(false).unwrap();
     post(false);
     post(false);
     dev.poll_events();
     assert_eq!(dev.next_event(), Some(AsyncEvent::Completion { cqn }));
     assert_eq!(dev.next_event(), None);
-    cq.ack_event();
+    cq.ack_events(1).unwrap();
     assert_eq!(cq.poll(&mut wc), 2);
     // Solicited only: an unsolicited completion does not fire, a solicited one does.
-    cq.req_notify(true);
+    cq.req_notify(true).unwrap();
     post(false);
     dev.poll_events();
     assert_eq!(dev.next_event(), None);
@@ -215,8 +215,8 @@ fn cq_events_after_arming() {
     dev.poll_events();
     assert_eq!(dev.next_event(), Some(AsyncEvent::Completion { cqn }));
     // Arming with completions already waiting fires at once.
-    cq.ack_event();
-    cq.req_notify(false);
+    cq.ack_events(1).unwrap();
+    cq.req_notify(false).unwrap();
     dev.poll_events();
     assert_eq!(dev.next_event(), Some(AsyncEvent::Completion { cqn }));
     drop(cq);

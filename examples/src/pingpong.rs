@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use bareverbs::verbs::*;
 use bareverbs::{Config, Device};
-use bareverbs_hal::Hal;
+use bareverbs_hal::{Deadline, Hal};
 use bareverbs_model::{Drive, Fabric, ModelConfig, SimHal};
 use bareverbs_vfio::VfioHal;
 
@@ -37,6 +37,9 @@ pub struct Opts {
     pub sl: u8,
     /// Check message contents (`-c`).
     pub check: bool,
+    /// Sleep on completion events instead of spinning on the CQs (`-e`): a completion
+    /// channel, `req_notify`, `get_cq_event`, `ack_cq_events`.
+    pub events: bool,
     /// Server to connect to (client mode).
     pub server: Option<String>,
     /// PCI device to drive through VFIO.
@@ -70,6 +73,7 @@ pub fn parse(prog: &str, args: &[String]) -> Result<Opts, String> {
         iters: 1000,
         sl: 0,
         check: false,
+        events: false,
         server: None,
         pci: None,
     };
@@ -102,6 +106,7 @@ pub fn parse(prog: &str, args: &[String]) -> Result<Opts, String> {
             "-n" | "--iters" => o.iters = num(val("iters")?, "iters")? as u32,
             "-l" | "--sl" => o.sl = num(val("sl")?, "sl")? as u8,
             "-c" | "--chk" => o.check = true,
+            "-e" | "--events" => o.events = true,
             "--pci" => o.pci = Some(val("pci")?),
             "-h" | "--help" => return Err(usage(prog)),
             s if s.starts_with('-') => return Err(format!("unknown option {s}\n{}", usage(prog))),
@@ -266,9 +271,36 @@ fn check_pattern(i: u32, size: usize) -> Vec<u8> {
 /// rdma-core's page for `--chk` (the CPU page, `sysconf(_SC_PAGESIZE)`).
 const PAGE_SIZE: usize = 4096;
 
-fn wait<H: Hal>(cq: &mut Cq<'_, H>) -> Result<Wc, String> {
+/// Completion events of a `-e` run, as rdma-core's ping-pongs count them: each event read
+/// re-arms its CQ (before it is polled) and is acknowledged at the end.
+struct Events<'a, H: Hal> {
+    dev: &'a Device<H>,
+    channel: &'a CompChannel<'a, H>,
+    /// Events read per CQ number, acknowledged at the end.
+    read: std::collections::HashMap<u32, u32>,
+    /// CQs whose event arrived while another CQ was waited for: re-armed when next waited.
+    rearm: std::collections::HashSet<u32>,
+}
+
+impl<H: Hal> Events<'_, H> {
+    fn ack_all(&mut self, cqs: &mut [&mut Cq<'_, H>]) -> Result<(), String> {
+        for cq in cqs {
+            if let Some(n) = self.read.remove(&cq.cqn().raw()) {
+                cq.ack_events(n).map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn wait<H: Hal>(cq: &mut Cq<'_, H>, mut ev: Option<&mut Events<'_, H>>) -> Result<Wc, String> {
     let start = Instant::now();
     let mut wc = [Wc::EMPTY; 1];
+    if let Some(ev) = ev.as_deref_mut() {
+        if ev.rearm.remove(&cq.cqn().raw()) {
+            cq.req_notify(false).map_err(|e| e.to_string())?;
+        }
+    }
     loop {
         if cq.poll(&mut wc) == 1 {
             if wc[0].status != WcStatus::Success {
@@ -282,7 +314,21 @@ fn wait<H: Hal>(cq: &mut Cq<'_, H>) -> Result<Wc, String> {
         if start.elapsed() > STALL {
             return Err("no completion: is the other side running?".into());
         }
-        std::hint::spin_loop();
+        match ev.as_deref_mut() {
+            Some(ev) => {
+                let hal = ev.dev.hal();
+                let deadline = Deadline::new(hal.now(), Duration::from_millis(100));
+                if let Some(e) = ev.channel.get_cq_event_until(deadline) {
+                    *ev.read.entry(e.cqn).or_default() += 1;
+                    if e.cqn == cq.cqn().raw() {
+                        cq.req_notify(false).map_err(|e| e.to_string())?;
+                    } else {
+                        ev.rearm.insert(e.cqn);
+                    }
+                }
+            }
+            None => std::hint::spin_loop(),
+        }
     }
 }
 
@@ -299,8 +345,27 @@ pub fn run_side<H: Hal>(hal: H, qp_type: QpType, o: &Opts) -> Result<String, Str
         Device::bring_up(hal, Config::default()).map_err(|e| format!("bring-up failed at {e}"))?;
     let pd = dev.alloc_pd().map_err(|e| e.to_string())?;
     let grh = if qp_type == QpType::Ud { 40 } else { 0 };
-    let mut scq = dev.create_cq(o.rx_depth + 1).map_err(|e| e.to_string())?;
-    let mut rcq = dev.create_cq(o.rx_depth + 1).map_err(|e| e.to_string())?;
+    let channel = if o.events {
+        Some(dev.create_comp_channel().map_err(|e| e.to_string())?)
+    } else {
+        None
+    };
+    let cq_attr = CqInitAttr {
+        channel: channel.as_ref(),
+        ..CqInitAttr::new(o.rx_depth + 1)
+    };
+    let mut scq = dev.create_cq_with(&cq_attr).map_err(|e| e.to_string())?;
+    let mut rcq = dev.create_cq_with(&cq_attr).map_err(|e| e.to_string())?;
+    let mut events = channel.as_ref().map(|channel| Events {
+        dev: &dev,
+        channel,
+        read: Default::default(),
+        rearm: Default::default(),
+    });
+    if events.is_some() {
+        scq.req_notify(false).map_err(|e| e.to_string())?;
+        rcq.req_notify(false).map_err(|e| e.to_string())?;
+    }
     let cap = QpCap {
         max_send_wr: 1,
         max_recv_wr: o.rx_depth,
@@ -398,9 +463,9 @@ pub fn run_side<H: Hal>(hal: H, qp_type: QpType, o: &Opts) -> Result<String, Str
         }
         if client {
             qp.post_send(&[send]).map_err(|e| e.to_string())?;
-            wait(&mut scq)?;
+            wait(&mut scq, events.as_mut())?;
         }
-        let r = wait(&mut rcq)?;
+        let r = wait(&mut rcq, events.as_mut())?;
         if r.byte_len as usize != o.size + grh {
             return Err(format!(
                 "received {} bytes, expected {}",
@@ -432,10 +497,13 @@ pub fn run_side<H: Hal>(hal: H, qp_type: QpType, o: &Opts) -> Result<String, Str
             .map_err(|e| e.to_string())?;
         if !client {
             qp.post_send(&[send]).map_err(|e| e.to_string())?;
-            wait(&mut scq)?;
+            wait(&mut scq, events.as_mut())?;
         }
     }
     let secs = start.elapsed().as_secs_f64();
+    if let Some(ev) = events.as_mut() {
+        ev.ack_all(&mut [&mut scq, &mut rcq])?;
+    }
     let bytes = o.size as f64 * f64::from(o.iters) * 2.0;
     Ok(format!(
         "{} bytes in {:.2} seconds = {:.2} Mbit/sec\n{} iters in {:.2} seconds = {:.2} usec/iter",

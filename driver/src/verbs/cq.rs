@@ -10,13 +10,18 @@ use bareverbs_hal::{dma_rmb, dma_wmb, wmb, BarOffset, Hal, Mmio, SharedDma, Slot
 use crate::cmdq::MAX_MESSAGE;
 use crate::device::{input, Device};
 use crate::error::{Error, Invalid, Limit};
+use crate::table::Table;
 use crate::uar::Uar;
 use crate::verbs::book::{BookView, Books};
+use crate::verbs::comp_channel::{cq_count, CompChannel, CqEvents, CHANNEL_CQS};
 use crate::verbs::ring_pages::{alloc_ring, RingPages, MAX_PAGE};
 use crate::verbs::wc::{Wc, WcFlags, WcOpcode, WcStatus};
 
 /// Size of a CQE.
 pub const CQE_BYTES: usize = 64;
+/// CQs without a channel a device keeps event counts for (inline table; unbounded with
+/// `alloc`).
+pub(crate) const CQ_TABLE: usize = 2 * crate::verbs::book::INLINE_QPS;
 /// Most buffer pages one CREATE_CQ carries (so at most 63 488 CQEs).
 const MAX_CQ_PAGES: usize = (MAX_MESSAGE - CreateCqIn::BYTES) / 8;
 /// `op_own` of an empty entry: opcode INVALID, owner 0 (mlx5_ib's initial value).
@@ -34,20 +39,76 @@ pub struct Cq<'d, H: Hal> {
     dbr: Option<SharedDma<H::Dma>>,
     log_size: u8,
     ci: u32,
-    arm_sn: u32,
+    channel: Option<&'d CompChannel<'d, H>>,
+    context: u64,
+}
+
+/// What to create (`ibv_create_cq`'s arguments).
+pub struct CqInitAttr<'a, H: Hal> {
+    /// Completions it holds at least.
+    pub cqe: u32,
+    /// The completion channel its events go to; without one they are read with
+    /// [`Device::next_event`] as [`AsyncEvent::Completion`](crate::AsyncEvent::Completion).
+    pub channel: Option<&'a CompChannel<'a, H>>,
+    /// The completion vector: 0, the channel's EQ (each channel has one vector).
+    pub comp_vector: u32,
+    /// A value of the user's, handed back with each event (`cq_context`).
+    pub cq_context: u64,
+}
+
+impl<'a, H: Hal> CqInitAttr<'a, H> {
+    /// A CQ of at least `cqe` entries, no channel, vector 0, context 0.
+    pub fn new(cqe: u32) -> Self {
+        CqInitAttr {
+            cqe,
+            channel: None,
+            comp_vector: 0,
+            cq_context: 0,
+        }
+    }
 }
 
 impl<H: Hal> Device<H> {
-    /// Creates a CQ with room for at least `cqe` completions (`ibv_create_cq`); the size is
-    /// rounded up to a power of two. Completion events go to the device's event queue.
+    /// Creates a CQ with room for at least `cqe` completions, no channel, context 0
+    /// ([`Device::create_cq_with`]).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for 0 entries, [`Error::ExceedsLimit`] past the device's
-    /// `max_cqe`, a DMA or command error.
+    /// As [`Device::create_cq_with`].
     pub fn create_cq(&self, cqe: u32) -> Result<Cq<'_, H>, Error> {
-        let log_size = self.cq_log_size(cqe)?;
+        self.create_cq_with(&CqInitAttr::new(cqe))
+    }
+
+    /// Creates a CQ (`ibv_create_cq`); the size is rounded up to a power of two. Its
+    /// completion events go to `attr.channel`'s EQ, or without one to the device's
+    /// asynchronous EQ.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for 0 entries, a channel of another device or a vector
+    /// other than 0; [`Error::ExceedsLimit`] past the device's `max_cqe` or with the CQ table
+    /// full ([`Limit::CqCount`]); a DMA or command error.
+    pub fn create_cq_with<'a>(&'a self, attr: &CqInitAttr<'a, H>) -> Result<Cq<'a, H>, Error> {
+        let log_size = self.cq_log_size(attr.cqe)?;
+        if attr.comp_vector != 0 {
+            return Err(Error::InvalidArgument {
+                what: Invalid::CompVector,
+            });
+        }
+        let eqn = match attr.channel {
+            Some(ch) if !core::ptr::eq(ch.device(), self) => {
+                return Err(Error::InvalidArgument {
+                    what: Invalid::ForeignObject,
+                })
+            }
+            Some(ch) if !ch.has_room() => return Err(cq_count(CHANNEL_CQS)),
+            Some(ch) => ch.eqn(),
+            None if !self.ctl.lock().cq_events.has_room(1) => {
+                return Err(cq_count(
+                    Table::<CqEvents, CQ_TABLE>::capacity().unwrap_or(0),
+                ))
+            }
+            None => self.async_eqn().ok_or(Error::NotUp)?,
+        };
         let uar = self.uar().ok_or(Error::NotUp)?;
-        let eqn = self.async_eqn().ok_or(Error::NotUp)?;
         let (buf, pages) = self.cq_ring(log_size)?;
         let dbr = self.hal.dma_alloc(64, 64)?.share();
         let RingPages {
@@ -75,7 +136,7 @@ impl<H: Hal> Device<H> {
         let [buf, dbr] =
             self.exec_handing_over::<CreateCq, 2>(&mut i[..ilen], &mut o, [buf, dbr])?;
         let cqn = Cqn(View::<CreateCqOut>::new_checked(&o)?.get32(create_cq_out::cqn));
-        Ok(Cq {
+        let cq = Cq {
             dev: self,
             cqn,
             uar,
@@ -83,8 +144,17 @@ impl<H: Hal> Device<H> {
             dbr: Some(dbr),
             log_size,
             ci: 0,
-            arm_sn: 0,
-        })
+            channel: attr.channel,
+            context: attr.cq_context,
+        };
+        // A CQ without a channel gets its event counts when first armed.
+        let registered = match attr.channel {
+            Some(ch) => ch.add_cq(cqn.raw(), attr.cq_context),
+            None => Ok(()),
+        };
+        // Another thread took the channel's last room after the check above: the CQ goes
+        // again.
+        registered.map(|()| cq)
     }
 
     /// log2 of the ring size for a CQ of at least `cqe` entries (one more than asked, as
@@ -463,15 +533,56 @@ impl<H: Hal> Cq<'_, H> {
         Ok(())
     }
 
+    /// The context the CQ was created with (`cq_context`).
+    pub fn context(&self) -> u64 {
+        self.context
+    }
+
+    /// Runs `f` on this CQ's event counts, in its channel or the device.
+    fn with_events<R>(&self, f: impl FnOnce(&mut CqEvents) -> R) -> Option<R> {
+        let cqn = self.cqn.raw();
+        match self.channel {
+            Some(ch) => ch.state.lock().cqs.get_mut(&cqn).map(f),
+            None => self.dev.ctl.lock().cq_events.get_mut(&cqn).map(f),
+        }
+    }
+
     /// Arms the CQ (`ibv_req_notify_cq`): the next completion (or the next solicited one when
-    /// `solicited_only`) raises [`AsyncEvent::Completion`](crate::AsyncEvent::Completion).
-    pub fn req_notify(&mut self, solicited_only: bool) {
+    /// `solicited_only`) raises one event on its channel
+    /// ([`CompChannel::get_cq_event`]), or without a channel
+    /// [`AsyncEvent::Completion`](crate::AsyncEvent::Completion). As mlx5 hardware does (the
+    /// arm carries the consumer index), arming for any completion while completions the
+    /// user has not polled are already in the CQ raises the event at once — the seed's text
+    /// says no event then; we follow the device. Events already delivered are read from the
+    /// EQ first, so the EQ never holds two of one CQ.
+    ///
+    /// # Errors
+    /// [`Error::ExceedsLimit`] ([`Limit::CqCount`]) when the CQ has no channel and the
+    /// device's table of CQs armed without a channel is full (128 without `alloc`); nothing
+    /// is armed then.
+    pub fn req_notify(&mut self, solicited_only: bool) -> Result<(), Error> {
         let cmd = if solicited_only {
             cq_arm_cmd::REQ_NOT_SOL
         } else {
             cq_arm_cmd::REQ_NOT
         };
-        let sn = self.arm_sn & 3;
+        match self.channel {
+            Some(ch) => ch.state.lock().drain(&self.dev.hal),
+            None => {
+                self.dev.poll_events();
+                let mut ctl = self.dev.ctl.lock();
+                if !ctl.cq_events.contains_key(&self.cqn.raw()) {
+                    let fresh = CqEvents {
+                        context: self.context,
+                        ..CqEvents::default()
+                    };
+                    ctl.cq_events.insert(self.cqn.raw(), fresh).map_err(|_| {
+                        cq_count(Table::<CqEvents, CQ_TABLE>::capacity().unwrap_or(0))
+                    })?;
+                }
+            }
+        }
+        let sn = self.with_events(|e| e.arm_sn).unwrap_or(0) & 3;
         self.dbr()
             .write32(cq_dbr::ARM, cq_arm_word(sn, cmd, self.ci));
         // ORDERING: the arm word in the doorbell record before the doorbell (mlx5_arm_cq).
@@ -480,15 +591,44 @@ impl<H: Hal> Cq<'_, H> {
             BarOffset(self.uar.cq_doorbell()),
             cq_arm_doorbell(sn, cmd, self.ci, self.cqn.raw()),
         );
+        Ok(())
     }
 
-    /// Acknowledges a completion event for this CQ (advances the arm sequence number, as
-    /// rdma-core does when the event is read).
-    pub fn ack_event(&mut self) {
-        self.arm_sn = self.arm_sn.wrapping_add(1);
+    /// Acknowledges `n` completion events read for this CQ (`ibv_ack_cq_events`).
+    ///
+    /// # Errors
+    /// [`Invalid::AckCount`] for 0 or more than were read and not yet acknowledged.
+    pub fn ack_events(&mut self, n: u32) -> Result<(), Error> {
+        self.with_events(|e| e.ack(n))
+            .unwrap_or(Err(Error::InvalidArgument {
+                what: Invalid::AckCount,
+            }))
+    }
+
+    /// Completion events read and not yet acknowledged.
+    pub fn unacked_events(&self) -> u32 {
+        self.with_events(|e| e.unacked).unwrap_or(0)
+    }
+
+    fn forget_events(&self) {
+        let cqn = self.cqn.raw();
+        match self.channel {
+            Some(ch) => {
+                ch.state.lock().cqs.remove(&cqn);
+            }
+            None => {
+                self.dev.ctl.lock().cq_events.remove(&cqn);
+            }
+        }
     }
 
     fn destroy_inner(&mut self) -> Result<(), Error> {
+        self.destroy_cmd()?;
+        self.forget_events();
+        Ok(())
+    }
+
+    fn destroy_cmd(&mut self) -> Result<(), Error> {
         if self
             .dev
             .ctl
@@ -508,8 +648,14 @@ impl<H: Hal> Cq<'_, H> {
     /// Destroys the CQ (`ibv_destroy_cq`).
     ///
     /// # Errors
-    /// [`Error::Busy`] while a QP completes into it, or a command error; the CQ is returned.
+    /// [`Error::Busy`] while a QP completes into it, [`Error::EventsUnacknowledged`] while
+    /// events read for it are not acknowledged (ibverbs would wait for them forever), or a
+    /// command error; the CQ is returned.
     pub fn destroy(mut self) -> Result<(), (Error, Self)> {
+        let count = self.unacked_events();
+        if count > 0 {
+            return Err((Error::EventsUnacknowledged { count }, self));
+        }
         match self.destroy_inner() {
             Ok(()) => {
                 self.buf.take();

@@ -46,6 +46,7 @@
 
 pub mod ah;
 pub(crate) mod book;
+pub mod comp_channel;
 pub mod cq;
 pub mod mr;
 pub mod pd;
@@ -58,7 +59,8 @@ pub mod wc;
 
 pub use ah::Ah;
 pub use book::MAX_QPS;
-pub use cq::Cq;
+pub use comp_channel::{CompChannel, CqEvent, CHANNEL_CQS};
+pub use cq::{Cq, CqInitAttr};
 pub use mr::{AccessFlags, Mr};
 pub use pd::{Pd, TransportDomain};
 pub use post::{PostError, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};
