@@ -183,6 +183,13 @@ pub enum Invalid {
     AddressVector,
     /// A CQ resize to fewer entries than completions waiting to be polled.
     FewerEntriesThanUnpolled,
+    /// A send request on an XRC initiator QP without the remote XRC SRQ number, or a remote
+    /// XRC SRQ number for a QP that is not an XRC initiator.
+    XrcRemoteSrq,
+    /// A receive posted to a QP that has no receive queue of its own (XRC QPs).
+    NoReceiveQueue,
+    /// An XRC target QP number the domain has not registered.
+    UnknownXrcQp,
 }
 
 /// A device limit.
@@ -202,6 +209,10 @@ pub enum Limit {
     InlineData,
     /// QPs with posted work at once.
     QpCount,
+    /// XRC target QPs registered in one XRC domain ([`MAX_SHARED_XRC_QPS`]).
+    ///
+    /// [`MAX_SHARED_XRC_QPS`]: crate::verbs::xrc::MAX_SHARED_XRC_QPS
+    SharedXrcQps,
     /// Bytes of a QP's work buffer: what one CREATE_QP can describe in the pages the HAL could
     /// align (992 pages; 2 MiB each on VFIO, 4 KiB with a HAL that aligns no further).
     QpBufferBytes,

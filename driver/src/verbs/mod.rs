@@ -55,6 +55,7 @@ pub mod qp_state;
 mod ring_pages;
 pub mod send_batch;
 pub mod wc;
+pub mod xrc;
 
 pub use ah::Ah;
 pub use book::MAX_QPS;
@@ -66,3 +67,4 @@ pub use qp::{AhAttr, GlobalRoute, Mtu, Qp, QpAttr, QpCap, QpInitAttr};
 pub use qp_state::{QpAttrMask, QpState, QpType};
 pub use send_batch::SendBatch;
 pub use wc::{Wc, WcFlags, WcOpcode, WcStatus};
+pub use xrc::Xrcd;

@@ -48,6 +48,10 @@ pub struct SendBatch<'b> {
     /// First 8 bytes of the last control segment (the doorbell's value); 0 while nothing is
     /// written (a control word holds the QPN and a DS count of at least 1).
     last_ctrl: u64,
+    /// 16-byte units of the XRC segment: 1 on an XRC initiator, else 0.
+    xrc_units: usize,
+    /// The XRC segment's remote SRQ number, once set (XRC initiators).
+    xrc_srqn: Option<u32>,
 }
 
 // Operation classes: what the QP type must allow and which segments a request needs.
@@ -303,13 +307,18 @@ impl SendBatch<'_> {
         if CLASS == ATOMIC && (r.sges.len() != 1 || r.sges[0].length < 8) {
             return Err(invalid(Invalid::TooManySge));
         }
-        // 16-byte units after the control segment: datagram, then raddr, then atomic.
-        let addr_units = match (r.ud, CLASS) {
-            (Some(_), _) => 3,
-            (None, SEND) => 0,
-            (None, ATOMIC) => 2,
-            (None, _) => 1,
-        };
+        // 16-byte units after the control segment: datagram, then XRC, raddr, atomic.
+        let xrc = self.xrc_units;
+        if xrc != 0 && self.xrc_srqn.is_none() {
+            return Err(invalid(Invalid::XrcRemoteSrq));
+        }
+        let addr_units = xrc
+            + match (r.ud, CLASS) {
+                (Some(_), _) => 3,
+                (None, SEND) => 0,
+                (None, ATOMIC) => 2,
+                (None, _) => 1,
+            };
         let ds = 1 + addr_units + data_units;
         // WQEBBs of 4 units (`(ds + 3) / 4`; div_ceil costs a remainder test here).
         let bbs = ((ds + 3) >> 2) as u16;
@@ -322,14 +331,21 @@ impl SendBatch<'_> {
             | u64::from(self.qpn8 | ds as u32);
         s0.write64(0, ctrl);
         s0.write64(8, (u64::from(fm_ce_se) << 32) | u64::from(r.imm));
+        // rdma-core 56 qp.c `_mlx5_post_send`: the XRC segment (`xrc_srqn`, 12 reserved
+        // bytes) right after the control segment.
+        let x = 16 * xrc;
+        if x != 0 {
+            s0.write64(16, u64::from(self.xrc_srqn.unwrap_or(0)) << 32);
+            s0.write64(24, 0);
+        }
         if let Some(ud) = r.ud {
             write_datagram(s0, ud);
         } else if CLASS != SEND {
-            s0.write64(16, r.raddr);
-            s0.write64(24, u64::from(r.rkey) << 32);
+            s0.write64(16 + x, r.raddr);
+            s0.write64(24 + x, u64::from(r.rkey) << 32);
             if CLASS == ATOMIC {
-                s0.write64(32, r.operands.0);
-                s0.write64(40, r.operands.1);
+                s0.write64(32 + x, r.operands.0);
+                s0.write64(40 + x, r.operands.1);
             }
         }
         let data = 16 * (1 + addr_units);
@@ -345,6 +361,22 @@ impl SendBatch<'_> {
         self.cur = next;
         self.room -= bbs;
         self.last_ctrl = ctrl;
+        Ok(())
+    }
+
+    /// Names the XRC SRQ at the target the following requests of this batch are delivered
+    /// through (`ibv_wr_set_xrc_srqn`, `wr.qp_type.xrc.remote_srqn`); the number stays for
+    /// every later request of the batch until set again. An XRC initiator's requests are
+    /// refused until it is set.
+    ///
+    /// # Errors
+    /// [`Invalid::XrcRemoteSrq`] on a QP that is not an XRC initiator, or for a number wider
+    /// than 24 bits.
+    pub fn set_xrc_srqn(&mut self, remote_srqn: u32) -> Result<(), Error> {
+        if self.xrc_units == 0 || remote_srqn > 0xff_ffff {
+            return Err(invalid(Invalid::XrcRemoteSrq));
+        }
+        self.xrc_srqn = Some(remote_srqn);
         Ok(())
     }
 
@@ -480,6 +512,11 @@ impl<H: Hal> Qp<'_, '_, H> {
         if !matches!(self.state(), QpState::Rts | QpState::Sqd) {
             return Err(invalid(Invalid::QpState));
         }
+        // An XRC target has no send queue.
+        if self.qp_type() == QpType::XrcTgt {
+            return Err(invalid(Invalid::OpcodeForQpType));
+        }
+        let xrc_units = usize::from(self.qp_type() == QpType::XrcIni);
         let dev = self.device();
         let books = dev.books.read();
         let (Some((book_sq, sq_tail)), Some(ring), Some(dbr)) = (
@@ -490,7 +527,12 @@ impl<H: Hal> Qp<'_, '_, H> {
             return Err(Error::NotUp);
         };
         let size = 1u16 << self.log_sq_bbs;
-        let sq_base = (1usize << self.log_rq) << self.rq_shift;
+        // An XRC initiator has no receive queue before its send queue.
+        let sq_base = if xrc_units != 0 {
+            0
+        } else {
+            (1usize << self.log_rq) << self.rq_shift
+        };
         let sq = ring.slots::<WQEBB>(sq_base, usize::from(size))?;
         let cap = self.cap();
         let mut b = SendBatch {
@@ -511,6 +553,8 @@ impl<H: Hal> Qp<'_, '_, H> {
             max_inline: cap.max_inline_data as usize,
             max_sge: cap.max_send_sge as usize,
             last_ctrl: 0,
+            xrc_units,
+            xrc_srqn: None,
         };
         let r = f(&mut b);
         if b.last_ctrl != 0 {
@@ -572,6 +616,8 @@ mod tests {
             max_inline: 200,
             max_sge: 8,
             last_ctrl: 0,
+            xrc_units: usize::from(qp_type == QpType::XrcIni),
+            xrc_srqn: None,
         }
     }
 
@@ -590,6 +636,54 @@ mod tests {
             flags,
             ud: None,
         }
+    }
+
+    #[test]
+    fn an_xrc_request_carries_the_xrc_segment_before_the_remote_address() {
+        use bareverbs_firmware_cmd::ifc::{
+            wqe_data_seg, wqe_raddr_seg, wqe_xrc_seg, WqeDataSeg, WqeRaddrSeg, WqeXrcSeg,
+        };
+        let hal = SimHal::synchronous();
+        let (sq, book) = rings(&hal);
+        sq.fill(0, 256, 0xee).unwrap();
+        let tail = AtomicU16::new(0);
+        let mut b = batch(&sq, &book, &tail, QpType::XrcIni, 0);
+        let sg = [Sge {
+            addr: 0x1_0000_2000,
+            length: 300,
+            lkey: Lkey(0x55),
+        }];
+        let mut w = wr(
+            SendOp::RdmaWrite {
+                remote_addr: 0x7_0000_0040,
+                rkey: 0x99,
+            },
+            SendFlags::SIGNALED,
+        );
+        w.sg_list = &sg;
+        // No remote SRQ number yet: refused, nothing written.
+        assert_eq!(b.post(&w), Err(invalid(Invalid::XrcRemoteSrq)));
+        assert_eq!(b.set_xrc_srqn(1 << 24), Err(invalid(Invalid::XrcRemoteSrq)));
+        b.set_xrc_srqn(0xab_cdef).unwrap();
+        b.post(&w).unwrap();
+        let bytes = ring_bytes(&sq);
+        let ctrl = View::<WqeCtrlSeg>::new_checked(&bytes[..16]).unwrap();
+        // rdma-core 56 qp.c `_mlx5_post_send` (IBV_QPT_XRC_SEND): control, XRC segment,
+        // remote address, data: 4 units.
+        assert_eq!(ctrl.get(wqe_ctrl_seg::ds), 4);
+        let x = View::<WqeXrcSeg>::new_checked(&bytes[16..32]).unwrap();
+        assert_eq!(x.get(wqe_xrc_seg::xrc_srqn), 0xab_cdef);
+        assert_eq!(&bytes[20..32], &[0u8; 12], "reserved bytes cleared");
+        let r = View::<WqeRaddrSeg>::new_checked(&bytes[32..48]).unwrap();
+        assert_eq!(r.get(wqe_raddr_seg::raddr), 0x7_0000_0040);
+        assert_eq!(r.get(wqe_raddr_seg::rkey), 0x99);
+        let d = View::<WqeDataSeg>::new_checked(&bytes[48..64]).unwrap();
+        assert_eq!(d.get(wqe_data_seg::byte_count), 300);
+        assert_eq!(d.get(wqe_data_seg::addr), 0x1_0000_2000);
+        // A non-XRC batch refuses a remote SRQ number.
+        let (sq2, book2) = rings(&hal);
+        let mut rc = batch(&sq2, &book2, &tail, QpType::Rc, 0);
+        assert_eq!(rc.set_xrc_srqn(5), Err(invalid(Invalid::XrcRemoteSrq)));
     }
 
     #[test]

@@ -1,0 +1,333 @@
+//! XRC, the extended reliable connected transport: XRC domains (ALLOC/DEALLOC_XRCD,
+//! `ibv_open_xrcd`), the XRC SRQs of a domain (CREATE/DESTROY/QUERY/ARM_XRC_SRQ), the default
+//! SRQ and domain every mlx5 XRC QP's context names, and the target QPs a domain owns (Linux
+//! 6.12 mlx5_ib `main.c` `mlx5_ib_alloc_xrcd`, `qp.c` `create_xrc_tgt_qp`, `srq_cmd.c`
+//! `create_xrc_srq_cmd`; rdma-core 56 `providers/mlx5`; seed 001 `ibv_*_xrc_rcv_qp`).
+
+use bareverbs_firmware_cmd::commands::{AllocXrcd, CreateXrcSrq, DeallocXrcd, DestroyXrcSrq};
+use bareverbs_firmware_cmd::ifc::*;
+use bareverbs_firmware_cmd::{Layout, View};
+use bareverbs_hal::{Hal, SharedDma};
+
+use crate::device::{input, Device};
+use crate::error::Error;
+use crate::verbs::cq::Cq;
+use crate::verbs::pd::Pd;
+use crate::verbs::qp::Qp;
+
+/// Bytes of the page an XRC SRQ's ring is allocated in (`log_page_size` 0: 4 KiB).
+const SRQ_PAGE: usize = 4096;
+
+/// `xrc_srqc.user_index` for CQE version 0 completions: the CQE's `srqn` field then carries
+/// the XRC SRQ's number (Linux 6.12 mlx5_ib `MLX5_IB_DEFAULT_UIDX`, as for kernel users).
+pub(crate) const CQE_V0_UIDX: u32 = 0xff_ffff;
+
+/// An XRC SRQ as created: its number and the memory handed to the device.
+pub(crate) struct SrqMem<H: Hal> {
+    pub(crate) srqn: u32,
+    pub(crate) ring: SharedDma<H::Dma>,
+    pub(crate) dbr: SharedDma<H::Dma>,
+}
+
+impl<H: Hal> SrqMem<H> {
+    /// CREATE_XRC_SRQ of `1 << log_size` WQEs of `16 << log_stride16` bytes in domain `xrcdn`,
+    /// completing on `cqn`, its WQEs' keys in PD `pdn`, laid out as Linux 6.12 srq_cmd.c
+    /// `create_xrc_srq_cmd` sends it (one page list, `page_offset` 0, the doorbell record's
+    /// address split in `db_record_addr_h`/`_l`). The ring's WQEs are linked 0 → 1 → … → last
+    /// (rdma-core 56 `mlx5_alloc_srq_buf`).
+    pub(crate) fn create(
+        dev: &Device<H>,
+        (pdn, xrcdn, cqn): (u32, u32, u32),
+        log_size: u8,
+        log_stride16: u8,
+    ) -> Result<Self, Error> {
+        let bytes = (1usize << log_size) << (log_stride16 + 4);
+        let len = bytes.div_ceil(SRQ_PAGE) * SRQ_PAGE;
+        let pages = len / SRQ_PAGE;
+        let ring = dev.hal.dma_alloc(len, SRQ_PAGE)?.share();
+        ring.fill(0, len, 0)?;
+        let stride = 16usize << log_stride16;
+        let n = 1usize << log_size;
+        for k in 0..n {
+            // wqe_srq_next_seg.next_wqe_index: bytes 2–3 of each WQE.
+            ring.try_write16(
+                k * stride + wqe_srq_next_seg::next_wqe_index.bit / 8,
+                ((k + 1) % n) as u16,
+            )?;
+        }
+        let dbr = dev.hal.dma_alloc(64, 64)?.share();
+        dbr.fill(0, 64, 0)?;
+        let mut i = [0u8; crate::cmdq::MAX_MESSAGE];
+        let ilen = CreateXrcSrqIn::BYTES + 8 * pages;
+        if ilen > i.len() {
+            return Err(Error::ExceedsLimit {
+                limit: crate::error::Limit::QpWr,
+                requested: n as u64,
+                max: 0,
+            });
+        }
+        {
+            let d = dbr.iova().0;
+            let mut v = input::<CreateXrcSrq>(&mut i[..ilen])?;
+            v.sub(create_xrc_srq_in::xrc_srq_context_entry)
+                .set(xrc_srqc::log_xrc_srq_size, log_size)
+                .set(xrc_srqc::log_rq_stride, log_stride16)
+                .set(xrc_srqc::xrcd, xrcdn)
+                .set(xrc_srqc::cqn, cqn)
+                .set(xrc_srqc::log_page_size, 0u8)
+                .set(xrc_srqc::user_index, CQE_V0_UIDX)
+                .set(xrc_srqc::pd, pdn)
+                .set(xrc_srqc::db_record_addr_h, d >> 32)
+                .set(xrc_srqc::db_record_addr_l, (d & 0xffff_ffff) >> 2);
+            for k in 0..pages {
+                v.set_array(
+                    create_xrc_srq_in::pas,
+                    k,
+                    ring.iova().0 + (k * SRQ_PAGE) as u64,
+                )?;
+            }
+        }
+        let mut o = [0u8; CreateXrcSrqOut::BYTES];
+        let [ring, dbr] =
+            dev.exec_handing_over::<CreateXrcSrq, 2>(&mut i[..ilen], &mut o, [ring, dbr])?;
+        let srqn = View::<CreateXrcSrqOut>::new_checked(&o)?.get32(create_xrc_srq_out::xrc_srqn);
+        Ok(SrqMem { srqn, ring, dbr })
+    }
+
+    /// DESTROY_XRC_SRQ.
+    pub(crate) fn destroy_cmd(&self, dev: &Device<H>) -> Result<(), Error> {
+        let mut i = [0u8; DestroyXrcSrqIn::BYTES];
+        input::<DestroyXrcSrq>(&mut i)?.set(destroy_xrc_srq_in::xrc_srqn, self.srqn);
+        let mut o = [0u8; DestroyXrcSrqOut::BYTES];
+        dev.exec::<DestroyXrcSrq>(&mut i, &mut o)
+    }
+
+    /// Destroys the SRQ, leaking its memory when the device may still use it.
+    pub(crate) fn release(self, dev: &Device<H>) {
+        if let Err(e) = self.destroy_cmd(dev) {
+            warn!("DESTROY_XRC_SRQ {}: {}; leaking its memory", self.srqn, e);
+            self.leak();
+        }
+    }
+
+    /// Leaks the memory (the device may still write it).
+    pub(crate) fn leak(self) {
+        self.ring.leak();
+        self.dbr.leak();
+    }
+}
+
+fn alloc_xrcdn<H: Hal>(dev: &Device<H>) -> Result<u32, Error> {
+    let mut i = [0u8; AllocXrcdIn::BYTES];
+    input::<AllocXrcd>(&mut i)?;
+    let mut o = [0u8; AllocXrcdOut::BYTES];
+    dev.exec::<AllocXrcd>(&mut i, &mut o)?;
+    Ok(View::<AllocXrcdOut>::new_checked(&o)?.get32(alloc_xrcd_out::xrcd))
+}
+
+fn dealloc_xrcdn<H: Hal>(dev: &Device<H>, xrcdn: u32) -> Result<(), Error> {
+    let mut i = [0u8; DeallocXrcdIn::BYTES];
+    input::<DeallocXrcd>(&mut i)?.set(dealloc_xrcd_in::xrcd, xrcdn);
+    let mut o = [0u8; DeallocXrcdOut::BYTES];
+    dev.exec::<DeallocXrcd>(&mut i, &mut o)
+}
+
+/// The default SRQ and domain an XRC initiator's context names. mlx5 creates every XRC QP
+/// with `rq_type` SRQ, naming an SRQ and a domain (Linux 6.12 qp.c `get_rx_type`, and for
+/// IB_QPT_XRC_INI the device-wide `xrcdn1` and `s0` of `mlx5_ib_dev_res_init`); the
+/// initiator never receives through them. This driver keeps no device-wide objects: each
+/// initiator gets its own domain and a one-WQE XRC SRQ in it (on the initiator's PD and send
+/// CQ), destroyed with the QP.
+pub(crate) struct XrcDefaults<H: Hal> {
+    pub(crate) xrcdn: u32,
+    pub(crate) srq: Option<SrqMem<H>>,
+}
+
+impl<H: Hal> XrcDefaults<H> {
+    /// ALLOC_XRCD and a one-WQE XRC SRQ in it, completing on `cqn`, keys of PD `pdn`.
+    pub(crate) fn create(dev: &Device<H>, pdn: u32, cqn: u32) -> Result<Self, Error> {
+        let xrcdn = alloc_xrcdn(dev)?;
+        match SrqMem::create(dev, (pdn, xrcdn, cqn), 0, 1) {
+            Ok(srq) => Ok(XrcDefaults {
+                xrcdn,
+                srq: Some(srq),
+            }),
+            Err(e) => {
+                if let Err(e) = dealloc_xrcdn(dev, xrcdn) {
+                    warn!("DEALLOC_XRCD {}: {}", xrcdn, e);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The default SRQ's number.
+    pub(crate) fn srqn(&self) -> u32 {
+        self.srq.as_ref().map_or(0, |s| s.srqn)
+    }
+
+    /// Destroys the SRQ and the domain (after the QP naming them is gone).
+    pub(crate) fn release(mut self, dev: &Device<H>) {
+        if let Some(s) = self.srq.take() {
+            s.release(dev);
+        }
+        if let Err(e) = dealloc_xrcdn(dev, self.xrcdn) {
+            warn!("DEALLOC_XRCD {}: {}", self.xrcdn, e);
+        }
+    }
+
+    /// Leaks the SRQ's memory (when the QP naming it could not be destroyed).
+    pub(crate) fn leak(mut self) {
+        if let Some(s) = self.srq.take() {
+            s.leak();
+        }
+    }
+}
+
+/// Releases an initiator's defaults unless taken (every early return of QP creation).
+pub(crate) struct DefaultsGuard<'a, H: Hal> {
+    pub(crate) dev: &'a Device<H>,
+    pub(crate) defaults: Option<XrcDefaults<H>>,
+}
+
+impl<H: Hal> DefaultsGuard<'_, H> {
+    /// Leaks the defaults' memory: the QP naming them could not be destroyed.
+    pub(crate) fn leak(&mut self) {
+        if let Some(d) = self.defaults.take() {
+            d.leak();
+        }
+    }
+}
+
+impl<H: Hal> Drop for DefaultsGuard<'_, H> {
+    fn drop(&mut self) {
+        if let Some(d) = self.defaults.take() {
+            d.release(self.dev);
+        }
+    }
+}
+
+/// An XRC domain (`ibv_open_xrcd`, `struct ibv_xrcd`): XRC SRQs and XRC target QPs belong to
+/// it, and a request reaches only the XRC SRQs of its target QP's domain. Deallocated on
+/// drop; its SRQs and target QPs borrow it, so it cannot go while they exist.
+///
+/// Besides the domain, it holds what mlx5 target QPs name without using (Linux 6.12 qp.c
+/// `create_xrc_tgt_qp`: the device's PD `p0`, CQ `c0` and default SRQ `s0`): a PD, a
+/// one-entry CQ and a one-WQE XRC SRQ of the domain.
+///
+/// A domain outlives its target QPs (and XRC SRQs): destroying it while one exists does not
+/// compile.
+///
+/// ```compile_fail,E0505
+/// use bareverbs::{Config, Device};
+/// let hal = bareverbs_model::SimHal::synchronous();
+/// let dev = Device::bring_up(&hal, Config::default()).unwrap();
+/// let xrcd = dev.alloc_xrcd().unwrap();
+/// let tgt = xrcd.create_tgt_qp().unwrap();
+/// let _ = xrcd.destroy();
+/// drop(tgt);
+/// ```
+pub struct Xrcd<'d, H: Hal> {
+    pub(crate) dev: &'d Device<H>,
+    xrcdn: u32,
+    /// The target QPs' PD and CQ (`p0`, `c0`).
+    pub(crate) pd: Pd<'d, H>,
+    pub(crate) cq: Cq<'d, H>,
+    /// The target QPs' default SRQ (`s0`); `None` once destroyed.
+    s0: Option<SrqMem<H>>,
+}
+
+impl<H: Hal> Device<H> {
+    /// Allocates an XRC domain (`ibv_open_xrcd`; ALLOC_XRCD), with the PD, CQ and default SRQ
+    /// its target QPs name (see [`Xrcd`]).
+    ///
+    /// # Errors
+    /// A command error (a device without XRC refuses ALLOC_XRCD), a DMA error.
+    pub fn alloc_xrcd(&self) -> Result<Xrcd<'_, H>, Error> {
+        let pd = self.alloc_pd()?;
+        let cq = self.create_cq(1)?;
+        let xrcdn = alloc_xrcdn(self)?;
+        let s0 = match SrqMem::create(self, (pd.pdn().raw(), xrcdn, cq.cqn().raw()), 0, 1) {
+            Ok(s) => s,
+            Err(e) => {
+                if let Err(e) = dealloc_xrcdn(self, xrcdn) {
+                    warn!("DEALLOC_XRCD {}: {}", xrcdn, e);
+                }
+                return Err(e);
+            }
+        };
+        Ok(Xrcd {
+            dev: self,
+            xrcdn,
+            pd,
+            cq,
+            s0: Some(s0),
+        })
+    }
+}
+
+impl<'d, H: Hal> Xrcd<'d, H> {
+    /// The domain number.
+    pub fn xrcdn(&self) -> u32 {
+        self.xrcdn
+    }
+
+    /// The device.
+    pub fn device(&self) -> &'d Device<H> {
+        self.dev
+    }
+
+    /// The default SRQ's number (`s0`), named by the domain's target QPs.
+    pub(crate) fn s0(&self) -> u32 {
+        self.s0.as_ref().map_or(0, |s| s.srqn)
+    }
+
+    fn destroy_inner(&mut self) -> Result<(), Error> {
+        if let Some(s) = &self.s0 {
+            s.destroy_cmd(self.dev)?;
+        }
+        self.s0.take();
+        dealloc_xrcdn(self.dev, self.xrcdn)
+    }
+
+    /// Deallocates the domain (`ibv_close_xrcd`): its default SRQ, then DEALLOC_XRCD.
+    ///
+    /// # Errors
+    /// A command error (firmware refuses DEALLOC_XRCD while an SRQ or QP names the domain);
+    /// the domain is handed back.
+    #[allow(clippy::result_large_err)]
+    pub fn destroy(mut self) -> Result<(), (Error, Self)> {
+        match self.destroy_inner() {
+            Ok(()) => {
+                self.xrcdn = u32::MAX;
+                Ok(())
+            }
+            Err(e) => Err((e, self)),
+        }
+    }
+
+    /// Creates an XRC target QP of this domain (`ibv_create_qp_ex` with `IBV_QPT_XRC_RECV`
+    /// and `xrcd`; Linux 6.12 qp.c `create_xrc_tgt_qp`): no send or receive queue, no CQ of
+    /// its own; requests arriving on it are delivered into the XRC SRQ each names, and
+    /// complete on that SRQ's CQ with this QP's number.
+    ///
+    /// # Errors
+    /// A command error; [`Error::ExceedsLimit`] when the device's QP table is full.
+    pub fn create_tgt_qp(&self) -> Result<Qp<'_, 'd, H>, Error> {
+        crate::verbs::qp::create_xrc_tgt(&self.pd, self.xrcdn, self.s0(), &self.cq)
+    }
+}
+
+impl<H: Hal> Drop for Xrcd<'_, H> {
+    fn drop(&mut self) {
+        if self.xrcdn == u32::MAX {
+            return;
+        }
+        if let Err(e) = self.destroy_inner() {
+            warn!("DEALLOC_XRCD {}: {}", self.xrcdn, e);
+            if let Some(s) = self.s0.take() {
+                s.leak();
+            }
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! XRC through the driver, against the model: domains (`ibv_open_xrcd`), XRC initiator and
+//! target QPs and their transitions (Linux ib_core `qp_state_table`, XRC_INI and XRC_TGT
+//! columns), the XRC segment of send requests (rdma-core 56 providers/mlx5/qp.c
+//! `_mlx5_post_send`), XRC SRQs and the target QPs a domain shares (seed 001
+//! `ibv_*_xrc_rcv_qp`).
+
+use bareverbs::error::Invalid;
+use bareverbs::verbs::*;
+use bareverbs::{CmdFailure, Config, Device, Error};
+use bareverbs_firmware_cmd::commands::DeallocXrcd;
+use bareverbs_firmware_cmd::ifc::*;
+use bareverbs_firmware_cmd::{CmdStatus, Layout, Qpn, ViewMut};
+use bareverbs_model::SimHal;
+
+mod common;
+use common::exec;
+
+const CAP: QpCap = QpCap {
+    max_send_wr: 8,
+    max_recv_wr: 8,
+    max_send_sge: 2,
+    max_recv_sge: 2,
+    max_inline_data: 64,
+};
+
+/// Port 1's LID (the model's default).
+fn path() -> AhAttr {
+    AhAttr {
+        dlid: 1,
+        port_num: 1,
+        ..AhAttr::default()
+    }
+}
+
+fn invalid(what: Invalid) -> Error {
+    Error::InvalidArgument { what }
+}
+
+fn model_state(hal: &SimHal, qpn: Qpn) -> Option<bareverbs_model::qp::QpState> {
+    hal.model().with(|h| h.qp(qpn.raw()).map(|q| q.state))
+}
+
+/// DEALLOC_XRCD of `xrcdn` sent by hand: the command status.
+fn raw_dealloc(dev: &Device<&SimHal>, xrcdn: u32) -> Result<(), Error> {
+    let mut i = vec![0u8; DeallocXrcdIn::BYTES];
+    ViewMut::<DeallocXrcdIn>::zeroed(&mut i)
+        .unwrap()
+        .set(dealloc_xrcd_in::xrcd, xrcdn);
+    exec::<DeallocXrcd>(dev, &mut i).map(|_| ())
+}
+
+fn command_status(e: Error) -> Option<CmdStatus> {
+    match e {
+        Error::Command(c) => match c.failure {
+            CmdFailure::Status { status, .. } => Some(status),
+            CmdFailure::Delivery(_) => None,
+        },
+        _ => None,
+    }
+}
+
+#[test]
+fn a_domain_is_allocated_and_deallocated_by_destroy_and_by_drop() {
+    let hal = SimHal::synchronous();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let x = dev.alloc_xrcd().unwrap();
+    let y = dev.alloc_xrcd().unwrap();
+    assert_ne!(x.xrcdn(), y.xrcdn());
+    let (xn, yn) = (x.xrcdn(), y.xrcdn());
+    x.destroy().map_err(|(e, _)| e).unwrap();
+    drop(y);
+    // Both gone from the device: a second DEALLOC_XRCD names no domain (mlx5 BAD_RESOURCE).
+    for n in [xn, yn] {
+        let e = raw_dealloc(&dev, n).unwrap_err();
+        assert_eq!(command_status(e), Some(CmdStatus::BadResource));
+    }
+}
+
+#[test]
+fn an_initiator_sends_only_and_a_target_has_no_queues() {
+    let hal = SimHal::synchronous();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(16).unwrap();
+    let xrcd = dev.alloc_xrcd().unwrap();
+    // XRC_TGT belongs to a domain: not created through a PD.
+    let tgt_attr = QpInitAttr::new(QpType::XrcTgt, &cq, &cq, CAP);
+    assert_eq!(
+        pd.create_qp(&tgt_attr).err(),
+        Some(invalid(Invalid::UnsupportedQpType))
+    );
+    let mut ini = pd
+        .create_qp(&QpInitAttr::new(QpType::XrcIni, &cq, &cq, CAP))
+        .unwrap();
+    assert_eq!(ini.qp_type(), QpType::XrcIni);
+    // No receive queue (Linux 6.12 qp.c: no RQ for IB_QPT_XRC_INI).
+    assert_eq!((ini.cap().max_recv_wr, ini.cap().max_recv_sge), (0, 0));
+    assert!(ini.cap().max_send_wr >= 8);
+    let mut tgt = xrcd.create_tgt_qp().unwrap();
+    assert_eq!(tgt.qp_type(), QpType::XrcTgt);
+    assert_eq!(tgt.cap(), QpCap::default());
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    for q in [&mut ini, &mut tgt] {
+        q.to_init(1, 0, access, 0).unwrap();
+        let empty = [RecvWr {
+            wr_id: 1,
+            sg_list: &[],
+        }];
+        assert_eq!(
+            q.post_recv(&empty).unwrap_err().error,
+            invalid(Invalid::NoReceiveQueue)
+        );
+    }
+    let (i, t) = (ini.qpn(), tgt.qpn());
+    ini.to_rtr(t.raw(), 0, path(), Mtu::Mtu1024).unwrap();
+    tgt.to_rtr(i.raw(), 0, path(), Mtu::Mtu1024).unwrap();
+    ini.to_rts(0).unwrap();
+    tgt.to_rts(0).unwrap();
+    use bareverbs_model::qp::QpState as M;
+    assert_eq!(model_state(&hal, i), Some(M::Rts));
+    assert_eq!(model_state(&hal, t), Some(M::Rts));
+    // A target has no send queue.
+    assert_eq!(
+        tgt.send_batch(|_| ()).err(),
+        Some(invalid(Invalid::OpcodeForQpType))
+    );
+    // An initiator's request names its XRC SRQ: refused without.
+    let r = ini
+        .send_batch(|b| b.send(1, SendFlags::SIGNALED, &[]))
+        .unwrap();
+    assert_eq!(r, Err(invalid(Invalid::XrcRemoteSrq)));
+    ini.destroy().map_err(|(e, _)| e).unwrap();
+    tgt.destroy().map_err(|(e, _)| e).unwrap();
+    assert_eq!(model_state(&hal, i), None);
+    assert_eq!(model_state(&hal, t), None);
+    // Nothing of the initiator's or target's is left naming the domain, nor the CQ.
+    xrcd.destroy().map_err(|(e, _)| e).unwrap();
+    cq.destroy().map_err(|(e, _)| e).unwrap();
+}
+
+#[test]
+fn xrc_transitions_follow_the_kernel_table() {
+    let hal = SimHal::synchronous();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(16).unwrap();
+    let xrcd = dev.alloc_xrcd().unwrap();
+    let mut ini = pd
+        .create_qp(&QpInitAttr::new(QpType::XrcIni, &cq, &cq, CAP))
+        .unwrap();
+    let mut tgt = xrcd.create_tgt_qp().unwrap();
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    ini.to_init(1, 0, access, 0).unwrap();
+    tgt.to_init(1, 0, access, 0).unwrap();
+    // INIT → RTR: XRC_INI allows no responder resources (the kernel's table: AV, MTU,
+    // DEST_QPN, RQ_PSN required; ALT_PATH, ACCESS_FLAGS, PKEY_INDEX optional) …
+    let rtr = QpAttr {
+        qp_state: QpState::Rtr,
+        dest_qp_num: tgt.qpn().raw(),
+        ah_attr: path(),
+        path_mtu: Mtu::Mtu1024,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 12,
+        ..QpAttr::default()
+    };
+    let base = QpAttrMask::STATE
+        | QpAttrMask::AV
+        | QpAttrMask::PATH_MTU
+        | QpAttrMask::DEST_QPN
+        | QpAttrMask::RQ_PSN;
+    let resp = QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER;
+    assert!(matches!(
+        ini.modify(&rtr, base | resp),
+        Err(Error::ModifyQp(_))
+    ));
+    // … XRC_TGT requires them.
+    assert!(matches!(tgt.modify(&rtr, base), Err(Error::ModifyQp(_))));
+    ini.modify(&rtr, base).unwrap();
+    tgt.modify(&rtr, base | resp).unwrap();
+    // RTR → RTS: XRC_TGT requires TIMEOUT and SQ_PSN only, XRC_INI as RC.
+    let rts = QpAttr {
+        qp_state: QpState::Rts,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        max_rd_atomic: 1,
+        ..QpAttr::default()
+    };
+    let tgt_rts = QpAttrMask::STATE | QpAttrMask::TIMEOUT | QpAttrMask::SQ_PSN;
+    assert!(matches!(ini.modify(&rts, tgt_rts), Err(Error::ModifyQp(_))));
+    assert!(matches!(
+        tgt.modify(&rts, tgt_rts | QpAttrMask::RETRY_CNT),
+        Err(Error::ModifyQp(_))
+    ));
+    tgt.modify(&rts, tgt_rts).unwrap();
+    ini.to_rts(0).unwrap();
+    assert_eq!(tgt.query().unwrap().qp_state, QpState::Rts);
+    assert_eq!(ini.query().unwrap().qp_state, QpState::Rts);
+}
