@@ -49,6 +49,12 @@ fn raw_dealloc(dev: &Device<&SimHal>, xrcdn: u32) -> Result<(), Error> {
     exec::<DeallocXrcd>(dev, &mut i).map(|_| ())
 }
 
+/// QPs the model holds (numbers from 0x100, the model's first).
+fn qp_count(hal: &SimHal) -> usize {
+    hal.model()
+        .with(|h| (0x100..0x1100).filter(|&n| h.qp(n).is_some()).count())
+}
+
 fn command_status(e: Error) -> Option<CmdStatus> {
     match e {
         Error::Command(c) => match c.failure {
@@ -196,4 +202,119 @@ fn xrc_transitions_follow_the_kernel_table() {
     ini.to_rts(0).unwrap();
     assert_eq!(tgt.query().unwrap().qp_state, QpState::Rts);
     assert_eq!(ini.query().unwrap().qp_state, QpState::Rts);
+}
+
+#[test]
+fn a_shared_target_qp_lives_until_its_last_user_unregisters() {
+    let hal = SimHal::synchronous();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let xrcd = dev.alloc_xrcd().unwrap();
+    let other = dev.alloc_xrcd().unwrap();
+    // Created and registered once (seed 001 `ibv_create_xrc_rcv_qp`).
+    let qpn = xrcd.create_xrc_rcv_qp().unwrap();
+    assert_eq!(xrcd.xrc_rcv_qp_users(qpn), Ok(1));
+    // Another process opens it by number (`ibv_reg_xrc_rcv_qp`); another domain does not
+    // know it.
+    xrcd.reg_xrc_rcv_qp(qpn).unwrap();
+    assert_eq!(xrcd.xrc_rcv_qp_users(qpn), Ok(2));
+    let unknown = Err(invalid(Invalid::UnknownXrcQp));
+    assert_eq!(other.reg_xrc_rcv_qp(qpn), unknown);
+    assert_eq!(other.unreg_xrc_rcv_qp(qpn).map(|_| ()), unknown);
+    assert_eq!(other.query_xrc_rcv_qp(qpn).map(|_| ()), unknown);
+
+    // Modified through the domain (`ibv_modify_xrc_rcv_qp`), with XRC_TGT's rules.
+    let init = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        qp_access_flags: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        ..QpAttr::default()
+    };
+    let init_mask = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
+    assert!(matches!(
+        xrcd.modify_xrc_rcv_qp(qpn, &init, init_mask),
+        Err(Error::ModifyQp(_))
+    ));
+    xrcd.modify_xrc_rcv_qp(qpn, &init, init_mask | QpAttrMask::ACCESS_FLAGS)
+        .unwrap();
+    let rtr = QpAttr {
+        qp_state: QpState::Rtr,
+        dest_qp_num: 0x1234,
+        rq_psn: 0x55,
+        ah_attr: path(),
+        path_mtu: Mtu::Mtu2048,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 12,
+        ..QpAttr::default()
+    };
+    xrcd.modify_xrc_rcv_qp(
+        qpn,
+        &rtr,
+        QpAttrMask::STATE
+            | QpAttrMask::AV
+            | QpAttrMask::PATH_MTU
+            | QpAttrMask::DEST_QPN
+            | QpAttrMask::RQ_PSN
+            | QpAttrMask::MAX_DEST_RD_ATOMIC
+            | QpAttrMask::MIN_RNR_TIMER,
+    )
+    .unwrap();
+    // Queried (`ibv_query_xrc_rcv_qp`): the device's state and attributes, and the init
+    // attributes of an XRC receive QP of this domain.
+    let (a, ia) = xrcd.query_xrc_rcv_qp(qpn).unwrap();
+    assert_eq!(a.qp_state, QpState::Rtr);
+    assert_eq!((a.dest_qp_num, a.rq_psn), (0x1234, 0x55));
+    assert_eq!(a.ah_attr.dlid, 1);
+    assert!(a.qp_access_flags.contains(AccessFlags::REMOTE_WRITE));
+    assert_eq!(
+        ia,
+        XrcRcvQpInitAttr {
+            qp_type: QpType::XrcTgt,
+            cap: QpCap::default(),
+            sq_sig_all: false,
+            xrcdn: xrcd.xrcdn(),
+        }
+    );
+    use bareverbs_model::qp::QpState as M;
+    assert_eq!(model_state(&hal, qpn), Some(M::Rtr));
+
+    // The domain refuses to go while the QP is registered.
+    let (e, xrcd) = xrcd.destroy().unwrap_err();
+    assert_eq!(e, Error::Busy);
+    // The first unregistration leaves it; the last destroys it.
+    xrcd.unreg_xrc_rcv_qp(qpn).unwrap();
+    assert_eq!(model_state(&hal, qpn), Some(M::Rtr));
+    xrcd.unreg_xrc_rcv_qp(qpn).unwrap();
+    assert_eq!(model_state(&hal, qpn), None);
+    assert_eq!(xrcd.unreg_xrc_rcv_qp(qpn), unknown);
+    xrcd.destroy().map_err(|(e, _)| e).unwrap();
+}
+
+#[test]
+fn a_domain_shares_a_fixed_number_of_target_qps_and_drop_destroys_them() {
+    let hal = SimHal::synchronous();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let xrcd = dev.alloc_xrcd().unwrap();
+    let qpns: Vec<Qpn> = (0..MAX_SHARED_XRC_QPS)
+        .map(|_| xrcd.create_xrc_rcv_qp().unwrap())
+        .collect();
+    let before = qp_count(&hal);
+    assert_eq!(
+        xrcd.create_xrc_rcv_qp(),
+        Err(Error::ExceedsLimit {
+            limit: bareverbs::error::Limit::SharedXrcQps,
+            requested: MAX_SHARED_XRC_QPS as u64 + 1,
+            max: MAX_SHARED_XRC_QPS as u64,
+        })
+    );
+    assert_eq!(qp_count(&hal), before, "nothing created");
+    // A slot freed is usable again.
+    xrcd.unreg_xrc_rcv_qp(qpns[3]).unwrap();
+    let again = xrcd.create_xrc_rcv_qp().unwrap();
+    let xn = xrcd.xrcdn();
+    drop(xrcd);
+    for q in qpns.iter().filter(|&&q| q != qpns[3]).chain([&again]) {
+        assert_eq!(model_state(&hal, *q), None);
+    }
+    let e = raw_dealloc(&dev, xn).unwrap_err();
+    assert_eq!(command_status(e), Some(CmdStatus::BadResource));
 }

@@ -67,4 +67,4 @@ pub use qp::{AhAttr, GlobalRoute, Mtu, Qp, QpAttr, QpCap, QpInitAttr};
 pub use qp_state::{QpAttrMask, QpState, QpType};
 pub use send_batch::SendBatch;
 pub use wc::{Wc, WcFlags, WcOpcode, WcStatus};
-pub use xrc::Xrcd;
+pub use xrc::{XrcRcvQpInitAttr, Xrcd, MAX_SHARED_XRC_QPS};

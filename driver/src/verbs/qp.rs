@@ -471,27 +471,47 @@ pub(crate) fn create_xrc_tgt<'p, 'd, H: Hal>(
         destroy_unregistered(dev, qpn, [mark, spare]);
         return Err(e);
     }
-    Ok(Qp {
+    Ok(xrc_tgt_from_parts(
+        pd,
+        qpn,
+        cqn,
+        (QpState::Reset, QpAttr::default()),
+        Some(mark),
+    ))
+}
+
+/// An XRC target QP of `pd` completing (nothing) on `cqn`, in `state` with `attr`, as a
+/// [`Qp`]. Without `mark` it destroys nothing when dropped: a view of a QP held elsewhere (a
+/// domain's shared target QPs) for one modify or query; [`Qp::into_xrc_parts`] gives the
+/// parts back.
+pub(crate) fn xrc_tgt_from_parts<'p, 'd, H: Hal>(
+    pd: &'p Pd<'d, H>,
+    qpn: Qpn,
+    cqn: u32,
+    (state, attr): (QpState, QpAttr),
+    mark: Option<SharedDma<H::Dma>>,
+) -> Qp<'p, 'd, H> {
+    Qp {
         pd,
         qpn,
         qp_type: QpType::XrcTgt,
-        state: QpState::Reset,
+        state,
         cqns: (cqn, cqn),
-        buf: Some(mark),
+        buf: mark,
         dbr: None,
         cap: QpCap::default(),
         log_sq_bbs: 0,
         log_rq: 0,
         rq_shift: 4,
         fm_ce_se: 0,
-        attr: QpAttr::default(),
+        attr,
         sq_cur: 0,
         rq_head: 0,
         bf_offset: 0,
         bf_half: 0,
         bf_register: 0,
         xrc: None,
-    })
+    }
 }
 
 fn qp_count_exceeded() -> Error {
@@ -564,6 +584,12 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
     /// The QP number.
     pub fn qpn(&self) -> Qpn {
         self.qpn
+    }
+
+    /// Takes the QP apart without destroying it: its state, attributes and mark of life (see
+    /// [`xrc_tgt_from_parts`]).
+    pub(crate) fn into_xrc_parts(mut self) -> (QpState, QpAttr, Option<SharedDma<H::Dma>>) {
+        (self.state, self.attr, self.buf.take())
     }
 
     /// The transport.

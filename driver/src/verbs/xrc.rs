@@ -6,14 +6,43 @@
 
 use bareverbs_firmware_cmd::commands::{AllocXrcd, CreateXrcSrq, DeallocXrcd, DestroyXrcSrq};
 use bareverbs_firmware_cmd::ifc::*;
-use bareverbs_firmware_cmd::{Layout, View};
+use bareverbs_firmware_cmd::{Layout, Qpn, View};
 use bareverbs_hal::{Hal, SharedDma};
 
 use crate::device::{input, Device};
-use crate::error::Error;
+use crate::error::{Error, Invalid, Limit};
 use crate::verbs::cq::Cq;
 use crate::verbs::pd::Pd;
-use crate::verbs::qp::Qp;
+use crate::verbs::qp::{xrc_tgt_from_parts, Qp, QpAttr, QpCap};
+use crate::verbs::qp_state::{QpAttrMask, QpState, QpType};
+
+/// Target QPs one domain shares through [`Xrcd::create_xrc_rcv_qp`] at once.
+pub const MAX_SHARED_XRC_QPS: usize = 16;
+
+/// A shared target QP: number, users, what the last modify or query left, and its mark of
+/// life (see `qp::xrc_tgt_from_parts`).
+struct SharedTgt<H: Hal> {
+    qpn: Qpn,
+    users: u32,
+    state: QpState,
+    attr: QpAttr,
+    mark: Option<SharedDma<H::Dma>>,
+}
+
+/// What a shared target QP was created with (`struct ibv_qp_init_attr` as
+/// `ibv_query_xrc_rcv_qp` returns it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct XrcRcvQpInitAttr {
+    /// Always [`QpType::XrcTgt`] (`IBV_QPT_XRC_RECV`, the legacy API's `IBV_QPT_XRC`).
+    pub qp_type: QpType,
+    /// Its queue sizes: none (a target has no queues).
+    pub cap: QpCap,
+    /// Whether every send request is signaled: no sends, so `false`.
+    pub sq_sig_all: bool,
+    /// The domain's number (`xrc_domain`).
+    pub xrcdn: u32,
+}
 
 /// Bytes of the page an XRC SRQ's ring is allocated in (`log_page_size` 0: 4 KiB).
 const SRQ_PAGE: usize = 4096;
@@ -235,6 +264,8 @@ pub struct Xrcd<'d, H: Hal> {
     pub(crate) cq: Cq<'d, H>,
     /// The target QPs' default SRQ (`s0`); `None` once destroyed.
     s0: Option<SrqMem<H>>,
+    /// Target QPs shared by number (seed 001 `ibv_create_xrc_rcv_qp` … `ibv_unreg_xrc_rcv_qp`).
+    shared: spin::Mutex<[Option<SharedTgt<H>>; MAX_SHARED_XRC_QPS]>,
 }
 
 impl<H: Hal> Device<H> {
@@ -262,6 +293,7 @@ impl<H: Hal> Device<H> {
             pd,
             cq,
             s0: Some(s0),
+            shared: spin::Mutex::new([const { None }; MAX_SHARED_XRC_QPS]),
         })
     }
 }
@@ -283,6 +315,30 @@ impl<'d, H: Hal> Xrcd<'d, H> {
     }
 
     fn destroy_inner(&mut self) -> Result<(), Error> {
+        // Shared target QPs still registered go first (they name the domain and `s0`).
+        let mut shared = self.shared.lock();
+        for slot in shared.iter_mut() {
+            if let Some(t) = slot.take() {
+                let q = xrc_tgt_from_parts(
+                    &self.pd,
+                    t.qpn,
+                    self.cq.cqn().raw(),
+                    (t.state, t.attr),
+                    t.mark,
+                );
+                if let Err((e, q)) = q.destroy() {
+                    let (state, attr, mark) = q.into_xrc_parts();
+                    *slot = Some(SharedTgt {
+                        state,
+                        attr,
+                        mark,
+                        ..t
+                    });
+                    return Err(e);
+                }
+            }
+        }
+        drop(shared);
         if let Some(s) = &self.s0 {
             s.destroy_cmd(self.dev)?;
         }
@@ -290,13 +346,18 @@ impl<'d, H: Hal> Xrcd<'d, H> {
         dealloc_xrcdn(self.dev, self.xrcdn)
     }
 
-    /// Deallocates the domain (`ibv_close_xrcd`): its default SRQ, then DEALLOC_XRCD.
+    /// Deallocates the domain (`ibv_close_xrcd`): its default SRQ, then DEALLOC_XRCD. Refused
+    /// while a shared target QP is registered (the legacy `ibv_close_xrc_domain` fails with
+    /// EBUSY then); dropping the domain destroys them instead.
     ///
     /// # Errors
-    /// A command error (firmware refuses DEALLOC_XRCD while an SRQ or QP names the domain);
-    /// the domain is handed back.
+    /// [`Error::Busy`] while shared target QPs are registered; a command error (firmware
+    /// refuses DEALLOC_XRCD while an SRQ or QP names the domain). The domain is handed back.
     #[allow(clippy::result_large_err)]
     pub fn destroy(mut self) -> Result<(), (Error, Self)> {
+        if self.shared.lock().iter().any(Option::is_some) {
+            return Err((Error::Busy, self));
+        }
         match self.destroy_inner() {
             Ok(()) => {
                 self.xrcdn = u32::MAX;
@@ -315,6 +376,166 @@ impl<'d, H: Hal> Xrcd<'d, H> {
     /// A command error; [`Error::ExceedsLimit`] when the device's QP table is full.
     pub fn create_tgt_qp(&self) -> Result<Qp<'_, 'd, H>, Error> {
         crate::verbs::qp::create_xrc_tgt(&self.pd, self.xrcdn, self.s0(), &self.cq)
+    }
+}
+
+impl<'d, H: Hal> Xrcd<'d, H> {
+    /// Runs `f` on shared target QP `qpn`'s slot, the table locked.
+    fn with_shared<R>(
+        &self,
+        qpn: Qpn,
+        f: impl FnOnce(&mut Option<SharedTgt<H>>) -> Result<R, Error>,
+    ) -> Result<R, Error> {
+        let mut shared = self.shared.lock();
+        let slot = shared
+            .iter_mut()
+            .find(|s| s.as_ref().is_some_and(|t| t.qpn == qpn))
+            .ok_or(Error::InvalidArgument {
+                what: Invalid::UnknownXrcQp,
+            })?;
+        f(slot)
+    }
+
+    /// Runs `f` on shared target QP `qpn` seen as a [`Qp`], keeping what it leaves.
+    fn with_shared_qp<R>(
+        &self,
+        qpn: Qpn,
+        f: impl FnOnce(&mut Qp<'_, 'd, H>) -> Result<R, Error>,
+    ) -> Result<R, Error> {
+        let cqn = self.cq.cqn().raw();
+        self.with_shared(qpn, |slot| {
+            let Some(t) = slot.as_mut() else {
+                return Err(Error::InvalidArgument {
+                    what: Invalid::UnknownXrcQp,
+                });
+            };
+            // A view without the mark: dropping it destroys nothing.
+            let mut q = xrc_tgt_from_parts(&self.pd, qpn, cqn, (t.state, t.attr), None);
+            let r = f(&mut q);
+            let (state, attr, _) = q.into_xrc_parts();
+            (t.state, t.attr) = (state, attr);
+            r
+        })
+    }
+
+    /// Creates an XRC target QP of this domain shared by number, registered once for the
+    /// caller (`ibv_create_xrc_rcv_qp`; modern libibverbs `ibv_create_qp_ex` with
+    /// `IBV_QPT_XRC_RECV`). Others register it again with [`Xrcd::reg_xrc_rcv_qp`]; it is
+    /// destroyed when the last registration goes ([`Xrcd::unreg_xrc_rcv_qp`]) or with the
+    /// domain.
+    ///
+    /// # Errors
+    /// [`Error::ExceedsLimit`] ([`Limit::SharedXrcQps`]) when the domain already shares
+    /// [`MAX_SHARED_XRC_QPS`]; as [`Xrcd::create_tgt_qp`].
+    pub fn create_xrc_rcv_qp(&self) -> Result<Qpn, Error> {
+        let mut shared = self.shared.lock();
+        let Some(slot) = shared.iter_mut().find(|s| s.is_none()) else {
+            return Err(Error::ExceedsLimit {
+                limit: Limit::SharedXrcQps,
+                requested: MAX_SHARED_XRC_QPS as u64 + 1,
+                max: MAX_SHARED_XRC_QPS as u64,
+            });
+        };
+        let q = self.create_tgt_qp()?;
+        let qpn = q.qpn();
+        let (state, attr, mark) = q.into_xrc_parts();
+        *slot = Some(SharedTgt {
+            qpn,
+            users: 1,
+            state,
+            attr,
+            mark,
+        });
+        Ok(qpn)
+    }
+
+    /// Registers one more user of shared target QP `qpn` (`ibv_reg_xrc_rcv_qp`; modern
+    /// libibverbs `ibv_open_qp`).
+    ///
+    /// # Errors
+    /// [`Invalid::UnknownXrcQp`] for a number the domain does not share.
+    pub fn reg_xrc_rcv_qp(&self, qpn: Qpn) -> Result<(), Error> {
+        self.with_shared(qpn, |slot| {
+            if let Some(t) = slot.as_mut() {
+                t.users = t.users.saturating_add(1);
+            }
+            Ok(())
+        })
+    }
+
+    /// Drops one user of shared target QP `qpn` (`ibv_unreg_xrc_rcv_qp`); the last one
+    /// destroys the QP (DESTROY_QP).
+    ///
+    /// # Errors
+    /// [`Invalid::UnknownXrcQp`] for a number the domain does not share; a command error when
+    /// the QP cannot be destroyed (it stays registered once).
+    pub fn unreg_xrc_rcv_qp(&self, qpn: Qpn) -> Result<(), Error> {
+        let cqn = self.cq.cqn().raw();
+        self.with_shared(qpn, |slot| {
+            let Some(t) = slot.as_mut() else {
+                return Ok(());
+            };
+            if t.users > 1 {
+                t.users -= 1;
+                return Ok(());
+            }
+            let Some(t) = slot.take() else {
+                return Ok(());
+            };
+            let q = xrc_tgt_from_parts(&self.pd, qpn, cqn, (t.state, t.attr), t.mark);
+            q.destroy().map_err(|(e, q)| {
+                let (state, attr, mark) = q.into_xrc_parts();
+                *slot = Some(SharedTgt {
+                    qpn,
+                    users: 1,
+                    state,
+                    attr,
+                    mark,
+                });
+                e
+            })
+        })
+    }
+
+    /// Users registered on shared target QP `qpn`.
+    ///
+    /// # Errors
+    /// [`Invalid::UnknownXrcQp`] for a number the domain does not share.
+    pub fn xrc_rcv_qp_users(&self, qpn: Qpn) -> Result<u32, Error> {
+        self.with_shared(qpn, |slot| Ok(slot.as_ref().map_or(0, |t| t.users)))
+    }
+
+    /// Modifies shared target QP `qpn` (`ibv_modify_xrc_rcv_qp`), with the rules of
+    /// [`Qp::modify`] for [`QpType::XrcTgt`].
+    ///
+    /// # Errors
+    /// [`Invalid::UnknownXrcQp`] for a number the domain does not share; as [`Qp::modify`].
+    pub fn modify_xrc_rcv_qp(
+        &self,
+        qpn: Qpn,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+    ) -> Result<(), Error> {
+        self.with_shared_qp(qpn, |q| q.modify(attr, mask))
+    }
+
+    /// Reads shared target QP `qpn`'s attributes and those it was created with
+    /// (`ibv_query_xrc_rcv_qp`). Every attribute the device reports is returned (the seed's
+    /// `attr_mask` is a minimum: "some RDMA devices may return extra attributes").
+    ///
+    /// # Errors
+    /// [`Invalid::UnknownXrcQp`] for a number the domain does not share; a command error.
+    pub fn query_xrc_rcv_qp(&self, qpn: Qpn) -> Result<(QpAttr, XrcRcvQpInitAttr), Error> {
+        let attr = self.with_shared_qp(qpn, |q| q.query())?;
+        Ok((
+            attr,
+            XrcRcvQpInitAttr {
+                qp_type: QpType::XrcTgt,
+                cap: QpCap::default(),
+                sq_sig_all: false,
+                xrcdn: self.xrcdn,
+            },
+        ))
     }
 }
 
