@@ -209,6 +209,8 @@ pub enum Limit {
     InlineData,
     /// QPs with posted work at once.
     QpCount,
+    /// SRQs the driver's table holds at once (16 with the inline tables).
+    SrqCount,
     /// XRC target QPs registered in one XRC domain ([`MAX_SHARED_XRC_QPS`]).
     ///
     /// [`MAX_SHARED_XRC_QPS`]: crate::verbs::xrc::MAX_SHARED_XRC_QPS

@@ -4,17 +4,22 @@
 //! 6.12 mlx5_ib `main.c` `mlx5_ib_alloc_xrcd`, `qp.c` `create_xrc_tgt_qp`, `srq_cmd.c`
 //! `create_xrc_srq_cmd`; rdma-core 56 `providers/mlx5`; seed 001 `ibv_*_xrc_rcv_qp`).
 
-use bareverbs_firmware_cmd::commands::{AllocXrcd, CreateXrcSrq, DeallocXrcd, DestroyXrcSrq};
+use bareverbs_firmware_cmd::commands::{
+    AllocXrcd, ArmXrcSrq, CreateXrcSrq, DeallocXrcd, DestroyXrcSrq, QueryXrcSrq,
+};
 use bareverbs_firmware_cmd::ifc::*;
 use bareverbs_firmware_cmd::{Layout, Qpn, View};
-use bareverbs_hal::{Hal, SharedDma};
+use bareverbs_hal::{Hal, SharedDma, Slot};
 
 use crate::device::{input, Device};
 use crate::error::{Error, Invalid, Limit};
 use crate::verbs::cq::Cq;
 use crate::verbs::pd::Pd;
+use crate::verbs::post::{PostError, RecvWr};
 use crate::verbs::qp::{xrc_tgt_from_parts, Qp, QpAttr, QpCap};
 use crate::verbs::qp_state::{QpAttrMask, QpState, QpType};
+use crate::verbs::srq_ring::{SrqAttr, SrqAttrMask, SrqBook};
+use crate::verbs::wc::Wc;
 
 /// Target QPs one domain shares through [`Xrcd::create_xrc_rcv_qp`] at once.
 pub const MAX_SHARED_XRC_QPS: usize = 16;
@@ -63,7 +68,7 @@ impl<H: Hal> SrqMem<H> {
     /// completing on `cqn`, its WQEs' keys in PD `pdn`, laid out as Linux 6.12 srq_cmd.c
     /// `create_xrc_srq_cmd` sends it (one page list, `page_offset` 0, the doorbell record's
     /// address split in `db_record_addr_h`/`_l`). The ring's WQEs are linked 0 → 1 → … → last
-    /// (rdma-core 56 `mlx5_alloc_srq_buf`).
+    /// → 0 (rdma-core 56 srq.c `mlx5_alloc_srq_buf`).
     pub(crate) fn create(
         dev: &Device<H>,
         (pdn, xrcdn, cqn): (u32, u32, u32),
@@ -549,6 +554,320 @@ impl<H: Hal> Drop for Xrcd<'_, H> {
             if let Some(s) = self.s0.take() {
                 s.leak();
             }
+        }
+    }
+}
+
+/// The `wr_id` of a receive taken from an SRQ: a responder CQE whose `srqn` field names an SRQ
+/// of the device (CQE version 0 for XRC SRQs created with user index 0xffffff: Linux 6.12
+/// mlx5_ib cq.c `handle_responder` reads `cqe->srqn` for XRC) gets the `wr_id` of the SRQ's
+/// WQE at `wqe_counter`, and the WQE is freed.
+#[inline(always)]
+pub(crate) fn srq_wr_id<H: Hal>(dev: &Device<H>, cqe: Slot<'_, 64>, op_own: u8, wc: &mut Wc) {
+    if matches!(
+        CqeOpcode::from(get_cqe_opcode(op_own)),
+        CqeOpcode::Req | CqeOpcode::ReqErr
+    ) {
+        return;
+    }
+    srq_wr_id_cold(dev, cqe, wc);
+}
+
+fn srq_wr_id_cold<H: Hal>(dev: &Device<H>, cqe: Slot<'_, 64>, wc: &mut Wc) {
+    let srqn = cqe_srqn(cqe.read32(cqe64::srqn.bit / 8));
+    if srqn == 0 {
+        return;
+    }
+    if let Some(b) = dev.srq_books.read().get(&srqn) {
+        wc.wr_id = b.complete(cqe.read16(cqe64::wqe_counter.bit / 8));
+    }
+}
+
+fn srq_table_full() -> Error {
+    let max = crate::verbs::srq_ring::INLINE_SRQS as u64;
+    Error::ExceedsLimit {
+        limit: Limit::SrqCount,
+        requested: max + 1,
+        max,
+    }
+}
+
+/// An XRC SRQ (`ibv_create_srq_ex` with `IBV_SRQT_XRC`): receives of its domain's target QPs
+/// for requests naming its number land here and complete on its CQ. Destroyed on drop.
+pub struct XrcSrq<'x, 'd, H: Hal> {
+    xrcd: &'x Xrcd<'d, H>,
+    srqn: u32,
+    /// Its CQ, counted as in use (a CQ in use cannot be destroyed).
+    cqn: u32,
+    attr: SrqAttr,
+    live: bool,
+}
+
+impl<'d, H: Hal> Xrcd<'d, H> {
+    /// Creates an XRC SRQ of this domain (`ibv_create_srq_ex`, `IBV_SRQT_XRC` with `xrcd`,
+    /// `cq` and `pd`; CREATE_XRC_SRQ as Linux 6.12 srq_cmd.c `create_xrc_srq_cmd` sends it at
+    /// ISSI 1): holding at least `attr.max_wr` receives of up to `attr.max_sge` entries, keys
+    /// of `pd`, completions on `cq`. The sizes it got are in [`XrcSrq::attr`]; `srq_limit` is
+    /// ignored (ibv_create_srq(3): "irrelevant for ibv_create_srq"; arm it with
+    /// [`XrcSrq::modify`]).
+    ///
+    /// # Errors
+    /// [`Error::ExceedsLimit`] past the device's SRQ sizes or when the driver's SRQ table is
+    /// full; [`Error::InvalidArgument`] for 0 entries, a PD or CQ of another device; a DMA or
+    /// command error.
+    pub fn create_xrc_srq<'x>(
+        &'x self,
+        pd: &'x Pd<'d, H>,
+        cq: &Cq<'d, H>,
+        attr: SrqAttr,
+    ) -> Result<XrcSrq<'x, 'd, H>, Error> {
+        let dev = self.dev;
+        if !core::ptr::eq(pd.dev, dev) || !core::ptr::eq(cq.device(), dev) {
+            return Err(Error::InvalidArgument {
+                what: Invalid::ForeignObject,
+            });
+        }
+        if attr.max_wr == 0 {
+            return Err(Error::InvalidArgument {
+                what: Invalid::ZeroEntries,
+            });
+        }
+        let caps = dev.info().caps;
+        let exceeds = |limit, requested: u32, max: u32| Error::ExceedsLimit {
+            limit,
+            requested: requested.into(),
+            max: max.into(),
+        };
+        if attr.max_wr > caps.max_srq_wr {
+            return Err(exceeds(Limit::QpWr, attr.max_wr, caps.max_srq_wr));
+        }
+        // The WQE: the 16-byte next segment and the data segments (rdma-core 56 srq.c
+        // `mlx5_alloc_srq_buf`), a power of two.
+        let max_sge_dev = caps.max_rq_desc_size / 16 - 1;
+        if attr.max_sge > max_sge_dev {
+            return Err(exceeds(Limit::Sge, attr.max_sge, max_sge_dev));
+        }
+        let stride = (16 * (1 + attr.max_sge.max(1))).next_power_of_two();
+        let log_stride = stride.trailing_zeros() as u8;
+        // One WQE more than asked: the tail stays linked in (rdma-core 56 srq.c: `max_wr` is
+        // one less than the WQEs).
+        let log_size = (attr.max_wr + 1).next_power_of_two().trailing_zeros() as u8;
+        if !dev.srq_books.read().has_room(1) {
+            return Err(srq_table_full());
+        }
+        let cqn = cq.cqn().raw();
+        cq_use(dev, cqn)?;
+        let r = self.create_xrc_srq_on(pd, cqn, (log_size, log_stride));
+        if r.is_err() {
+            cq_unuse(dev, cqn);
+        }
+        r.map(|(srqn, attr)| XrcSrq {
+            xrcd: self,
+            srqn,
+            cqn,
+            attr,
+            live: true,
+        })
+    }
+
+    fn create_xrc_srq_on(
+        &self,
+        pd: &Pd<'d, H>,
+        cqn: u32,
+        (log_size, log_stride): (u8, u8),
+    ) -> Result<(u32, SrqAttr), Error> {
+        let dev = self.dev;
+        let ids = dev.hal.dma_alloc(8 << log_size, 64)?.share();
+        let mem = SrqMem::create(
+            dev,
+            (pd.pdn().raw(), self.xrcdn, cqn),
+            log_size,
+            log_stride - 4,
+        )?;
+        let srqn = mem.srqn;
+        let book = SrqBook::new([mem.ring, mem.dbr, ids], log_size, log_stride);
+        if let Err(book) = dev.srq_books.write().insert(srqn, book) {
+            // Another thread filled the table after the check above: the SRQ goes again.
+            let (ring, dbr) = book.ring_parts();
+            SrqMem { srqn, ring, dbr }.release(dev);
+            return Err(srq_table_full());
+        }
+        Ok((
+            srqn,
+            SrqAttr {
+                max_wr: (1u32 << log_size) - 1,
+                max_sge: ((1u32 << log_stride) - 16) / 16,
+                srq_limit: 0,
+            },
+        ))
+    }
+}
+
+/// Counts one more use of CQ `cqn` (see `Cq::destroy`).
+fn cq_use<H: Hal>(dev: &Device<H>, cqn: u32) -> Result<(), Error> {
+    let mut ctl = dev.ctl.lock();
+    let n = ctl.cq_users.get(&cqn).copied().unwrap_or(0);
+    ctl.cq_users
+        .insert(cqn, n + 1)
+        .map_err(|_| srq_table_full())
+}
+
+/// Counts one use of CQ `cqn` less.
+fn cq_unuse<H: Hal>(dev: &Device<H>, cqn: u32) {
+    let mut ctl = dev.ctl.lock();
+    match ctl.cq_users.get_mut(&cqn) {
+        Some(n) if *n > 1 => *n -= 1,
+        Some(_) => {
+            ctl.cq_users.remove(&cqn);
+        }
+        None => {}
+    }
+}
+
+impl<H: Hal> XrcSrq<'_, '_, H> {
+    /// The SRQ number senders name (`ibv_get_srq_num`; `xrc_remote_srq_num`).
+    pub fn srq_num(&self) -> u32 {
+        self.srqn
+    }
+
+    /// The sizes it got (at least those asked for) and the limit last set or read.
+    pub fn attr(&self) -> SrqAttr {
+        self.attr
+    }
+
+    /// Posts receives (`ibv_post_srq_recv`).
+    ///
+    /// # Errors
+    /// [`PostError`] with the index of the first request refused (SGE count,
+    /// [`Error::QueueFull`]); those before it are posted.
+    pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        match self.xrcd.dev.srq_books.read().get(&self.srqn) {
+            Some(b) => b.post(wrs),
+            None => Err(PostError {
+                index: 0,
+                error: Error::NotUp,
+            }),
+        }
+    }
+
+    /// Modifies the SRQ (`ibv_modify_srq`): [`SrqAttrMask::LIMIT`] arms the limit event with
+    /// `attr.srq_limit` (ARM_XRC_SRQ); it fires once when fewer receives remain.
+    ///
+    /// # Errors
+    /// [`Invalid::UnsupportedTransition`] for [`SrqAttrMask::MAX_WR`] (mlx5 cannot resize an
+    /// SRQ: Linux mlx5_ib `mlx5_ib_modify_srq` returns EINVAL); [`Error::ExceedsLimit`] for a
+    /// limit past `max_wr`; a command error.
+    pub fn modify(&mut self, attr: &SrqAttr, mask: SrqAttrMask) -> Result<(), Error> {
+        if mask.contains(SrqAttrMask::MAX_WR) {
+            return Err(Error::InvalidArgument {
+                what: Invalid::UnsupportedTransition,
+            });
+        }
+        if mask.contains(SrqAttrMask::LIMIT) {
+            if attr.srq_limit > self.attr.max_wr {
+                return Err(Error::ExceedsLimit {
+                    limit: Limit::QpWr,
+                    requested: attr.srq_limit.into(),
+                    max: self.attr.max_wr.into(),
+                });
+            }
+            let mut i = [0u8; ArmXrcSrqIn::BYTES];
+            input::<ArmXrcSrq>(&mut i)?
+                .set(arm_xrc_srq_in::op_mod, arm_xrc_srq_op_mod::XRC_SRQ)
+                .set(arm_xrc_srq_in::xrc_srqn, self.srqn)
+                .set(arm_xrc_srq_in::lwm, attr.srq_limit);
+            let mut o = [0u8; ArmXrcSrqOut::BYTES];
+            self.xrcd.dev.exec::<ArmXrcSrq>(&mut i, &mut o)?;
+            self.attr.srq_limit = attr.srq_limit;
+        }
+        Ok(())
+    }
+
+    /// Reads the SRQ's attributes from the device (`ibv_query_srq`, QUERY_XRC_SRQ): `max_wr`
+    /// and `max_sge` from its context, `srq_limit` the armed limit (0 once the event fired).
+    ///
+    /// # Errors
+    /// A command error.
+    pub fn query(&mut self) -> Result<SrqAttr, Error> {
+        let mut i = [0u8; QueryXrcSrqIn::BYTES];
+        input::<QueryXrcSrq>(&mut i)?.set(query_xrc_srq_in::xrc_srqn, self.srqn);
+        let mut o = [0u8; QueryXrcSrqOut::BYTES + 8];
+        self.xrcd.dev.exec::<QueryXrcSrq>(&mut i, &mut o)?;
+        let v = View::<QueryXrcSrqOut>::new_checked(&o)?;
+        let c = v.sub(query_xrc_srq_out::xrc_srq_context_entry);
+        let stride = 16u32 << c.get(xrc_srqc::log_rq_stride);
+        let a = SrqAttr {
+            max_wr: (1u32 << c.get(xrc_srqc::log_xrc_srq_size)) - 1,
+            max_sge: (stride - 16) / 16,
+            srq_limit: c.get32(xrc_srqc::lwm),
+        };
+        self.attr = a;
+        Ok(a)
+    }
+
+    fn destroy_inner(&mut self) -> Result<(), Error> {
+        let dev = self.xrcd.dev;
+        let mut i = [0u8; DestroyXrcSrqIn::BYTES];
+        input::<DestroyXrcSrq>(&mut i)?.set(destroy_xrc_srq_in::xrc_srqn, self.srqn);
+        let mut o = [0u8; DestroyXrcSrqOut::BYTES];
+        let r = dev.exec::<DestroyXrcSrq>(&mut i, &mut o);
+        let book = dev.srq_books.write().remove(&self.srqn);
+        if r.is_err() {
+            // The device may still write the ring: never freed.
+            if let Some(b) = book {
+                b.leak();
+            }
+        } else {
+            cq_unuse(dev, self.cqn);
+        }
+        self.live = false;
+        r
+    }
+
+    /// Destroys the SRQ (`ibv_destroy_srq`).
+    ///
+    /// # Errors
+    /// A command error; the SRQ's memory is then leaked, never freed, and the SRQ unusable.
+    pub fn destroy(mut self) -> Result<(), Error> {
+        self.destroy_inner()
+    }
+}
+
+impl<H: Hal> Drop for XrcSrq<'_, '_, H> {
+    fn drop(&mut self) {
+        if self.live {
+            if let Err(e) = self.destroy_inner() {
+                warn!("DESTROY_XRC_SRQ {}: {}; leaking its memory", self.srqn, e);
+            }
+        }
+    }
+}
+
+impl<H: Hal> Qp<'_, '_, H> {
+    /// Posts send requests on an XRC initiator, each delivered through the XRC SRQ
+    /// `xrc_remote_srq_num` at the target (`ibv_post_send` with `wr.xrc_remote_srq_num`, or
+    /// `qp_type.xrc.remote_srqn`): a [`send_batch`](Qp::send_batch) with
+    /// [`SendBatch::set_xrc_srqn`](crate::verbs::SendBatch::set_xrc_srqn).
+    ///
+    /// # Errors
+    /// As [`Qp::post_send`]; [`Invalid::XrcRemoteSrq`] (index 0) on a QP that is not an XRC
+    /// initiator.
+    pub fn post_send_xrc(
+        &mut self,
+        xrc_remote_srq_num: u32,
+        wrs: &[crate::verbs::SendWr<'_>],
+    ) -> Result<(), PostError> {
+        let r = self.send_batch(|b| {
+            b.set_xrc_srqn(xrc_remote_srq_num)
+                .map_err(|error| PostError { index: 0, error })?;
+            for (index, wr) in wrs.iter().enumerate() {
+                b.post(wr).map_err(|error| PostError { index, error })?;
+            }
+            Ok(())
+        });
+        match r {
+            Ok(r) => r,
+            Err(error) => Err(PostError { index: 0, error }),
         }
     }
 }
