@@ -121,7 +121,7 @@ pub fn parse(prog: &str, args: &[String]) -> Result<Opts, String> {
     Ok(o)
 }
 
-fn mtu(bytes: u32) -> Result<Mtu, String> {
+pub fn mtu(bytes: u32) -> Result<Mtu, String> {
     Ok(match bytes {
         256 => Mtu::Mtu256,
         512 => Mtu::Mtu512,
@@ -266,7 +266,7 @@ fn check_pattern(i: u32, size: usize) -> Vec<u8> {
 /// rdma-core's page for `--chk` (the CPU page, `sysconf(_SC_PAGESIZE)`).
 const PAGE_SIZE: usize = 4096;
 
-fn wait<H: Hal>(cq: &mut Cq<'_, H>) -> Result<Wc, String> {
+pub fn wait<H: Hal>(cq: &mut Cq<'_, H>) -> Result<Wc, String> {
     let start = Instant::now();
     let mut wc = [Wc::EMPTY; 1];
     loop {
