@@ -552,5 +552,56 @@ fn an_xrc_srq_is_queried_armed_and_refuses_what_mlx5_refuses() {
         hal.model().with(|h| h.srq(s.srq_num()).map(|m| m.lwm)),
         Some(5)
     );
+    // Its CQ cannot go while the SRQ completes into it.
+    let (e, cq) = cq.destroy().unwrap_err();
+    assert_eq!(e, Error::Busy);
+    // Messages through a target QP of the domain (initiator on the same HCA, LID 1) take
+    // receives; when fewer than 5 remain the limit event fires once and the limit reads 0
+    // (seed 001 `ibv_query_srq`: "0 ... no longer armed").
+    let mut scq = dev.create_cq(16).unwrap();
+    let mut ini = pd
+        .create_qp(&QpInitAttr::new(QpType::XrcIni, &scq, &scq, CAP))
+        .unwrap();
+    let mut tgt = xrcd.create_tgt_qp().unwrap();
+    let all = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    ini.to_init(1, 0, all, 0).unwrap();
+    tgt.to_init(1, 0, all, 0).unwrap();
+    ini.to_rtr(tgt.qpn().raw(), 0, path(), Mtu::Mtu1024)
+        .unwrap();
+    tgt.to_rtr(ini.qpn().raw(), 0, path(), Mtu::Mtu1024)
+        .unwrap();
+    ini.to_rts(0).unwrap();
+    let limit_events = |dev: &Device<&SimHal>| {
+        dev.poll_events();
+        let mut n = 0;
+        while let Some(ev) = dev.next_event() {
+            if ev == (bareverbs::AsyncEvent::SrqLimitReached { srqn: s.srq_num() }) {
+                n += 1;
+            }
+        }
+        n
+    };
+    let mut cq = cq;
+    for m in 0..3u64 {
+        ini.post_send_xrc(
+            s.srq_num(),
+            &[common::send_wr(m, &[common::sge(&mr, 0, 8)], SendOp::Send)],
+        )
+        .unwrap();
+        assert_eq!(wait(&mut scq).status, WcStatus::Success);
+        let rc = wait(&mut cq);
+        assert_eq!((rc.wr_id, rc.qp_num), (m, tgt.qpn().raw()));
+        // Seven posted: after the third receive four remain, under the limit of 5.
+        assert_eq!(limit_events(&dev), usize::from(m == 2), "message {m}");
+    }
+    assert_eq!(s.query().unwrap().srq_limit, 0);
+    drop((ini, tgt));
     s.destroy().unwrap();
+    // The initiator's own default domain and SRQ went with it: the model holds only the
+    // domain's default SRQ now.
+    let srqs = hal
+        .model()
+        .with(|h| (0..64).filter(|&n| h.srq(n).is_some()).count());
+    assert_eq!(srqs, 1);
+    cq.destroy().map_err(|(e, _)| e).unwrap();
 }
