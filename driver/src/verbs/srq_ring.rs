@@ -68,8 +68,8 @@ pub(crate) struct SrqBook<H: Hal> {
 
 impl<H: Hal> SrqBook<H> {
     /// The book of a ring of `1 << log_size` WQEs of `1 << log_stride` bytes, linked 0 → 1 → …
-    /// → last → 0 (rdma-core 56 srq.c `mlx5_alloc_srq_buf`; head 0, tail the last WQE); `ids`
-    /// holds 8 bytes per WQE.
+    /// → last (rdma-core 56 srq.c `mlx5_alloc_srq_buf`: head 0, tail the last WQE, whose next
+    /// is set when a freed WQE is linked after it); `ids` holds 8 bytes per WQE.
     pub(crate) fn new(
         [ring, dbr, ids]: [SharedDma<H::Dma>; 3],
         log_size: u8,

@@ -68,7 +68,7 @@ impl<H: Hal> SrqMem<H> {
     /// completing on `cqn`, its WQEs' keys in PD `pdn`, laid out as Linux 6.12 srq_cmd.c
     /// `create_xrc_srq_cmd` sends it (one page list, `page_offset` 0, the doorbell record's
     /// address split in `db_record_addr_h`/`_l`). The ring's WQEs are linked 0 → 1 → … → last
-    /// → 0 (rdma-core 56 srq.c `mlx5_alloc_srq_buf`).
+    /// (rdma-core 56 srq.c `mlx5_alloc_srq_buf`, `set_srq_buf_ll`).
     pub(crate) fn create(
         dev: &Device<H>,
         (pdn, xrcdn, cqn): (u32, u32, u32),
@@ -82,11 +82,11 @@ impl<H: Hal> SrqMem<H> {
         ring.fill(0, len, 0)?;
         let stride = 16usize << log_stride16;
         let n = 1usize << log_size;
-        for k in 0..n {
+        for k in 1..n {
             // wqe_srq_next_seg.next_wqe_index: bytes 2–3 of each WQE.
             ring.try_write16(
-                k * stride + wqe_srq_next_seg::next_wqe_index.bit / 8,
-                ((k + 1) % n) as u16,
+                (k - 1) * stride + wqe_srq_next_seg::next_wqe_index.bit / 8,
+                k as u16,
             )?;
         }
         let dbr = dev.hal.dma_alloc(64, 64)?.share();
