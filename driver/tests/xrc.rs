@@ -130,11 +130,19 @@ fn an_initiator_sends_only_and_a_target_has_no_queues() {
         tgt.send_batch(|_| ()).err(),
         Some(invalid(Invalid::OpcodeForQpType))
     );
-    // An initiator's request names its XRC SRQ: refused without.
+    // An initiator's request names its XRC SRQ (seed 001 `xrc_remote_srq_num`): refused
+    // without, in a plain batch or post_send, and in an XRC batch before it is set.
+    let xrc = Err(invalid(Invalid::XrcRemoteSrq));
+    assert_eq!(ini.send_batch(|_| ()).map(|_| ()), xrc);
+    let wr = common::send_wr(1, &[], SendOp::Send);
+    assert_eq!(ini.post_send(&[wr]).map_err(|e| e.error), xrc);
     let r = ini
-        .send_batch(|b| b.send(1, SendFlags::SIGNALED, &[]))
+        .send_batch_xrc(|b| b.send(1, SendFlags::SIGNALED, &[]))
         .unwrap();
-    assert_eq!(r, Err(invalid(Invalid::XrcRemoteSrq)));
+    assert_eq!(r, xrc);
+    // Only an XRC initiator takes one.
+    assert_eq!(tgt.send_batch_xrc(|_| ()).map(|_| ()), xrc);
+    assert_eq!(tgt.post_send_xrc(5, &[wr]).map_err(|e| e.error), xrc);
     ini.destroy().map_err(|(e, _)| e).unwrap();
     tgt.destroy().map_err(|(e, _)| e).unwrap();
     assert_eq!(model_state(&hal, i), None);

@@ -93,11 +93,12 @@ impl<H: Hal> SrqMem<H> {
         dbr.fill(0, 64, 0)?;
         let mut i = [0u8; crate::cmdq::MAX_MESSAGE];
         let ilen = CreateXrcSrqIn::BYTES + 8 * pages;
+        // One command carries the page list (4 KiB pages).
         if ilen > i.len() {
             return Err(Error::ExceedsLimit {
-                limit: crate::error::Limit::QpWr,
-                requested: n as u64,
-                max: 0,
+                limit: Limit::QpBufferBytes,
+                requested: len as u64,
+                max: ((i.len() - CreateXrcSrqIn::BYTES) / 8 * SRQ_PAGE) as u64,
             });
         }
         {
@@ -846,7 +847,7 @@ impl<H: Hal> Drop for XrcSrq<'_, '_, H> {
 impl<H: Hal> Qp<'_, '_, H> {
     /// Posts send requests on an XRC initiator, each delivered through the XRC SRQ
     /// `xrc_remote_srq_num` at the target (`ibv_post_send` with `wr.xrc_remote_srq_num`, or
-    /// `qp_type.xrc.remote_srqn`): a [`send_batch`](Qp::send_batch) with
+    /// `qp_type.xrc.remote_srqn`): a [`send_batch_xrc`](Qp::send_batch_xrc) with
     /// [`SendBatch::set_xrc_srqn`](crate::verbs::SendBatch::set_xrc_srqn).
     ///
     /// # Errors
@@ -857,7 +858,7 @@ impl<H: Hal> Qp<'_, '_, H> {
         xrc_remote_srq_num: u32,
         wrs: &[crate::verbs::SendWr<'_>],
     ) -> Result<(), PostError> {
-        let r = self.send_batch(|b| {
+        let r = self.send_batch_xrc(|b| {
             b.set_xrc_srqn(xrc_remote_srq_num)
                 .map_err(|error| PostError { index: 0, error })?;
             for (index, wr) in wrs.iter().enumerate() {
