@@ -123,6 +123,7 @@ impl<H: Hal> Device<H> {
                 cq_events: crate::table::Table::new(),
             }),
             books: spin::RwLock::new(crate::verbs::book::Books::new()),
+            srq_books: spin::RwLock::new(crate::verbs::srq_ring::SrqBooks::new()),
         };
         info!(
             "mlx5: firmware {}.{}.{}, cmdif {}",

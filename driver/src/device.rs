@@ -269,6 +269,8 @@ pub struct Device<H: Hal> {
     pub(crate) ctl: spin::Mutex<Control<H>>,
     /// Per-QP bookkeeping shared by posting and polling (never by commands).
     pub(crate) books: spin::RwLock<crate::verbs::book::Books<H>>,
+    /// Receive rings of the SRQs, by SRQ number, for posting and polling.
+    pub(crate) srq_books: spin::RwLock<crate::verbs::srq_ring::SrqBooks<H>>,
 }
 
 /// The mutable control state: command queue, firmware pages, the async EQ and what it

@@ -194,6 +194,13 @@ pub enum Invalid {
     /// Acknowledging no events, or more completion events than were read and not yet
     /// acknowledged (`ibv_ack_cq_events`).
     AckCount,
+    /// A send request on an XRC initiator QP without the remote XRC SRQ number, or a remote
+    /// XRC SRQ number for a QP that is not an XRC initiator.
+    XrcRemoteSrq,
+    /// A receive posted to a QP that has no receive queue of its own (XRC QPs).
+    NoReceiveQueue,
+    /// An XRC target QP number the domain has not registered.
+    UnknownXrcQp,
 }
 
 /// A device limit.
@@ -215,6 +222,12 @@ pub enum Limit {
     QpCount,
     /// CQs of a device (or of one completion channel) at once, without the `alloc` feature.
     CqCount,
+    /// SRQs the driver's table holds at once (16 with the inline tables).
+    SrqCount,
+    /// XRC target QPs registered in one XRC domain ([`MAX_SHARED_XRC_QPS`]).
+    ///
+    /// [`MAX_SHARED_XRC_QPS`]: crate::verbs::xrc::MAX_SHARED_XRC_QPS
+    SharedXrcQps,
     /// Bytes of a QP's work buffer: what one CREATE_QP can describe in the pages the HAL could
     /// align (992 pages; 2 MiB each on VFIO, 4 KiB with a HAL that aligns no further).
     QpBufferBytes,

@@ -126,7 +126,7 @@ pub fn parse(prog: &str, args: &[String]) -> Result<Opts, String> {
     Ok(o)
 }
 
-fn mtu(bytes: u32) -> Result<Mtu, String> {
+pub fn mtu(bytes: u32) -> Result<Mtu, String> {
     Ok(match bytes {
         256 => Mtu::Mtu256,
         512 => Mtu::Mtu512,
@@ -273,7 +273,7 @@ const PAGE_SIZE: usize = 4096;
 
 /// Completion events of a `-e` run, as rdma-core's ping-pongs count them: each event read
 /// re-arms its CQ (before it is polled) and is acknowledged at the end.
-struct Events<'a, H: Hal> {
+pub struct Events<'a, H: Hal> {
     dev: &'a Device<H>,
     channel: &'a CompChannel<'a, H>,
     /// Events read per CQ number, acknowledged at the end.
@@ -293,7 +293,7 @@ impl<H: Hal> Events<'_, H> {
     }
 }
 
-fn wait<H: Hal>(cq: &mut Cq<'_, H>, mut ev: Option<&mut Events<'_, H>>) -> Result<Wc, String> {
+pub fn wait<H: Hal>(cq: &mut Cq<'_, H>, mut ev: Option<&mut Events<'_, H>>) -> Result<Wc, String> {
     let start = Instant::now();
     let mut wc = [Wc::EMPTY; 1];
     if let Some(ev) = ev.as_deref_mut() {

@@ -418,6 +418,7 @@ impl<H: Hal> Cq<'_, H> {
                 }
                 ci = ci.wrapping_add(1);
                 Self::decode(cqe, op_own, sop, book.as_ref(), &mut wc[n]);
+                crate::verbs::xrc::srq_wr_id(self.dev, cqe, op_own, &mut wc[n]);
                 n += 1;
             }
         }

@@ -55,7 +55,9 @@ pub mod qp;
 pub mod qp_state;
 mod ring_pages;
 pub mod send_batch;
+pub mod srq_ring;
 pub mod wc;
+pub mod xrc;
 
 pub use ah::Ah;
 pub use book::MAX_QPS;
@@ -67,4 +69,6 @@ pub use post::{PostError, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};
 pub use qp::{AhAttr, GlobalRoute, Mtu, Qp, QpAttr, QpCap, QpInitAttr};
 pub use qp_state::{QpAttrMask, QpState, QpType};
 pub use send_batch::SendBatch;
+pub use srq_ring::{SrqAttr, SrqAttrMask};
 pub use wc::{Wc, WcFlags, WcOpcode, WcStatus};
+pub use xrc::{XrcRcvQpInitAttr, XrcSrq, Xrcd, MAX_SHARED_XRC_QPS};

@@ -12,7 +12,7 @@ use bitflags::bitflags;
 
 use crate::error::{Error, Invalid};
 use crate::verbs::qp::{AhAttr, Qp};
-use crate::verbs::qp_state::QpState;
+use crate::verbs::qp_state::{QpState, QpType};
 
 /// One scatter/gather entry (`struct ibv_sge`): `addr` is a registered region's address
 /// (its IOVA, [`Mr::addr`](crate::verbs::Mr::addr)).
@@ -192,6 +192,10 @@ impl<H: Hal> Qp<'_, '_, H> {
         }
         if self.state() == QpState::Reset {
             return Err(at(0)(invalid(Invalid::QpState)));
+        }
+        // XRC QPs receive through the XRC SRQ each request names (see `verbs::xrc`).
+        if matches!(self.qp_type(), QpType::XrcIni | QpType::XrcTgt) {
+            return Err(at(0)(invalid(Invalid::NoReceiveQueue)));
         }
         let dev = self.device();
         let books = dev.books.read();

@@ -25,6 +25,8 @@ const WQEBB: u32 = 64;
 const CTRL: u32 = 16;
 const UD_AV: u32 = 48;
 const RADDR_ATOMIC: u32 = 32;
+/// Bytes of the XRC segment (`mlx5_wqe_xrc_seg`).
+const XRC_SEG: u32 = 16;
 
 /// Queue sizes (`struct ibv_qp_cap`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -185,6 +187,8 @@ pub struct Qp<'p, 'd, H: Hal> {
     pub(crate) bf_half: usize,
     /// BAR offset of the UAR's BlueFlame register.
     pub(crate) bf_register: usize,
+    /// An XRC initiator's default SRQ and domain (see `verbs::xrc`), destroyed with it.
+    pub(crate) xrc: Option<crate::verbs::xrc::XrcDefaults<H>>,
 }
 
 impl<'c, 'd, H: Hal> QpInitAttr<'c, 'd, H> {
@@ -217,6 +221,7 @@ fn st(t: QpType) -> Result<u8, Error> {
         QpType::Rc => Ok(qpc_st::RC),
         QpType::Uc => Ok(qpc_st::UC),
         QpType::Ud => Ok(qpc_st::UD),
+        QpType::XrcIni | QpType::XrcTgt => Ok(qpc_st::XRC),
         _ => Err(Error::InvalidArgument {
             what: Invalid::UnsupportedQpType,
         }),
@@ -251,7 +256,23 @@ impl<'d, H: Hal> Pd<'d, H> {
         }
         let caps = dev.info().caps;
         let st = st(attr.qp_type)?;
-        let c = attr.cap;
+        // An XRC target belongs to its domain: `Xrcd::create_tgt_qp`.
+        let ini = attr.qp_type == QpType::XrcIni;
+        if attr.qp_type == QpType::XrcTgt {
+            return Err(Error::InvalidArgument {
+                what: Invalid::UnsupportedQpType,
+            });
+        }
+        // An XRC initiator has no receive queue (Linux 6.12 qp.c: no RQ for IB_QPT_XRC_INI).
+        let c = if ini {
+            QpCap {
+                max_recv_wr: 0,
+                max_recv_sge: 0,
+                ..attr.cap
+            }
+        } else {
+            attr.cap
+        };
         limit(
             Limit::QpWr,
             c.max_send_wr.max(c.max_recv_wr),
@@ -263,10 +284,11 @@ impl<'d, H: Hal> Pd<'d, H> {
             caps.max_sq_desc_size / 16 - 4,
         )?;
         // Send WQE: control, then address segments, then data segments or inline data.
-        let headroom = if attr.qp_type == QpType::Ud {
-            UD_AV
-        } else {
-            RADDR_ATOMIC
+        let headroom = match attr.qp_type {
+            QpType::Ud => UD_AV,
+            // The XRC segment before RC's (Linux 6.12 qp.c `sq_overhead`, IB_QPT_XRC_INI).
+            QpType::XrcIni => RADDR_ATOMIC + XRC_SEG,
+            _ => RADDR_ATOMIC,
         };
         let data = (c.max_send_sge * 16).max((4 + c.max_inline_data).div_ceil(16) * 16);
         let wqe = CTRL + headroom + data;
@@ -278,7 +300,11 @@ impl<'d, H: Hal> Pd<'d, H> {
         let rq_shift = rq_wqe.trailing_zeros() as u8;
         let log_rq = log2_ceil(c.max_recv_wr.max(1));
         limit(Limit::QpWr, 1 << log_sq_bbs.max(log_rq), caps.max_qp_wr)?;
-        let rq_bytes = (1usize << log_rq) << rq_shift;
+        let rq_bytes = if ini {
+            0
+        } else {
+            (1usize << log_rq) << rq_shift
+        };
         let (buf, pages) = alloc_ring(&dev.hal, rq_bytes + ((WQEBB as usize) << log_sq_bbs))?;
         let RingPages {
             page,
@@ -306,7 +332,21 @@ impl<'d, H: Hal> Pd<'d, H> {
             return Err(qp_count_exceeded());
         }
         let uar = dev.uar().ok_or(Error::NotUp)?;
-        let (scqn, rcqn) = (attr.send_cq.cqn().raw(), attr.recv_cq.cqn().raw());
+        let scqn = attr.send_cq.cqn().raw();
+        // An XRC initiator receives nothing: its receive CQ is its send CQ.
+        let rcqn = if ini { scqn } else { attr.recv_cq.cqn().raw() };
+        let mut xrc = crate::verbs::xrc::DefaultsGuard {
+            dev,
+            defaults: if ini {
+                Some(crate::verbs::xrc::XrcDefaults::create(
+                    dev,
+                    self.pdn().raw(),
+                    scqn,
+                )?)
+            } else {
+                None
+            },
+        };
         let mut i = [0u8; MAX_MESSAGE];
         let ilen = CreateQpIn::BYTES + 8 * pages;
         {
@@ -323,6 +363,14 @@ impl<'d, H: Hal> Pd<'d, H> {
                 .set(qpc::cqn_snd, scqn)
                 .set(qpc::cqn_rcv, rcqn)
                 .set(qpc::dbr_addr, dbr.iova().0);
+            if let Some(d) = &xrc.defaults {
+                v.sub(create_qp_in::qpc)
+                    .set(qpc::rq_type, qpc_rq_type::SRQ_RQ)
+                    .set(qpc::log_rq_size, 0u8)
+                    .set(qpc::log_rq_stride, 0u8)
+                    .set(qpc::srqn_rmpn_xrqn, d.srqn())
+                    .set(qpc::xrcd, d.xrcdn);
+            }
             for k in 0..pages {
                 v.set_array(create_qp_in::pas, k, buf.iova().0 + (k * page) as u64)?;
             }
@@ -340,14 +388,16 @@ impl<'d, H: Hal> Pd<'d, H> {
         };
         if let Err(e) = register(dev, qpn, book, [scqn, rcqn]) {
             // Another thread filled the table after the check above: the QP goes again.
-            destroy_unregistered(dev, qpn, [buf, dbr]);
+            if !destroy_unregistered(dev, qpn, [buf, dbr]) {
+                xrc.leak();
+            }
             return Err(e);
         }
         let cap = QpCap {
             max_send_wr: (1u32 << log_sq_bbs) / bbs_per_wr,
-            max_recv_wr: 1 << log_rq,
+            max_recv_wr: if ini { 0 } else { 1 << log_rq },
             max_send_sge: c.max_send_sge.max(data / 16),
-            max_recv_sge: rq_wqe / 16,
+            max_recv_sge: if ini { 0 } else { rq_wqe / 16 },
             max_inline_data: data - 4,
         };
         Ok(Qp {
@@ -372,7 +422,95 @@ impl<'d, H: Hal> Pd<'d, H> {
             bf_offset: 0,
             bf_half: (1usize << caps.log_bf_reg_size) / 2,
             bf_register: uar.bf_register(),
+            xrc: xrc.defaults.take(),
         })
+    }
+}
+
+/// Creates an XRC target QP of domain `xrcdn` as Linux 6.12 qp.c `create_xrc_tgt_qp` does:
+/// `st` XRC, `rq_type` SRQ naming the domain's default SRQ `s0`, `no_sq`, no UAR, no pages, no
+/// doorbell record, both CQs the domain's placeholder `cq`, PD `pd` the domain's.
+pub(crate) fn create_xrc_tgt<'p, 'd, H: Hal>(
+    pd: &'p Pd<'d, H>,
+    xrcdn: u32,
+    s0: u32,
+    cq: &Cq<'d, H>,
+) -> Result<Qp<'p, 'd, H>, Error> {
+    let dev = pd.dev;
+    // Never handed to the device: the QP's mark of life (see `Drop`).
+    let mark = dev.hal.dma_alloc(64, 64)?.share();
+    let book_mem = dev.hal.dma_alloc(Book::<H>::bytes(0, 0), 64)?.share();
+    if !dev.books.read().has_room(1) {
+        return Err(qp_count_exceeded());
+    }
+    let cqn = cq.cqn().raw();
+    let mut i = [0u8; CreateQpIn::BYTES];
+    input::<CreateQp>(&mut i)?
+        .sub(create_qp_in::qpc)
+        .set(qpc::st, qpc_st::XRC)
+        .set(qpc::pm_state, qpc_pm_state::MIGRATED)
+        .set(qpc::pd, pd.pdn().raw())
+        .set(qpc::no_sq, 1u8)
+        .set(qpc::rq_type, qpc_rq_type::SRQ_RQ)
+        .set(qpc::cqn_snd, cqn)
+        .set(qpc::cqn_rcv, cqn)
+        .set(qpc::srqn_rmpn_xrqn, s0)
+        .set(qpc::xrcd, xrcdn);
+    let mut o = [0u8; CreateQpOut::BYTES];
+    dev.exec::<CreateQp>(&mut i, &mut o)?;
+    let qpn = Qpn(View::<CreateQpOut>::new_checked(&o)?.get32(create_qp_out::qpn));
+    let book = Book {
+        mem: book_mem,
+        log_sq: 0,
+        log_rq: 0,
+        sq_tail: core::sync::atomic::AtomicU16::new(0),
+        rq_tail: core::sync::atomic::AtomicU16::new(0),
+    };
+    if let Err(e) = register(dev, qpn, book, [cqn, cqn]) {
+        let spare = dev.hal.dma_alloc(64, 64)?.share();
+        destroy_unregistered(dev, qpn, [mark, spare]);
+        return Err(e);
+    }
+    Ok(xrc_tgt_from_parts(
+        pd,
+        qpn,
+        cqn,
+        (QpState::Reset, QpAttr::default()),
+        Some(mark),
+    ))
+}
+
+/// An XRC target QP of `pd` completing (nothing) on `cqn`, in `state` with `attr`, as a
+/// [`Qp`]. Without `mark` it destroys nothing when dropped: a view of a QP held elsewhere (a
+/// domain's shared target QPs) for one modify or query; [`Qp::into_xrc_parts`] gives the
+/// parts back.
+pub(crate) fn xrc_tgt_from_parts<'p, 'd, H: Hal>(
+    pd: &'p Pd<'d, H>,
+    qpn: Qpn,
+    cqn: u32,
+    (state, attr): (QpState, QpAttr),
+    mark: Option<SharedDma<H::Dma>>,
+) -> Qp<'p, 'd, H> {
+    Qp {
+        pd,
+        qpn,
+        qp_type: QpType::XrcTgt,
+        state,
+        cqns: (cqn, cqn),
+        buf: mark,
+        dbr: None,
+        cap: QpCap::default(),
+        log_sq_bbs: 0,
+        log_rq: 0,
+        rq_shift: 4,
+        fm_ce_se: 0,
+        attr,
+        sq_cur: 0,
+        rq_head: 0,
+        bf_offset: 0,
+        bf_half: 0,
+        bf_register: 0,
+        xrc: None,
     }
 }
 
@@ -414,8 +552,8 @@ fn register<H: Hal>(dev: &Device<H>, qpn: Qpn, book: Book<H>, cqns: [u32; 2]) ->
 }
 
 /// DESTROY_QP for a QP that never made it into the tables; its rings are leaked if the
-/// command fails (the device may still use them).
-fn destroy_unregistered<H: Hal>(dev: &Device<H>, qpn: Qpn, rings: [SharedDma<H::Dma>; 2]) {
+/// command fails (the device may still use them). Whether it was destroyed.
+fn destroy_unregistered<H: Hal>(dev: &Device<H>, qpn: Qpn, rings: [SharedDma<H::Dma>; 2]) -> bool {
     let mut i = [0u8; DestroyQpIn::BYTES];
     let mut o = [0u8; DestroyQpOut::BYTES];
     let done = input::<DestroyQp>(&mut i)
@@ -428,7 +566,9 @@ fn destroy_unregistered<H: Hal>(dev: &Device<H>, qpn: Qpn, rings: [SharedDma<H::
         for r in rings {
             r.leak();
         }
+        return false;
     }
+    true
 }
 
 /// `log2` of a count of outstanding RDMA reads/atomics, as the QP context wants it.
@@ -444,6 +584,12 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
     /// The QP number.
     pub fn qpn(&self) -> Qpn {
         self.qpn
+    }
+
+    /// Takes the QP apart without destroying it: its state, attributes and mark of life (see
+    /// [`xrc_tgt_from_parts`]).
+    pub(crate) fn into_xrc_parts(mut self) -> (QpState, QpAttr, Option<SharedDma<H::Dma>>) {
+        (self.state, self.attr, self.buf.take())
     }
 
     /// The transport.
@@ -745,7 +891,7 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
         };
         let mask = match self.qp_type {
             QpType::Ud => QpAttrMask::STATE,
-            QpType::Uc => {
+            QpType::Uc | QpType::XrcIni => {
                 QpAttrMask::STATE
                     | QpAttrMask::AV
                     | QpAttrMask::PATH_MTU
@@ -780,7 +926,8 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
             ..QpAttr::default()
         };
         let mask = match self.qp_type {
-            QpType::Rc => {
+            QpType::XrcTgt => QpAttrMask::STATE | QpAttrMask::SQ_PSN | QpAttrMask::TIMEOUT,
+            QpType::Rc | QpType::XrcIni => {
                 QpAttrMask::STATE
                     | QpAttrMask::SQ_PSN
                     | QpAttrMask::TIMEOUT
@@ -810,6 +957,10 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
                 }
                 None => {}
             }
+        }
+        drop(ctl);
+        if let Some(x) = self.xrc.take() {
+            x.release(dev);
         }
         Ok(())
     }
@@ -897,6 +1048,9 @@ impl<H: Hal> Drop for Qp<'_, '_, H> {
             }
             if let Some(b) = self.dbr.take() {
                 b.leak();
+            }
+            if let Some(x) = self.xrc.take() {
+                x.leak();
             }
         }
     }

@@ -20,8 +20,10 @@ fn invalid(what: Invalid) -> Error {
     Error::InvalidArgument { what }
 }
 
-/// Send requests being written into one QP's send queue; see [`Qp::send_batch`].
-pub struct SendBatch<'b> {
+/// Send requests being written into one QP's send queue; see [`Qp::send_batch`]. With `XRC`,
+/// an XRC initiator's ([`Qp::send_batch_xrc`]): every WQE carries the XRC segment, decided at
+/// compile time so other QPs' requests pay nothing for it.
+pub struct SendBatch<'b, const XRC: bool = false> {
     sq: Slots<'b, WQEBB>,
     /// Per WQEBB: the request's `wr_id` at 0 and the WQEBB counter after it at 8.
     book: Slots<'b, 16>,
@@ -48,7 +50,12 @@ pub struct SendBatch<'b> {
     /// First 8 bytes of the last control segment (the doorbell's value); 0 while nothing is
     /// written (a control word holds the QPN and a DS count of at least 1).
     last_ctrl: u64,
+    /// With `XRC`: the XRC segment's remote SRQ number ([`NO_SRQN`] until set).
+    xrc_srqn: u32,
 }
+
+/// [`SendBatch::xrc_srqn`] before [`SendBatch::set_xrc_srqn`]: wider than an SRQ number.
+const NO_SRQN: u32 = u32::MAX;
 
 // Operation classes: what the QP type must allow and which segments a request needs.
 const SEND: u8 = 0;
@@ -100,7 +107,24 @@ impl<'a> Req<'a> {
     }
 }
 
-impl SendBatch<'_> {
+impl SendBatch<'_, true> {
+    /// Names the XRC SRQ at the target the following requests of this batch are delivered
+    /// through (`ibv_wr_set_xrc_srqn`; `wr.xrc_remote_srq_num` of seed 001, rdma-core's
+    /// `wr.qp_type.xrc.remote_srqn`): the number stays for every later request of the batch
+    /// until set again. Requests are refused until it is set.
+    ///
+    /// # Errors
+    /// [`Invalid::XrcRemoteSrq`] for a number wider than 24 bits.
+    pub fn set_xrc_srqn(&mut self, remote_srqn: u32) -> Result<(), Error> {
+        if remote_srqn > 0xff_ffff {
+            return Err(invalid(Invalid::XrcRemoteSrq));
+        }
+        self.xrc_srqn = remote_srqn;
+        Ok(())
+    }
+}
+
+impl<const XRC: bool> SendBatch<'_, XRC> {
     /// Checks `wr` against the QP and writes it into the ring (`ibv_post_send` for one
     /// request). Nothing is written for a refused request.
     ///
@@ -303,13 +327,19 @@ impl SendBatch<'_> {
         if CLASS == ATOMIC && (r.sges.len() != 1 || r.sges[0].length < 8) {
             return Err(invalid(Invalid::TooManySge));
         }
-        // 16-byte units after the control segment: datagram, then raddr, then atomic.
-        let addr_units = match (r.ud, CLASS) {
-            (Some(_), _) => 3,
-            (None, SEND) => 0,
-            (None, ATOMIC) => 2,
-            (None, _) => 1,
-        };
+        if XRC && self.xrc_srqn == NO_SRQN {
+            return Err(invalid(Invalid::XrcRemoteSrq));
+        }
+        // 16-byte units after the control segment: datagram or XRC segment, then raddr, then
+        // atomic.
+        let x = if XRC { 16 } else { 0 };
+        let addr_units = x / 16
+            + match (r.ud, CLASS) {
+                (Some(_), _) => 3,
+                (None, SEND) => 0,
+                (None, ATOMIC) => 2,
+                (None, _) => 1,
+            };
         let ds = 1 + addr_units + data_units;
         // WQEBBs of 4 units (`(ds + 3) / 4`; div_ceil costs a remainder test here).
         let bbs = ((ds + 3) >> 2) as u16;
@@ -322,14 +352,20 @@ impl SendBatch<'_> {
             | u64::from(self.qpn8 | ds as u32);
         s0.write64(0, ctrl);
         s0.write64(8, (u64::from(fm_ce_se) << 32) | u64::from(r.imm));
+        // rdma-core 56 qp.c `_mlx5_post_send` (IBV_QPT_XRC_SEND): the XRC segment
+        // (`xrc_srqn`, 12 reserved bytes) right after the control segment.
+        if XRC {
+            s0.write64(16, u64::from(self.xrc_srqn) << 32);
+            s0.write64(24, 0);
+        }
         if let Some(ud) = r.ud {
             write_datagram(s0, ud);
         } else if CLASS != SEND {
-            s0.write64(16, r.raddr);
-            s0.write64(24, u64::from(r.rkey) << 32);
+            s0.write64(16 + x, r.raddr);
+            s0.write64(24 + x, u64::from(r.rkey) << 32);
             if CLASS == ATOMIC {
-                s0.write64(32, r.operands.0);
-                s0.write64(40, r.operands.1);
+                s0.write64(32 + x, r.operands.0);
+                s0.write64(40 + x, r.operands.1);
             }
         }
         let data = 16 * (1 + addr_units);
@@ -477,6 +513,36 @@ impl<H: Hal> Qp<'_, '_, H> {
     /// [`Error::InvalidArgument`] when the QP is not in RTS or SQD; [`Error::NotUp`] for a QP
     /// whose device is gone. `f` is not run then.
     pub fn send_batch<R>(&mut self, f: impl FnOnce(&mut SendBatch<'_>) -> R) -> Result<R, Error> {
+        match self.qp_type() {
+            // Its requests name their XRC SRQ: `send_batch_xrc`.
+            QpType::XrcIni => Err(invalid(Invalid::XrcRemoteSrq)),
+            // No send queue.
+            QpType::XrcTgt => Err(invalid(Invalid::OpcodeForQpType)),
+            _ => self.batch(f),
+        }
+    }
+
+    /// [`send_batch`](Qp::send_batch) for an XRC initiator: every request carries the XRC
+    /// segment naming the SRQ [`SendBatch::set_xrc_srqn`] set.
+    ///
+    /// # Errors
+    /// [`Invalid::XrcRemoteSrq`] on a QP that is not an XRC initiator; as
+    /// [`send_batch`](Qp::send_batch).
+    pub fn send_batch_xrc<R>(
+        &mut self,
+        f: impl FnOnce(&mut SendBatch<'_, true>) -> R,
+    ) -> Result<R, Error> {
+        if self.qp_type() != QpType::XrcIni {
+            return Err(invalid(Invalid::XrcRemoteSrq));
+        }
+        self.batch(f)
+    }
+
+    #[inline(always)]
+    fn batch<R, const XRC: bool>(
+        &mut self,
+        f: impl FnOnce(&mut SendBatch<'_, XRC>) -> R,
+    ) -> Result<R, Error> {
         if !matches!(self.state(), QpState::Rts | QpState::Sqd) {
             return Err(invalid(Invalid::QpState));
         }
@@ -490,7 +556,12 @@ impl<H: Hal> Qp<'_, '_, H> {
             return Err(Error::NotUp);
         };
         let size = 1u16 << self.log_sq_bbs;
-        let sq_base = (1usize << self.log_rq) << self.rq_shift;
+        // An XRC initiator has no receive queue before its send queue.
+        let sq_base = if XRC {
+            0
+        } else {
+            (1usize << self.log_rq) << self.rq_shift
+        };
         let sq = ring.slots::<WQEBB>(sq_base, usize::from(size))?;
         let cap = self.cap();
         let mut b = SendBatch {
@@ -511,6 +582,7 @@ impl<H: Hal> Qp<'_, '_, H> {
             max_inline: cap.max_inline_data as usize,
             max_sge: cap.max_send_sge as usize,
             last_ctrl: 0,
+            xrc_srqn: NO_SRQN,
         };
         let r = f(&mut b);
         if b.last_ctrl != 0 {
@@ -572,6 +644,31 @@ mod tests {
             max_inline: 200,
             max_sge: 8,
             last_ctrl: 0,
+            xrc_srqn: NO_SRQN,
+        }
+    }
+
+    /// An XRC initiator's batch over the same rings.
+    fn batch_xrc<'b>(
+        sq: &'b SharedDma<Dma>,
+        book: &'b SharedDma<Dma>,
+        tail: &'b AtomicU16,
+    ) -> SendBatch<'b, true> {
+        let b = batch(sq, book, tail, QpType::Rc, 0);
+        SendBatch {
+            sq: b.sq,
+            book: b.book,
+            tail: b.tail,
+            cur: b.cur,
+            room: b.room,
+            size: b.size,
+            qpn8: b.qpn8,
+            fm_ce_se: b.fm_ce_se,
+            refuse: b.refuse,
+            max_inline: b.max_inline,
+            max_sge: b.max_sge,
+            last_ctrl: b.last_ctrl,
+            xrc_srqn: NO_SRQN,
         }
     }
 
@@ -590,6 +687,60 @@ mod tests {
             flags,
             ud: None,
         }
+    }
+
+    #[test]
+    fn an_xrc_request_carries_the_xrc_segment_before_the_remote_address() {
+        use bareverbs_firmware_cmd::ifc::{
+            wqe_data_seg, wqe_raddr_seg, wqe_xrc_seg, WqeDataSeg, WqeRaddrSeg, WqeXrcSeg,
+        };
+        let hal = SimHal::synchronous();
+        let (sq, book) = rings(&hal);
+        sq.fill(0, 256, 0xee).unwrap();
+        let tail = AtomicU16::new(0);
+        let mut b = batch_xrc(&sq, &book, &tail);
+        let sg = [Sge {
+            addr: 0x1_0000_2000,
+            length: 300,
+            lkey: Lkey(0x55),
+        }];
+        let mut w = wr(
+            SendOp::RdmaWrite {
+                remote_addr: 0x7_0000_0040,
+                rkey: 0x99,
+            },
+            SendFlags::SIGNALED,
+        );
+        w.sg_list = &sg;
+        // No remote SRQ number yet: refused, nothing written.
+        assert_eq!(b.post(&w), Err(invalid(Invalid::XrcRemoteSrq)));
+        assert_eq!(ring_bytes(&sq), [0xee; 256]);
+        assert_eq!(b.set_xrc_srqn(1 << 24), Err(invalid(Invalid::XrcRemoteSrq)));
+        b.set_xrc_srqn(0xab_cdef).unwrap();
+        b.post(&w).unwrap();
+        let bytes = ring_bytes(&sq);
+        let ctrl = View::<WqeCtrlSeg>::new_checked(&bytes[..16]).unwrap();
+        // rdma-core 56 qp.c `_mlx5_post_send` (IBV_QPT_XRC_SEND): control, XRC segment,
+        // remote address, data: 4 units.
+        assert_eq!(ctrl.get(wqe_ctrl_seg::ds), 4);
+        let x = View::<WqeXrcSeg>::new_checked(&bytes[16..32]).unwrap();
+        assert_eq!(x.get(wqe_xrc_seg::xrc_srqn), 0xab_cdef);
+        assert_eq!(&bytes[20..32], &[0u8; 12], "reserved bytes cleared");
+        let r = View::<WqeRaddrSeg>::new_checked(&bytes[32..48]).unwrap();
+        assert_eq!(r.get(wqe_raddr_seg::raddr), 0x7_0000_0040);
+        assert_eq!(r.get(wqe_raddr_seg::rkey), 0x99);
+        let d = View::<WqeDataSeg>::new_checked(&bytes[48..64]).unwrap();
+        assert_eq!(d.get(wqe_data_seg::byte_count), 300);
+        assert_eq!(d.get(wqe_data_seg::addr), 0x1_0000_2000);
+        // A SEND: control, XRC segment, data.
+        b.send(8, SendFlags::SIGNALED, &sg).unwrap();
+        let bytes = ring_bytes(&sq);
+        let ctrl = View::<WqeCtrlSeg>::new_checked(&bytes[64..80]).unwrap();
+        assert_eq!(ctrl.get(wqe_ctrl_seg::ds), 3);
+        let x = View::<WqeXrcSeg>::new_checked(&bytes[80..96]).unwrap();
+        assert_eq!(x.get(wqe_xrc_seg::xrc_srqn), 0xab_cdef);
+        let d = View::<WqeDataSeg>::new_checked(&bytes[96..112]).unwrap();
+        assert_eq!(d.get(wqe_data_seg::byte_count), 300);
     }
 
     #[test]

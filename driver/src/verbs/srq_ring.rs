@@ -1,0 +1,172 @@
+//! The receive ring of a shared receive queue (linked-list WQEs; PRM "Shared Receive Queue"):
+//! receives posted at the head as rdma-core 56 providers/mlx5/srq.c `mlx5_post_srq_recv`
+//! posts them (the 16-byte next segment, data segments, an invalid-lkey entry ending a short
+//! list, the WQE counter in the doorbell record's first word), and each WQE relinked at the
+//! tail as soon as its completion is polled (rdma-core 56 marks it free and relinks free WQEs
+//! only when the list runs out, `set_next_tail`; either way the device follows one list). The `wr_id` of every WQE is kept by index for
+//! the poll, in HAL memory the device is never given; the device-wide table of these books
+//! lets [`Cq::poll`](crate::verbs::Cq::poll) find an SRQ by the number its CQE carries.
+
+use bareverbs_firmware_cmd::ifc::{wqe_srq_next_seg, INVALID_LKEY};
+use bareverbs_hal::{dma_wmb, Hal, SharedDma};
+use bitflags::bitflags;
+
+use crate::error::{Error, Invalid};
+use crate::table::Table;
+use crate::verbs::post::{PostError, RecvWr};
+
+/// SRQs a device holds at once with the inline tables (`alloc` feature: the device's limit).
+pub(crate) const INLINE_SRQS: usize = 16;
+
+/// The table of SRQ books, by SRQ number.
+pub(crate) type SrqBooks<H> = Table<SrqBook<H>, INLINE_SRQS>;
+
+/// SRQ attributes (`struct ibv_srq_attr`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct SrqAttr {
+    /// Outstanding receives the SRQ holds.
+    pub max_wr: u32,
+    /// Scatter/gather entries per receive.
+    pub max_sge: u32,
+    /// The limit: when fewer receives than this remain, the SRQ limit event fires once (0:
+    /// not armed).
+    pub srq_limit: u32,
+}
+
+bitflags! {
+    /// Which [`SrqAttr`] fields a modify changes (`enum ibv_srq_attr_mask`).
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+    pub struct SrqAttrMask: u32 {
+        /// Resize (`IBV_SRQ_MAX_WR`): mlx5 cannot (Linux mlx5_ib `mlx5_ib_modify_srq` refuses
+        /// it with EINVAL).
+        const MAX_WR = 1 << 0;
+        /// Arm the limit (`IBV_SRQ_LIMIT`).
+        const LIMIT = 1 << 1;
+    }
+}
+
+/// Head, tail and WQE counter of a ring.
+struct Ends {
+    head: u16,
+    tail: u16,
+    counter: u16,
+}
+
+/// One SRQ's ring and book.
+pub(crate) struct SrqBook<H: Hal> {
+    ring: SharedDma<H::Dma>,
+    dbr: SharedDma<H::Dma>,
+    /// `wr_id` of the receive in each WQE, 8 bytes each, in the CPU's byte order.
+    ids: SharedDma<H::Dma>,
+    log_size: u8,
+    /// log2 of the WQE stride in bytes.
+    log_stride: u8,
+    max_sge: u32,
+    ends: spin::Mutex<Ends>,
+}
+
+impl<H: Hal> SrqBook<H> {
+    /// The book of a ring of `1 << log_size` WQEs of `1 << log_stride` bytes, linked 0 → 1 → …
+    /// → last (rdma-core 56 srq.c `mlx5_alloc_srq_buf`: head 0, tail the last WQE, whose next
+    /// is set when a freed WQE is linked after it); `ids` holds 8 bytes per WQE.
+    pub(crate) fn new(
+        [ring, dbr, ids]: [SharedDma<H::Dma>; 3],
+        log_size: u8,
+        log_stride: u8,
+    ) -> Self {
+        SrqBook {
+            ring,
+            dbr,
+            ids,
+            log_size,
+            log_stride,
+            max_sge: ((1u32 << log_stride) - 16) / 16,
+            ends: spin::Mutex::new(Ends {
+                head: 0,
+                tail: (1u16 << log_size) - 1,
+                counter: 0,
+            }),
+        }
+    }
+
+    /// The ring and doorbell record, handed back.
+    pub(crate) fn ring_parts(self) -> (SharedDma<H::Dma>, SharedDma<H::Dma>) {
+        (self.ring, self.dbr)
+    }
+
+    /// Leaks the ring and doorbell record (the device may still use them).
+    pub(crate) fn leak(self) {
+        self.ring.leak();
+        self.dbr.leak();
+    }
+
+    fn next_at(&self, index: u16) -> usize {
+        (usize::from(index) << self.log_stride) + wqe_srq_next_seg::next_wqe_index.bit / 8
+    }
+
+    fn mask(&self) -> u16 {
+        ((1u32 << self.log_size) - 1) as u16
+    }
+
+    /// Posts `wrs` (`ibv_post_srq_recv`): one doorbell record update for all of them.
+    pub(crate) fn post(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        let Ok(ids) = self.ids.slots::<8>(0, 1 << self.log_size) else {
+            return Err(PostError {
+                index: 0,
+                error: Error::NotUp,
+            });
+        };
+        let mut e = self.ends.lock();
+        let start = e.counter;
+        let mut result = Ok(());
+        for (index, wr) in wrs.iter().enumerate() {
+            let at = |error| PostError { index, error };
+            if wr.sg_list.len() as u32 > self.max_sge {
+                result = Err(at(Error::InvalidArgument {
+                    what: Invalid::TooManySge,
+                }));
+                break;
+            }
+            // The tail WQE stays linked in: the list is full when the head reaches it.
+            if e.head == e.tail {
+                result = Err(at(Error::QueueFull));
+                break;
+            }
+            let idx = e.head;
+            let base = usize::from(idx) << self.log_stride;
+            let next = self.ring.read16(self.next_at(idx)) & self.mask();
+            for (k, s) in wr.sg_list.iter().enumerate() {
+                let o = base + 16 * (k + 1);
+                self.ring
+                    .write64(o, (u64::from(s.length) << 32) | u64::from(s.lkey.raw()));
+                self.ring.write64(o + 8, s.addr);
+            }
+            if (wr.sg_list.len() as u32) < self.max_sge {
+                let o = base + 16 * (wr.sg_list.len() + 1);
+                self.ring.write64(o, u64::from(INVALID_LKEY));
+                self.ring.write64(o + 8, 0);
+            }
+            ids.slot(usize::from(idx)).write_ne64(0, wr.wr_id);
+            e.head = next;
+            e.counter = e.counter.wrapping_add(1);
+        }
+        if e.counter != start {
+            // ORDERING: the WQEs before the doorbell record that publishes them.
+            dma_wmb();
+            self.dbr.write32(0, u32::from(e.counter));
+        }
+        result
+    }
+
+    /// The `wr_id` of the receive in WQE `index`, whose completion was just polled; the WQE
+    /// goes back to the free list at the tail (rdma-core `mlx5_free_srq_wqe`).
+    pub(crate) fn complete(&self, index: u16) -> u64 {
+        let index = index & self.mask();
+        let id = self.ids.read_ne64(usize::from(index) * 8);
+        let mut e = self.ends.lock();
+        self.ring.write16(self.next_at(e.tail), index);
+        e.tail = index;
+        id
+    }
+}
