@@ -121,6 +121,7 @@ impl<H: Hal> Device<H> {
                 key_byte: 0,
                 cq_users: crate::table::Table::new(),
                 cq_events: crate::table::Table::new(),
+                srq_users: crate::table::Table::new(),
             }),
             books: spin::RwLock::new(crate::verbs::book::Books::new()),
             srq_books: spin::RwLock::new(crate::verbs::srq_ring::SrqBooks::new()),

@@ -291,6 +291,8 @@ pub(crate) struct Control<H: Hal> {
     pub(crate) key_byte: u8,
     /// How many QPs complete into each CQ (a CQ in use cannot be destroyed).
     pub(crate) cq_users: crate::table::Table<u32, { 2 * crate::verbs::book::INLINE_QPS }>,
+    /// How many QPs take receives from each SRQ (an SRQ in use cannot be destroyed).
+    pub(crate) srq_users: crate::table::Table<u32, { crate::verbs::srq_ring::INLINE_SRQS }>,
     /// Completion events of the CQs without a channel, counted per CQ (never dropped).
     pub(crate) cq_events:
         crate::table::Table<crate::verbs::comp_channel::CqEvents, { crate::verbs::cq::CQ_TABLE }>,

@@ -194,7 +194,8 @@ impl<H: Hal> Qp<'_, '_, H> {
             return Err(at(0)(invalid(Invalid::QpState)));
         }
         // XRC QPs receive through the XRC SRQ each request names (see `verbs::xrc`).
-        if matches!(self.qp_type(), QpType::XrcIni | QpType::XrcTgt) {
+        // A QP on an SRQ receives through it (`Srq::post_recv`).
+        if matches!(self.qp_type(), QpType::XrcIni | QpType::XrcTgt) || self.srqn.is_some() {
             return Err(at(0)(invalid(Invalid::NoReceiveQueue)));
         }
         let dev = self.device();

@@ -56,6 +56,9 @@ pub struct QpInitAttr<'c, 'd, H: Hal> {
     pub cap: QpCap,
     /// Every send request completes with a CQE, signaled or not.
     pub sq_sig_all: bool,
+    /// The SRQ the QP takes its receives from (`srq`): it then has no receive queue of its
+    /// own (`max_recv_wr`/`max_recv_sge` are ignored, `post_recv` refused). RC, UC and UD.
+    pub srq: Option<&'c crate::verbs::srq::Srq<'c, 'd, H>>,
 }
 
 /// Path MTU (`enum ibv_mtu`).
@@ -189,6 +192,8 @@ pub struct Qp<'p, 'd, H: Hal> {
     pub(crate) bf_register: usize,
     /// An XRC initiator's default SRQ and domain (see `verbs::xrc`), destroyed with it.
     pub(crate) xrc: Option<crate::verbs::xrc::XrcDefaults<H>>,
+    /// The SRQ it takes receives from.
+    pub(crate) srqn: Option<u32>,
 }
 
 impl<'c, 'd, H: Hal> QpInitAttr<'c, 'd, H> {
@@ -208,6 +213,7 @@ impl<'c, 'd, H: Hal> QpInitAttr<'c, 'd, H> {
             recv_cq,
             cap,
             sq_sig_all: false,
+            srq: None,
         }
     }
 }
@@ -263,8 +269,22 @@ impl<'d, H: Hal> Pd<'d, H> {
                 what: Invalid::UnsupportedQpType,
             });
         }
-        // An XRC initiator has no receive queue (Linux 6.12 qp.c: no RQ for IB_QPT_XRC_INI).
-        let c = if ini {
+        if let Some(srq) = attr.srq {
+            if !core::ptr::eq(srq.device(), dev) {
+                return Err(Error::InvalidArgument {
+                    what: Invalid::ForeignObject,
+                });
+            }
+            if ini {
+                return Err(Error::InvalidArgument {
+                    what: Invalid::UnsupportedQpType,
+                });
+            }
+        }
+        // An XRC initiator has no receive queue (Linux 6.12 qp.c: no RQ for IB_QPT_XRC_INI),
+        // nor has a QP on an SRQ.
+        let no_rq = ini || attr.srq.is_some();
+        let c = if no_rq {
             QpCap {
                 max_recv_wr: 0,
                 max_recv_sge: 0,
@@ -300,7 +320,7 @@ impl<'d, H: Hal> Pd<'d, H> {
         let rq_shift = rq_wqe.trailing_zeros() as u8;
         let log_rq = log2_ceil(c.max_recv_wr.max(1));
         limit(Limit::QpWr, 1 << log_sq_bbs.max(log_rq), caps.max_qp_wr)?;
-        let rq_bytes = if ini {
+        let rq_bytes = if no_rq {
             0
         } else {
             (1usize << log_rq) << rq_shift
@@ -363,6 +383,18 @@ impl<'d, H: Hal> Pd<'d, H> {
                 .set(qpc::cqn_snd, scqn)
                 .set(qpc::cqn_rcv, rcqn)
                 .set(qpc::dbr_addr, dbr.iova().0);
+            if let Some(srq) = attr.srq {
+                // Receives from the SRQ (Linux 6.12 qp.c `create_qp_common`: `rq_type` SRQ, the
+                // SRQ's number, a domain); user index 0xffffff so that CQEs carry the SRQ
+                // number (CQE version 0 for this QP) and the poll finds the SRQ's wr_id.
+                v.sub(create_qp_in::qpc)
+                    .set(qpc::rq_type, qpc_rq_type::SRQ_RQ)
+                    .set(qpc::log_rq_size, 0u8)
+                    .set(qpc::log_rq_stride, 0u8)
+                    .set(qpc::srqn_rmpn_xrqn, srq.srqn())
+                    .set(qpc::xrcd, srq.xrcdn())
+                    .set(qpc::user_index, crate::verbs::xrc::CQE_V0_UIDX);
+            }
             if let Some(d) = &xrc.defaults {
                 v.sub(create_qp_in::qpc)
                     .set(qpc::rq_type, qpc_rq_type::SRQ_RQ)
@@ -395,9 +427,9 @@ impl<'d, H: Hal> Pd<'d, H> {
         }
         let cap = QpCap {
             max_send_wr: (1u32 << log_sq_bbs) / bbs_per_wr,
-            max_recv_wr: if ini { 0 } else { 1 << log_rq },
+            max_recv_wr: if no_rq { 0 } else { 1 << log_rq },
             max_send_sge: c.max_send_sge.max(data / 16),
-            max_recv_sge: if ini { 0 } else { rq_wqe / 16 },
+            max_recv_sge: if no_rq { 0 } else { rq_wqe / 16 },
             max_inline_data: data - 4,
         };
         Ok(Qp {
@@ -423,6 +455,10 @@ impl<'d, H: Hal> Pd<'d, H> {
             bf_half: (1usize << caps.log_bf_reg_size) / 2,
             bf_register: uar.bf_register(),
             xrc: xrc.defaults.take(),
+            srqn: attr.srq.map(|s| {
+                s.add_user();
+                s.srqn()
+            }),
         })
     }
 }
@@ -511,6 +547,7 @@ pub(crate) fn xrc_tgt_from_parts<'p, 'd, H: Hal>(
         bf_half: 0,
         bf_register: 0,
         xrc: None,
+        srqn: None,
     }
 }
 
@@ -957,6 +994,9 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
                 }
                 None => {}
             }
+        }
+        if let Some(srqn) = self.srqn.take() {
+            crate::verbs::srq::remove_user(&mut ctl, srqn);
         }
         drop(ctl);
         if let Some(x) = self.xrc.take() {

@@ -152,7 +152,7 @@ impl<H: Hal> SrqMem<H> {
     }
 }
 
-fn alloc_xrcdn<H: Hal>(dev: &Device<H>) -> Result<u32, Error> {
+pub(crate) fn alloc_xrcdn<H: Hal>(dev: &Device<H>) -> Result<u32, Error> {
     let mut i = [0u8; AllocXrcdIn::BYTES];
     input::<AllocXrcd>(&mut i)?;
     let mut o = [0u8; AllocXrcdOut::BYTES];
@@ -160,7 +160,7 @@ fn alloc_xrcdn<H: Hal>(dev: &Device<H>) -> Result<u32, Error> {
     Ok(View::<AllocXrcdOut>::new_checked(&o)?.get32(alloc_xrcd_out::xrcd))
 }
 
-fn dealloc_xrcdn<H: Hal>(dev: &Device<H>, xrcdn: u32) -> Result<(), Error> {
+pub(crate) fn dealloc_xrcdn<H: Hal>(dev: &Device<H>, xrcdn: u32) -> Result<(), Error> {
     let mut i = [0u8; DeallocXrcdIn::BYTES];
     input::<DeallocXrcd>(&mut i)?.set(dealloc_xrcd_in::xrcd, xrcdn);
     let mut o = [0u8; DeallocXrcdOut::BYTES];
