@@ -122,7 +122,9 @@ impl<H: Hal> Device<H> {
                 cq_users: crate::table::Table::new(),
                 cq_events: crate::table::Table::new(),
                 srq_users: crate::table::Table::new(),
+                cq_purges: crate::table::Table::new(),
             }),
+            purge_epoch: core::sync::atomic::AtomicU32::new(0),
             books: spin::RwLock::new(crate::verbs::book::Books::new()),
             srq_books: spin::RwLock::new(crate::verbs::srq_ring::SrqBooks::new()),
         };

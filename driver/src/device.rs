@@ -269,6 +269,9 @@ pub struct Device<H: Hal> {
     pub(crate) ctl: spin::Mutex<Control<H>>,
     /// Per-QP bookkeeping shared by posting and polling (never by commands).
     pub(crate) books: spin::RwLock<crate::verbs::book::Books<H>>,
+    /// Bumped when completions of a destroyed or reset QP wait in `Control::cq_purges` for
+    /// their CQ's next poll (see `verbs/cq_clean.rs`).
+    pub(crate) purge_epoch: core::sync::atomic::AtomicU32,
     /// Receive rings of the SRQs, by SRQ number, for posting and polling.
     pub(crate) srq_books: spin::RwLock<crate::verbs::srq_ring::SrqBooks<H>>,
 }
@@ -291,6 +294,9 @@ pub(crate) struct Control<H: Hal> {
     pub(crate) key_byte: u8,
     /// How many QPs complete into each CQ (a CQ in use cannot be destroyed).
     pub(crate) cq_users: crate::table::Table<u32, { 2 * crate::verbs::book::INLINE_QPS }>,
+    /// Completions of destroyed or reset QPs each CQ drops at its next poll.
+    pub(crate) cq_purges:
+        crate::table::Table<crate::verbs::cq_clean::Purges, { crate::verbs::cq::CQ_TABLE }>,
     /// How many QPs take receives from each SRQ (an SRQ in use cannot be destroyed).
     pub(crate) srq_users: crate::table::Table<u32, { crate::verbs::srq_ring::INLINE_SRQS }>,
     /// Completion events of the CQs without a channel, counted per CQ (never dropped).

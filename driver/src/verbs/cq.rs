@@ -2,6 +2,8 @@
 //! the CQE ring and its doorbell record in DMA memory, polled by owner bit (mlx5-reference
 //! 04 §5–8; rdma-core `mlx5_poll_cq`, `mlx5_arm_cq`).
 
+use core::sync::atomic::Ordering;
+
 use bareverbs_firmware_cmd::commands::{CreateCq, DestroyCq, ModifyCq};
 use bareverbs_firmware_cmd::ifc::*;
 use bareverbs_firmware_cmd::{Cqn, Layout, View};
@@ -14,6 +16,7 @@ use crate::table::Table;
 use crate::uar::Uar;
 use crate::verbs::book::{BookView, Books};
 use crate::verbs::comp_channel::{cq_count, CompChannel, CqEvents, CHANNEL_CQS};
+use crate::verbs::cq_clean::{before, Purges};
 use crate::verbs::ring_pages::{alloc_ring, RingPages, MAX_PAGE};
 use crate::verbs::wc::{Wc, WcFlags, WcOpcode, WcStatus};
 
@@ -41,6 +44,10 @@ pub struct Cq<'d, H: Hal> {
     ci: u32,
     channel: Option<&'d CompChannel<'d, H>>,
     context: u64,
+    /// The device's purge epoch this CQ last looked at, and the QPs whose completions it
+    /// drops (see `cq_clean.rs`).
+    purge_seen: u32,
+    purges: Purges,
 }
 
 /// What to create (`ibv_create_cq`'s arguments).
@@ -146,6 +153,8 @@ impl<H: Hal> Device<H> {
             ci: 0,
             channel: attr.channel,
             context: attr.cq_context,
+            purge_seen: self.purge_epoch.load(Ordering::Acquire),
+            purges: Purges::new(),
         };
         // A CQ without a channel gets its event counts when first armed.
         let registered = match attr.channel {
@@ -368,6 +377,75 @@ impl<H: Hal> Cq<'_, H> {
     /// Work-request ids come from the QP's book; a completion for a QP this driver does not
     /// know carries `wr_id` 0.
     pub fn poll(&mut self, wc: &mut [Wc]) -> usize {
+        // Completions of a destroyed or reset QP to drop first: one load says whether any.
+        if self.purge_seen != self.dev.purge_epoch.load(Ordering::Acquire)
+            || !self.purges.is_empty()
+        {
+            return self.poll_purging(wc);
+        }
+        self.poll_run(wc)
+    }
+
+    /// Polls while completions of gone QPs may be in the ring: each is dropped, the others
+    /// are returned in order.
+    #[cold]
+    fn poll_purging(&mut self, wc: &mut [Wc]) -> usize {
+        self.purge_seen = self.dev.purge_epoch.load(Ordering::Acquire);
+        self.dev.take_purges(self.cqn.raw(), &mut self.purges);
+        let mut n = 0;
+        loop {
+            self.skip_purged();
+            if self.purges.is_empty() {
+                return n + self.poll_run(&mut wc[n..]);
+            }
+            if n == wc.len() {
+                return n;
+            }
+            match self.poll_run(&mut wc[n..n + 1]) {
+                0 => return n,
+                got => n += got,
+            }
+        }
+    }
+
+    /// Consumes the completions at the head of the ring that belong to purged QPs, and
+    /// forgets purges the consumer index has passed.
+    fn skip_purged(&mut self) {
+        let start = self.ci;
+        loop {
+            let at = ((self.ci & ((1 << self.log_size) - 1)) as usize) * CQE_BYTES;
+            let ring = self.ring();
+            let op_own = ring.read8(at + CQE_BYTES - 1);
+            if get_cqe_opcode(op_own) == u8::from(CqeOpcode::Invalid)
+                || !cqe_is_sw_owned(op_own, self.ci, self.log_size)
+            {
+                break;
+            }
+            // ORDERING: the owner bit before the body.
+            dma_rmb();
+            let qpn = cqe_qpn(ring.read32(at + SOP_DROP_QPN));
+            let ci = self.ci;
+            if !self
+                .purges
+                .iter()
+                .any(|&(q, until)| q == qpn && before(ci, until))
+            {
+                break;
+            }
+            self.ci = self.ci.wrapping_add(1);
+        }
+        let ci = self.ci;
+        self.purges.retain(|&(_, until)| before(ci, until));
+        if self.ci != start {
+            // ORDERING: the CQEs are read before the device may reuse them.
+            dma_wmb();
+            self.dbr().write32(cq_dbr::SET_CI, cq_set_ci_word(self.ci));
+        }
+    }
+
+    /// The polling loop proper.
+    #[inline(always)]
+    fn poll_run(&mut self, wc: &mut [Wc]) -> usize {
         let Some(Ok(ring)) = self
             .buf
             .as_ref()
@@ -613,6 +691,7 @@ impl<H: Hal> Cq<'_, H> {
 
     fn forget_events(&self) {
         let cqn = self.cqn.raw();
+        self.dev.ctl.lock().cq_purges.remove(&cqn);
         match self.channel {
             Some(ch) => {
                 ch.state.lock().cqs.remove(&cqn);
@@ -652,6 +731,8 @@ impl<H: Hal> Cq<'_, H> {
     /// [`Error::Busy`] while a QP completes into it, [`Error::EventsUnacknowledged`] while
     /// events read for it are not acknowledged (ibverbs would wait for them forever), or a
     /// command error; the CQ is returned.
+    // The CQ is handed back so the caller can retry; without allocation it cannot be boxed.
+    #[allow(clippy::result_large_err)]
     pub fn destroy(mut self) -> Result<(), (Error, Self)> {
         let count = self.unacked_events();
         if count > 0 {

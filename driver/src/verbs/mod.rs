@@ -48,6 +48,7 @@ pub mod ah;
 pub(crate) mod book;
 pub mod comp_channel;
 pub mod cq;
+pub(crate) mod cq_clean;
 pub mod mr;
 pub mod pd;
 pub mod post;

@@ -815,6 +815,8 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
         self.attr = merged;
         self.state = next;
         if next == QpState::Reset {
+            // Its completions leave its CQs (rdma-core mlx5_modify_qp → __mlx5_cq_clean).
+            dev.purge_qp_completions(self.qpn.raw(), [self.cqns.0, self.cqns.1]);
             // Queues are empty again: counters and the book start over.
             self.sq_cur = 0;
             self.rq_head = 0;
@@ -999,6 +1001,7 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
             crate::verbs::srq::remove_user(&mut ctl, srqn);
         }
         drop(ctl);
+        dev.purge_qp_completions(self.qpn.raw(), [self.cqns.0, self.cqns.1]);
         if let Some(x) = self.xrc.take() {
             x.release(dev);
         }
