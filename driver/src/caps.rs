@@ -81,6 +81,9 @@ pub struct Caps {
     pub ib_atomics: bool,
     /// CQs can be resized.
     pub cq_resize: bool,
+    /// Automatic path migration: alternate paths and `path_mig_state` (`cmd_hca_cap.apm`;
+    /// Linux mlx5_ib's IB_DEVICE_AUTO_PATH_MIG).
+    pub apm: bool,
     /// BlueFlame registers.
     pub bf: bool,
     /// log2 of a BlueFlame register size.
@@ -139,6 +142,7 @@ impl Caps {
             // Known after the atomic group is read (`with_atomic_caps`).
             ib_atomics: false,
             cq_resize: g(c::cq_resize) != 0,
+            apm: g(c::apm) != 0,
             bf: g(c::bf) != 0,
             log_bf_reg_size: g(c::log_bf_reg_size) as u8,
             cqe_version: g(c::cqe_version) as u8,

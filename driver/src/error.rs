@@ -189,6 +189,11 @@ pub enum Invalid {
     AddressVector,
     /// A CQ resize to fewer entries than completions waiting to be polled.
     FewerEntriesThanUnpolled,
+    /// An alternate path or path migration on a device without automatic path migration
+    /// (`cmd_hca_cap.apm` 0).
+    NoPathMigration,
+    /// A query with an empty attribute mask.
+    QueryMask,
     /// A completion vector the CQ cannot use: each completion channel has one (vector 0).
     CompVector,
     /// Acknowledging no events, or more completion events than were read and not yet

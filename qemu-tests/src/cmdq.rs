@@ -58,6 +58,7 @@ impl Hca {
         for qpn in std::mem::take(&mut self.stalled_sqs) {
             self.run_sq(qpn);
         }
+        self.flush_err_rqs();
         let now = self.now_ns();
         let mut i = 0;
         while i < self.pending.len() {

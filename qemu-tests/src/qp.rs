@@ -301,6 +301,22 @@ impl Hca {
         }
     }
 
+    /// Flushes receives posted to QPs already in ERR since the last look: the device reads
+    /// their doorbell records from time to time (IBA 10.3.1: in the Error state posted work
+    /// completes in error; Linux 6.12 mlx5_ib `mlx5_ib_drain_rq` posts a receive to a QP in
+    /// ERR and waits for its flush completion).
+    pub(crate) fn flush_err_rqs(&mut self) {
+        let err: Vec<u32> = self
+            .qps
+            .iter()
+            .filter(|(_, q)| q.state == QpState::Err && !q.no_rq)
+            .map(|(n, _)| *n)
+            .collect();
+        for qpn in err {
+            self.flush_rq(qpn);
+        }
+    }
+
     /// Completes every posted receive of `qpn` with WR_FLUSH_ERR. A QP without an RQ of its
     /// own (zero-length, or receiving through an SRQ) has none.
     fn flush_rq(&mut self, qpn: u32) {

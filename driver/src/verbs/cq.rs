@@ -377,10 +377,9 @@ impl<H: Hal> Cq<'_, H> {
     /// Work-request ids come from the QP's book; a completion for a QP this driver does not
     /// know carries `wr_id` 0.
     pub fn poll(&mut self, wc: &mut [Wc]) -> usize {
-        // Completions of a destroyed or reset QP to drop first: one load says whether any.
-        if self.purge_seen != self.dev.purge_epoch.load(Ordering::Acquire)
-            || !self.purges.is_empty()
-        {
+        // Completions of a destroyed or reset QP to drop first: one load says whether any
+        // (`purge_seen` is kept off the epoch while purges are pending).
+        if self.purge_seen != self.dev.purge_epoch.load(Ordering::Acquire) {
             return self.poll_purging(wc);
         }
         self.poll_run(wc)
@@ -390,8 +389,19 @@ impl<H: Hal> Cq<'_, H> {
     /// are returned in order.
     #[cold]
     fn poll_purging(&mut self, wc: &mut [Wc]) -> usize {
-        self.purge_seen = self.dev.purge_epoch.load(Ordering::Acquire);
+        let epoch = self.dev.purge_epoch.load(Ordering::Acquire);
         self.dev.take_purges(self.cqn.raw(), &mut self.purges);
+        let n = self.poll_skipping(wc);
+        // Purges the consumer index has not passed yet bring the next poll back here.
+        self.purge_seen = if self.purges.is_empty() {
+            epoch
+        } else {
+            epoch.wrapping_sub(1)
+        };
+        n
+    }
+
+    fn poll_skipping(&mut self, wc: &mut [Wc]) -> usize {
         let mut n = 0;
         loop {
             self.skip_purged();

@@ -68,7 +68,7 @@ pub use cq::{Cq, CqInitAttr};
 pub use mr::{AccessFlags, Mr};
 pub use pd::{Pd, TransportDomain};
 pub use post::{PostError, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};
-pub use qp::{AhAttr, GlobalRoute, Mtu, Qp, QpAttr, QpCap, QpInitAttr};
+pub use qp::{AhAttr, GlobalRoute, MigState, Mtu, Qp, QpAttr, QpCap, QpInitAttr, QpInitInfo};
 pub use qp_state::{QpAttrMask, QpState, QpType};
 pub use send_batch::SendBatch;
 pub use srq::{Srq, SrqInitAttr};

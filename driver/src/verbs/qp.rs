@@ -59,6 +59,8 @@ pub struct QpInitAttr<'c, 'd, H: Hal> {
     /// The SRQ the QP takes its receives from (`srq`): it then has no receive queue of its
     /// own (`max_recv_wr`/`max_recv_sge` are ignored, `post_recv` refused). RC, UC and UD.
     pub srq: Option<&'c crate::verbs::srq::Srq<'c, 'd, H>>,
+    /// A value of the user's (`qp_context`), read back with [`Qp::context`].
+    pub qp_context: u64,
 }
 
 /// Path MTU (`enum ibv_mtu`).
@@ -162,6 +164,60 @@ pub struct QpAttr {
     pub retry_cnt: u8,
     /// RNR retries (7 = infinite).
     pub rnr_retry: u8,
+    /// Alternate path (with [`QpAttrMask::ALT_PATH`]; only on a device with automatic path
+    /// migration, [`Caps::apm`](crate::caps::Caps::apm)).
+    pub alt_ah_attr: AhAttr,
+    /// Alternate path's P_Key index.
+    pub alt_pkey_index: u16,
+    /// Alternate path's port.
+    pub alt_port_num: u8,
+    /// Alternate path's local ACK timeout exponent.
+    pub alt_timeout: u8,
+    /// Path migration state (with [`QpAttrMask::PATH_MIG_STATE`]).
+    pub path_mig_state: MigState,
+}
+
+/// Path migration state (`enum ibv_mig_state`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum MigState {
+    /// The QP uses its (only) path; what QPs are created with.
+    #[default]
+    Migrated,
+    /// An alternate path is loaded and being armed.
+    Rearm,
+    /// Ready to migrate to the alternate path.
+    Armed,
+}
+
+impl MigState {
+    fn pm_state(self) -> u8 {
+        match self {
+            MigState::Migrated => qpc_pm_state::MIGRATED,
+            MigState::Rearm => qpc_pm_state::REARM,
+            MigState::Armed => qpc_pm_state::ARMED,
+        }
+    }
+}
+
+/// What `ibv_query_qp` returns in `ibv_qp_init_attr`: how the QP was created.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct QpInitInfo {
+    /// Transport.
+    pub qp_type: QpType,
+    /// Queue sizes it got.
+    pub cap: QpCap,
+    /// Every send request completes with a CQE.
+    pub sq_sig_all: bool,
+    /// Its send CQ's number.
+    pub send_cqn: u32,
+    /// Its receive CQ's number.
+    pub recv_cqn: u32,
+    /// The SRQ it receives from, if any.
+    pub srqn: Option<u32>,
+    /// The context it was created with.
+    pub qp_context: u64,
 }
 
 /// A queue pair. Destroyed on drop; outstanding work requests are not processed and produce
@@ -194,6 +250,9 @@ pub struct Qp<'p, 'd, H: Hal> {
     pub(crate) xrc: Option<crate::verbs::xrc::XrcDefaults<H>>,
     /// The SRQ it takes receives from.
     pub(crate) srqn: Option<u32>,
+    /// `sq_sig_all` and `qp_context` as created.
+    sq_sig_all: bool,
+    context: u64,
 }
 
 impl<'c, 'd, H: Hal> QpInitAttr<'c, 'd, H> {
@@ -214,6 +273,7 @@ impl<'c, 'd, H: Hal> QpInitAttr<'c, 'd, H> {
             cap,
             sq_sig_all: false,
             srq: None,
+            qp_context: 0,
         }
     }
 }
@@ -459,6 +519,8 @@ impl<'d, H: Hal> Pd<'d, H> {
                 s.add_user();
                 s.srqn()
             }),
+            sq_sig_all: attr.sq_sig_all,
+            context: attr.qp_context,
         })
     }
 }
@@ -548,6 +610,8 @@ pub(crate) fn xrc_tgt_from_parts<'p, 'd, H: Hal>(
         bf_register: 0,
         xrc: None,
         srqn: None,
+        sq_sig_all: false,
+        context: 0,
     }
 }
 
@@ -606,6 +670,27 @@ fn destroy_unregistered<H: Hal>(dev: &Device<H>, qpn: Qpn, rings: [SharedDma<H::
         return false;
     }
     true
+}
+
+/// An address path (`ads`) from an address vector, port, P_Key index and ACK timeout (Linux
+/// 6.12 qp.c `mlx5_set_path`, for the primary and the alternate path alike).
+fn set_path(mut p: ViewMut<'_, Ads>, ah: &AhAttr, (port, pkey_index, timeout): (u8, u16, u8)) {
+    p.set(ads::vhca_port_num, port)
+        .set(ads::pkey_index, pkey_index)
+        .set(ads::rlid, ah.dlid)
+        .set(ads::sl, ah.sl)
+        .set(ads::mlid, ah.src_path_bits)
+        .set(ads::ack_timeout, timeout)
+        .set(ads::stat_rate, ah.static_rate)
+        .set(ads::grh, ah.is_global);
+    if ah.is_global {
+        let g = ah.grh;
+        p.set(ads::src_addr_index, g.sgid_index)
+            .set(ads::hop_limit, g.hop_limit)
+            .set(ads::tclass, g.traffic_class)
+            .set(ads::flow_label, g.flow_label);
+        p.bytes_mut(ads::rgid_rip).copy_from_slice(&g.dgid);
+    }
 }
 
 /// `log2` of a count of outstanding RDMA reads/atomics, as the QP context wants it.
@@ -674,6 +759,17 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
         };
         let next = next_state(cur, mask, attr.qp_state);
         check_modify(self.qp_type, cur, next, mask)?;
+        // An alternate path, or a path migration state other than the one QPs are created
+        // with, needs automatic path migration (`cmd_hca_cap.apm`); without it they are
+        // refused, never sent as an all-zero path.
+        let wants_apm = mask.contains(QpAttrMask::ALT_PATH)
+            || (mask.contains(QpAttrMask::PATH_MIG_STATE)
+                && attr.path_mig_state != MigState::Migrated);
+        if wants_apm && !self.pd.dev.info().caps.apm {
+            return Err(Error::InvalidArgument {
+                what: Invalid::NoPathMigration,
+            });
+        }
         let opcode = match (cur, next) {
             (_, QpState::Reset) => Opcode::QP_2RST,
             (_, QpState::Err) => Opcode::QP_2ERR,
@@ -756,22 +852,20 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
                     }
                     _ => {}
                 }
-                let mut p = c.sub(qpc::primary_address_path);
-                p.set(ads::vhca_port_num, a.port_num)
-                    .set(ads::pkey_index, a.pkey_index)
-                    .set(ads::rlid, a.ah_attr.dlid)
-                    .set(ads::sl, a.ah_attr.sl)
-                    .set(ads::mlid, a.ah_attr.src_path_bits)
-                    .set(ads::ack_timeout, a.timeout)
-                    .set(ads::stat_rate, a.ah_attr.static_rate)
-                    .set(ads::grh, a.ah_attr.is_global);
-                if a.ah_attr.is_global {
-                    let g = a.ah_attr.grh;
-                    p.set(ads::src_addr_index, g.sgid_index)
-                        .set(ads::hop_limit, g.hop_limit)
-                        .set(ads::tclass, g.traffic_class)
-                        .set(ads::flow_label, g.flow_label);
-                    p.bytes_mut(ads::rgid_rip).copy_from_slice(&g.dgid);
+                set_path(
+                    c.sub(qpc::primary_address_path),
+                    &a.ah_attr,
+                    (a.port_num, a.pkey_index, a.timeout),
+                );
+                if mask.contains(QpAttrMask::ALT_PATH) {
+                    set_path(
+                        c.sub(qpc::secondary_address_path),
+                        &a.alt_ah_attr,
+                        (a.alt_port_num, a.alt_pkey_index, a.alt_timeout),
+                    );
+                }
+                if mask.contains(QpAttrMask::PATH_MIG_STATE) {
+                    c.set(qpc::pm_state, a.path_mig_state.pm_state());
                 }
                 // PRM: optional parameters take effect only with their opt_param_mask bit.
                 for (m, bits) in [
@@ -877,6 +971,37 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
         a.cap = self.cap;
         self.state = a.qp_state;
         Ok(a)
+    }
+
+    /// The context the QP was created with (`qp_context`).
+    pub fn context(&self) -> u64 {
+        self.context
+    }
+
+    /// `ibv_query_qp`: the QP's attributes read from the device, and how it was created.
+    /// `mask` names the attributes wanted; as the seed allows ("some devices may return
+    /// extra attributes"), every attribute [`Qp::query`] reads is returned, valid or not for
+    /// the state (the alternate path and `path_mig_state` too, as last set).
+    ///
+    /// # Errors
+    /// [`Invalid::QueryMask`] for an empty mask (nothing asked for), a command error.
+    pub fn query_qp(&mut self, mask: QpAttrMask) -> Result<(QpAttr, QpInitInfo), Error> {
+        if mask.is_empty() {
+            return Err(Error::InvalidArgument {
+                what: Invalid::QueryMask,
+            });
+        }
+        let a = self.query()?;
+        let info = QpInitInfo {
+            qp_type: self.qp_type,
+            cap: self.cap,
+            sq_sig_all: self.sq_sig_all,
+            send_cqn: self.cqns.0,
+            recv_cqn: self.cqns.1,
+            srqn: self.srqn,
+            qp_context: self.context,
+        };
+        Ok((a, info))
     }
 
     /// RESET → INIT with the attributes the QP type requires.

@@ -74,6 +74,9 @@ crate::ifc! {
         0x227 pg: 1,
         0x22a scqe_break_moderation: 1,
         0x22b cq_period_start_from_cqe: 1,
+        /// Automatic path migration (alternate paths); Linux mlx5_ib reports
+        /// IB_DEVICE_AUTO_PATH_MIG from it.
+        0x22e apm: 1,
         /// A UMR's translation pointer may use the reserved lkey.
         0x230 umr_ptr_rlky: 1,
         /// `qpc.deth_sqpn` is honoured (a QP sends as QP1).
