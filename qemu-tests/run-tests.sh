@@ -45,6 +45,7 @@ cargo run --locked -q -p bareverbs-examples --bin devinfo -- --background >/dev/
 for t in rc uc ud; do
   cargo run --locked -q -p bareverbs-examples --bin ${t}_pingpong -- -n 200 -s 1024 -c -p $((20000 + RANDOM % 20000)) >/dev/null
 done
+cargo run --locked -q -p bareverbs-examples --bin srq_pingpong -- -n 200 -s 1024 -c -p $((20000 + RANDOM % 20000)) >/dev/null
 cargo run --locked -q -p bareverbs-examples --bin xsrq_pingpong -- -c 3 -n 50 -s 1024 -p $((20000 + RANDOM % 20000)) >/dev/null
 # Event-driven (-e): completion channels, req_notify, get_cq_event, ack_cq_events.
 for t in rc ud; do
@@ -65,6 +66,9 @@ else
 
   step "guest: rc_pingpong between two model HCAs over VFIO"
   qemu-tests/rig/test-pingpong.sh
+
+  step "guest: srq_pingpong (16 RC QPs on one SRQ) between two model HCAs over VFIO"
+  PINGPONG=srq_pingpong qemu-tests/rig/test-pingpong.sh
 
   step "guest: the RDMA test's steps on soft-RoCE (rdma-core in the guest, no model)"
   SELFCHECK=rxe qemu-tests/rig/test-mlx5-ib.sh

@@ -122,6 +122,21 @@ fn qps_share_an_srq_and_its_receives_complete_with_their_wr_ids() {
         assert!(b.iter().all(|&x| x == 0x10 + k as u8), "receive {k}");
     }
 
+    // A QP on an SRQ sends as any other (its send queue starts the work buffer: it has no
+    // receive queue before it).
+    let back = [sge(&mr, 2048, 64)];
+    a1.post_recv(&[RecvWr {
+        wr_id: 900,
+        sg_list: &back,
+    }])
+    .unwrap();
+    let s = [sge(&mr, 0, 64)];
+    b1.post_send(&[send_wr(901, &s, SendOp::Send)]).unwrap();
+    assert_eq!(scq.poll(&mut wc), 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (901, WcStatus::Success));
+    assert_eq!(rcq.poll(&mut wc), 1);
+    assert_eq!((wc[0].wr_id, wc[0].qp_num), (900, a1.qpn().raw()));
+
     // The WQEs come back to the SRQ as their completions are polled: 7 more fit, not 8.
     let s = [sge(&mr, 4096, 64)];
     let more: Vec<_> = (0..8)

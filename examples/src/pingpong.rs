@@ -16,7 +16,7 @@ use bareverbs_vfio::VfioHal;
 /// Q_Key the UD ping-pong uses (rdma-core's 0x11111111).
 const QKEY: u32 = 0x1111_1111;
 /// How long to wait for a completion before giving up.
-const STALL: Duration = Duration::from_secs(20);
+pub const STALL: Duration = Duration::from_secs(20);
 
 /// Options, named as rdma-core's.
 #[derive(Clone, Debug)]
@@ -35,6 +35,8 @@ pub struct Opts {
     pub iters: u32,
     /// Service level (`-l`).
     pub sl: u8,
+    /// QPs sharing the SRQ (`-q`, `srq_pingpong` only).
+    pub num_qp: u32,
     /// Check message contents (`-c`).
     pub check: bool,
     /// Sleep on completion events instead of spinning on the CQs (`-e`): a completion
@@ -72,6 +74,7 @@ pub fn parse(prog: &str, args: &[String]) -> Result<Opts, String> {
         rx_depth: 500,
         iters: 1000,
         sl: 0,
+        num_qp: 16,
         check: false,
         events: false,
         server: None,
@@ -105,6 +108,9 @@ pub fn parse(prog: &str, args: &[String]) -> Result<Opts, String> {
             "-r" | "--rx-depth" => o.rx_depth = num(val("rx-depth")?, "rx-depth")? as u32,
             "-n" | "--iters" => o.iters = num(val("iters")?, "iters")? as u32,
             "-l" | "--sl" => o.sl = num(val("sl")?, "sl")? as u8,
+            "-q" | "--num-qp" if prog == "srq_pingpong" => {
+                o.num_qp = num(val("num-qp")?, "num-qp")? as u32
+            }
             "-c" | "--chk" => o.check = true,
             "-e" | "--events" => o.events = true,
             "--pci" => o.pci = Some(val("pci")?),
@@ -139,20 +145,20 @@ pub fn mtu(bytes: u32) -> Result<Mtu, String> {
 
 /// One side's address, as exchanged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Dest {
-    lid: u16,
-    qpn: u32,
-    psn: u32,
+pub struct Dest {
+    pub lid: u16,
+    pub qpn: u32,
+    pub psn: u32,
 }
 
 /// The address message as rdma-core's `pp_*_exch_dest` write it: `LID:QPN:PSN:GID` in hex
 /// (`%04x:%06x:%06x:%s`, the GID as 32 hex digits) and its terminating NUL, a fixed 52 bytes
 /// (`sizeof "0000:000000:000000:00000000000000000000000000000000"`). No GID is used: 32 zeros.
-const DEST_MSG_LEN: usize = 52;
+pub const DEST_MSG_LEN: usize = 52;
 /// What the client sends once it has the server's address (`sizeof "done"`: with its NUL).
-const DONE: &[u8; 5] = b"done\0";
+pub const DONE: &[u8; 5] = b"done\0";
 
-fn dest_message(d: Dest) -> [u8; DEST_MSG_LEN] {
+pub fn dest_message(d: Dest) -> [u8; DEST_MSG_LEN] {
     let text = format!(
         "{:04x}:{:06x}:{:06x}:{}",
         d.lid,
@@ -165,7 +171,7 @@ fn dest_message(d: Dest) -> [u8; DEST_MSG_LEN] {
     msg
 }
 
-fn parse_dest(msg: &[u8]) -> Result<Dest, String> {
+pub fn parse_dest(msg: &[u8]) -> Result<Dest, String> {
     let end = msg.iter().position(|&b| b == 0).unwrap_or(msg.len());
     let line = String::from_utf8_lossy(&msg[..end]).into_owned();
     let f: Vec<&str> = line.split(':').collect();
@@ -196,7 +202,7 @@ fn recv_dest(s: &mut TcpStream) -> Result<Dest, String> {
 /// The one TCP connection the two sides talk over: the client connects (retrying for 10 s
 /// while the server starts); the server waits for it as rdma-core's does. Reads time out
 /// after [`STALL`], so a peer that dies never leaves this side waiting.
-fn connect(o: &Opts) -> Result<TcpStream, String> {
+pub fn connect(o: &Opts) -> Result<TcpStream, String> {
     let s = match &o.server {
         Some(host) => {
             let start = Instant::now();
@@ -256,7 +262,7 @@ fn exchange(
 /// page is 0, as rdma-core's client writes it (`buf[k] = k / page_size % sizeof(char)`) and
 /// its server checks; every other byte carries the iteration, so the echo can be checked
 /// byte for byte.
-fn check_pattern(i: u32, size: usize) -> Vec<u8> {
+pub fn check_pattern(i: u32, size: usize) -> Vec<u8> {
     (0..size)
         .map(|k| {
             if k % PAGE_SIZE == 0 {
@@ -269,7 +275,7 @@ fn check_pattern(i: u32, size: usize) -> Vec<u8> {
 }
 
 /// rdma-core's page for `--chk` (the CPU page, `sysconf(_SC_PAGESIZE)`).
-const PAGE_SIZE: usize = 4096;
+pub const PAGE_SIZE: usize = 4096;
 
 /// Completion events of a `-e` run, as rdma-core's ping-pongs count them: each event read
 /// re-arms its CQ (before it is polled) and is acknowledged at the end.

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Guest test: rc_pingpong (our driver) between two model HCAs served by one vfio-user server
+# Guest test: rc_pingpong, or the ping-pong program named by PINGPONG (srq_pingpong, …; our
+# driver) between two model HCAs served by one vfio-user server
 # (one fabric), both bound to vfio-pci in one guest behind the emulated IOMMU. Passes when
 # both sides finish with their data checked and both HCAs end clean (no failed command, no
 # pages held, no DMA fault).
@@ -7,16 +8,17 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 target=${CARGO_TARGET_DIR:-$top/target}
-work=${1:-/tmp/bareverbs-pingpong}
+prog=${PINGPONG:-rc_pingpong}
+work=${1:-/tmp/bareverbs-$prog}
 mkdir -p "$work"
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 
 cargo build --release --locked -q --manifest-path "$top/Cargo.toml" -p bareverbs-model --bin mlx5-vfio-user
 cargo build --release --locked -q --manifest-path "$top/Cargo.toml" \
-  --target x86_64-unknown-linux-musl -p bareverbs-examples --bin rc_pingpong
+  --target x86_64-unknown-linux-musl -p bareverbs-examples --bin "$prog"
 "$here/make-initramfs.sh" "$work/initrd.gz" \
-  "$target/x86_64-unknown-linux-musl/release/rc_pingpong:/bin/rc_pingpong" \
+  "$target/x86_64-unknown-linux-musl/release/$prog:/bin/$prog" \
   "$here/guest-pingpong.sh:/bin/guest-pingpong.sh" >/dev/null
 
 rm -f "$work"/mlx5-*.sock "$work"/hca*.trace
@@ -27,7 +29,7 @@ trap 'kill $spid 2>/dev/null || true' EXIT
 rc=0
 "$here/run-guest.sh" --initrd "$work/initrd.gz" --mode run --iommu \
   --vfio-user "$work/mlx5-0.sock" --vfio-user "$work/mlx5-1.sock" \
-  --append 'hugepages=32 RUN=/bin/guest-pingpong.sh' \
+  --append "hugepages=32 PINGPONG=$prog RUN=/bin/guest-pingpong.sh" \
   --timeout "${TIMEOUT:-300}" --quiet --log "$work/guest.log" || rc=$?
 wait $spid 2>/dev/null || true
 log="$work/guest.log"
@@ -44,5 +46,5 @@ for t in "$work/hca0.trace" "$work/hca1.trace"; do
 done
 echo "== ping-pong in the guest"
 grep -E "RIG-PINGPONG|address:|bytes in|iters in" "$log" || true
-if [ "$fail" = 0 ]; then echo "PASS: rc_pingpong between two model HCAs over VFIO in the guest"; fi
+if [ "$fail" = 0 ]; then echo "PASS: $prog between two model HCAs over VFIO in the guest"; fi
 exit "$fail"

@@ -234,6 +234,9 @@ pub struct Qp<'p, 'd, H: Hal> {
     pub(crate) log_sq_bbs: u8,
     pub(crate) log_rq: u8,
     pub(crate) rq_shift: u8,
+    /// Byte offset of the send queue in the work buffer: after the receive queue, 0 for a QP
+    /// without one of its own (on an SRQ, an XRC initiator).
+    pub(crate) sq_base: usize,
     /// The control segment's `fm_ce_se` byte by send flags (see `send_batch`), made once.
     pub(crate) fm_ce_se: u64,
     attr: QpAttr,
@@ -504,6 +507,7 @@ impl<'d, H: Hal> Pd<'d, H> {
             log_sq_bbs,
             log_rq,
             rq_shift,
+            sq_base: rq_bytes,
             fm_ce_se: crate::verbs::send_batch::fm_ce_se_table(attr.sq_sig_all),
             attr: QpAttr {
                 cap,
@@ -601,6 +605,7 @@ pub(crate) fn xrc_tgt_from_parts<'p, 'd, H: Hal>(
         log_sq_bbs: 0,
         log_rq: 0,
         rq_shift: 4,
+        sq_base: 0,
         fm_ce_se: 0,
         attr,
         sq_cur: 0,

@@ -556,13 +556,8 @@ impl<H: Hal> Qp<'_, '_, H> {
             return Err(Error::NotUp);
         };
         let size = 1u16 << self.log_sq_bbs;
-        // An XRC initiator has no receive queue before its send queue.
-        let sq_base = if XRC {
-            0
-        } else {
-            (1usize << self.log_rq) << self.rq_shift
-        };
-        let sq = ring.slots::<WQEBB>(sq_base, usize::from(size))?;
+        // The receive queue, if the QP has one of its own, comes first.
+        let sq = ring.slots::<WQEBB>(self.sq_base, usize::from(size))?;
         let cap = self.cap();
         let mut b = SendBatch {
             sq,
