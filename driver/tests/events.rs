@@ -28,15 +28,22 @@ fn cap() -> QpCap {
     }
 }
 
-/// A requester CQE of QP 1 written by the model straight into CQ `cqn` (solicited or not).
-fn fake_cqe(hal: &SimHal, cqn: u32, solicited: bool) {
+/// A requester CQE of QP 1.
+fn cqe_bytes() -> [u8; 64] {
     let mut c = [0u8; 64];
     c[0x38..0x3c].copy_from_slice(&((0x0a_u32 << 24) | 1).to_be_bytes());
     c[0x3f] = bareverbs_firmware_cmd::ifc::make_op_own(
         bareverbs_firmware_cmd::ifc::CqeOpcode::Req.into(),
         0,
     );
-    assert!(hal.model().with(|h| h.post_cqe(cqn, c, solicited)));
+    c
+}
+
+/// A requester CQE of QP 1 written by the model straight into CQ `cqn` (solicited or not).
+fn fake_cqe(hal: &SimHal, cqn: u32, solicited: bool) {
+    assert!(hal
+        .model()
+        .with(|h| h.post_cqe(cqn, cqe_bytes(), solicited)));
 }
 
 #[test]
@@ -292,4 +299,72 @@ fn completion_events_without_a_channel_are_never_dropped() {
         cq.ack_events(1).unwrap();
         assert_eq!(cq.poll(&mut [Wc::EMPTY; 2]), 1);
     }
+}
+
+#[test]
+fn the_model_raises_asynchronous_events_for_their_objects() {
+    let hal = SimHal::synchronous();
+    let m = hal.model();
+    let dev = up(&hal);
+    let pd = dev.alloc_pd().unwrap();
+    let mut cq = dev.create_cq(2).unwrap();
+    let cqn = cq.cqn().raw();
+    let drain = || -> Vec<AsyncEvent> {
+        dev.poll_events();
+        std::iter::from_fn(|| dev.next_event()).collect()
+    };
+
+    // Port down and up (PORT_CHANGE subtypes DOWN, ACTIVE: IBV_EVENT_PORT_ERR/ACTIVE).
+    m.set_port(1, false);
+    m.set_port(1, true);
+    assert_eq!(
+        drain(),
+        [
+            AsyncEvent::PortErr { port: 1 },
+            AsyncEvent::PortActive { port: 1 }
+        ]
+    );
+
+    // A CQ overrun (ibv_poll_cq(3): "the CQ will be shut down and an async event
+    // IBV_EVENT_CQ_ERR will be sent"; syndrome 1: overrun, Linux device.h).
+    let fits = (0..64)
+        .take_while(|_| hal.model().with(|h| h.post_cqe(cqn, cqe_bytes(), false)))
+        .count();
+    assert_eq!(
+        fits as u32,
+        cq.capacity(),
+        "the CQE past a full CQ is refused"
+    );
+    assert!(drain().contains(&AsyncEvent::CqErr { cqn, syndrome: 1 }));
+    let _ = cq.poll(&mut [Wc::EMPTY; 8]);
+
+    // Communication established: the first message at an RC QP still in RTR (IBA 11.6.3;
+    // mlx5 COMM_EST, mlx5_ib's IB_EVENT_COMM_EST), once.
+    let (scq, rcq) = (dev.create_cq(8).unwrap(), dev.create_cq(8).unwrap());
+    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap());
+    let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
+    let path = AhAttr {
+        dlid: 1,
+        port_num: 1,
+        ..AhAttr::default()
+    };
+    let access = AccessFlags::LOCAL_WRITE;
+    for q in [&mut a, &mut b] {
+        q.to_init(1, 0, access, 0).unwrap();
+    }
+    a.to_rtr(b.qpn().raw(), 0, path, Mtu::Mtu1024).unwrap();
+    a.to_rts(0).unwrap();
+    b.to_rtr(a.qpn().raw(), 0, path, Mtu::Mtu1024).unwrap();
+    let mr = region(&hal, &pd, 4096, access);
+    let r = [sge(&mr, 1024, 64)];
+    let rw = |id| RecvWr {
+        wr_id: id,
+        sg_list: &r,
+    };
+    b.post_recv(&[rw(1), rw(2)]).unwrap();
+    let s = [sge(&mr, 0, 8)];
+    a.post_send(&[send_wr(1, &s, SendOp::Send)]).unwrap();
+    a.post_send(&[send_wr(2, &s, SendOp::Send)]).unwrap();
+    let qpn = b.qpn().raw();
+    assert_eq!(drain(), [AsyncEvent::CommEst { qpn }]);
 }

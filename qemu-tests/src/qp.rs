@@ -194,6 +194,8 @@ pub struct Qp {
     pub retry_tries: u32,
     /// Transport retries over the QP's life (what [`Hca::qp_retries`] reports).
     pub transport_retries: u64,
+    /// COMM_EST was raised for this stay in RTR.
+    pub comm_est: bool,
 }
 
 impl Qp {

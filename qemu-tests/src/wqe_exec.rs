@@ -808,6 +808,15 @@ impl Hca {
             }
             return Response::Dropped;
         }
+        // The first packet at a connected QP still in RTR: communication established
+        // (IBA 11.6.3 affiliated event; mlx5 MLX5_EVENT_TYPE_COMM_EST, which Linux mlx5_ib
+        // `mlx5_ib_qp_event` reports as IB_EVENT_COMM_EST), once per stay in RTR.
+        if r.state == QpState::Rtr && !r.comm_est {
+            if let Some(q) = self.qps.get_mut(&r.qpn) {
+                q.comm_est = true;
+            }
+            self.post_event(event_type::COMM_EST, 0, qp_srq_event_data(0, r.qpn));
+        }
         let npkts = packets(req.kind, req.msg_len(), r.mtu);
         let ahead = req.psn.wrapping_sub(r.next_rcv_psn) & PSN_MASK;
         let duplicate = rc && ahead >= 1 << 23;
@@ -1257,6 +1266,7 @@ mod tests {
             ack_pending: false,
             retry_tries: 0,
             transport_retries: 0,
+            comm_est: false,
         }
     }
 

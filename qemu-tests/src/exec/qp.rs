@@ -113,6 +113,7 @@ impl Hca {
             ack_pending: false,
             retry_tries: 0,
             transport_retries: 0,
+            comm_est: false,
         };
         let pages =
             crate::page_list::pages_spanned(qp.buffer_bytes(), qp.page_size, qp.page_offset);
@@ -200,6 +201,7 @@ impl Hca {
                     q.resend_at_ns = 0;
                     q.ack_pending = false;
                     q.retry_tries = 0;
+                    q.comm_est = false;
                 }
                 return Ok(());
             }
