@@ -194,6 +194,13 @@ pub enum Invalid {
     NoPathMigration,
     /// A query with an empty attribute mask.
     QueryMask,
+    /// A completion flagged with a GRH, and no GRH given (`ibv_init_ah_from_wc`).
+    GrhMissing,
+    /// A GRH this InfiniBand device cannot answer: not IPv6 with the IBA next header, or to a
+    /// multicast GID.
+    GrhUnsupported,
+    /// A GID the port's GID table does not hold.
+    GidNotFound,
     /// A completion vector the CQ cannot use: each completion channel has one (vector 0).
     CompVector,
     /// Acknowledging no events, or more completion events than were read and not yet
@@ -227,6 +234,8 @@ pub enum Limit {
     QpCount,
     /// CQs of a device (or of one completion channel) at once, without the `alloc` feature.
     CqCount,
+    /// Entries of a port's GID table.
+    GidIndex,
     /// SRQs the driver's table holds at once (16 with the inline tables).
     SrqCount,
     /// XRC target QPs registered in one XRC domain ([`MAX_SHARED_XRC_QPS`]).

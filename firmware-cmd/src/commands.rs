@@ -111,6 +111,7 @@ commands! {
         ARM_XRC_SRQ = 0x708, ArmXrcSrq: ArmXrcSrqIn => ArmXrcSrqOut;
         QUERY_VPORT_STATE = 0x750, QueryVportState: QueryVportStateIn => QueryVportStateOut;
         QUERY_HCA_VPORT_CONTEXT = 0x762, QueryHcaVportContext: QueryHcaVportContextIn => QueryHcaVportContextOut;
+        QUERY_HCA_VPORT_GID = 0x764, QueryHcaVportGid: QueryHcaVportGidIn => QueryHcaVportGidOut;
         ALLOC_PD = 0x800, AllocPd: AllocPdIn => AllocPdOut;
         DEALLOC_PD = 0x801, DeallocPd: DeallocPdIn => DeallocPdOut;
         ALLOC_UAR = 0x802, AllocUar: AllocUarIn => AllocUarOut;
@@ -145,7 +146,6 @@ commands! {
         QUERY_ROCE_ADDRESS = 0x760;
         SET_ROCE_ADDRESS = 0x761;
         MODIFY_HCA_VPORT_CONTEXT = 0x763;
-        QUERY_HCA_VPORT_GID = 0x764;
         QUERY_HCA_VPORT_PKEY = 0x765;
         QUERY_VNIC_ENV = 0x76f;
         QUERY_VPORT_COUNTER = 0x770;

@@ -1,5 +1,5 @@
-//! Vport and port queries: QUERY_VPORT_STATE, QUERY_HCA_VPORT_CONTEXT (mlx5-reference 06 §6;
-//! mlx5_ifc `hca_vport_context`).
+//! Vport and port queries: QUERY_VPORT_STATE, QUERY_HCA_VPORT_CONTEXT, QUERY_HCA_VPORT_GID
+//! (mlx5-reference 06 §6; mlx5_ifc `hca_vport_context`, `query_hca_vport_gid_in/out`).
 
 crate::ifc! {
     /// QUERY_VPORT_STATE input.
@@ -56,6 +56,23 @@ crate::ifc! {
         0x00 status: 8,
         0x20 syndrome: 32,
         0x80 hca_vport_context: HcaVportContext,
+    }
+    /// QUERY_HCA_VPORT_GID input: one GID by index (0xffff: the whole table).
+    pub struct QueryHcaVportGidIn => query_hca_vport_gid_in: 0x80 bits {
+        0x00 opcode: 16,
+        0x30 op_mod: 16,
+        0x40 other_vport: 1,
+        0x4c port_num: 4,
+        0x50 vport_number: 16,
+        0x70 gid_index: 16,
+    }
+    /// QUERY_HCA_VPORT_GID output for one index: the header and that GID (`gid[]`, 16 bytes
+    /// each, from byte 0x10).
+    pub struct QueryHcaVportGidOut => query_hca_vport_gid_out: 0x100 bits {
+        0x00 status: 8,
+        0x20 syndrome: 32,
+        0x60 gids_num: 16,
+        0x80 gid: [u8; 16],
     }
 }
 

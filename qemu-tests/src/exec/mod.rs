@@ -157,6 +157,7 @@ impl Hca {
             Opcode::QUERY_SPECIAL_CONTEXTS => self.query_special_contexts(input, out),
             Opcode::QUERY_VPORT_STATE => self.query_vport_state(op_mod, input, out),
             Opcode::QUERY_HCA_VPORT_CONTEXT => self.query_hca_vport_context(input, out),
+            Opcode::QUERY_HCA_VPORT_GID => self.query_hca_vport_gid(input, out),
             Opcode::ALLOC_PD => self.alloc_pd(input, out),
             Opcode::DEALLOC_PD => self.dealloc_pd(input, out),
             Opcode::ALLOC_TRANSPORT_DOMAIN => self.alloc_transport_domain(input, out),

@@ -82,4 +82,46 @@ impl Hca {
             .set(hca_vport_context::subnet_timeout, p.subnet_timeout);
         Ok(())
     }
+    /// QUERY_HCA_VPORT_GID (Linux vport.c `mlx5_query_hca_vport_gid`): the port's GID table of
+    /// `8 << cmd_hca_cap.gid_table_size` entries. Entry 0 is the port's GID (the subnet
+    /// prefix and port GUID the subnet management agent reports, the source GID of the GRHs
+    /// the model sends); the others are empty (zero). Index 0xffff asks for the whole table:
+    /// as many entries as the output holds.
+    pub(super) fn query_hca_vport_gid(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {
+        let v = input::<QueryHcaVportGidIn>(i)?;
+        self.require_initialized()?;
+        let port = match v.get(query_hca_vport_gid_in::port_num) as u8 {
+            0 if self.ports.len() == 1 => 1,
+            n => n,
+        };
+        if v.get(query_hca_vport_gid_in::other_vport) != 0 {
+            return Err(bad_param(syndrome::OUT_OF_RANGE));
+        }
+        let Some(p) = self.port_attrs(port) else {
+            return Err(bad_param(syndrome::OUT_OF_RANGE));
+        };
+        let table = 8u64 << self.cap(cmd_hca_cap::gid_table_size).min(4);
+        let index = v.get(query_hca_vport_gid_in::gid_index);
+        let (first, count) = match index {
+            0xffff => (0, table),
+            n if n < table => (n, 1),
+            _ => return Err(bad_param(syndrome::OUT_OF_RANGE)),
+        };
+        {
+            output::<QueryHcaVportGidOut>(o)?.set(query_hca_vport_gid_out::gids_num, count);
+        }
+        for k in 0..count {
+            let at = 16 + 16 * k as usize;
+            let Some(slot) = o.get_mut(at..at + 16) else {
+                break;
+            };
+            if first + k == 0 {
+                slot[..8].copy_from_slice(&p.gid_prefix.to_be_bytes());
+                slot[8..].copy_from_slice(&p.port_guid.to_be_bytes());
+            } else {
+                slot.fill(0);
+            }
+        }
+        Ok(())
+    }
 }
