@@ -201,6 +201,16 @@ pub enum Invalid {
     GrhUnsupported,
     /// A GID the port's GID table does not hold.
     GidNotFound,
+    /// Multicast on a QP that is not UD (only UD QPs join multicast groups).
+    MulticastQpType,
+    /// A multicast group GID without the multicast prefix (first byte 0xff).
+    MulticastGid,
+    /// A multicast LID outside 0xC000–0xFFFE.
+    MulticastLid,
+    /// Detaching from a multicast group the QP is not attached to.
+    NotAttached,
+    /// Destroying a QP still attached to multicast groups (detach first).
+    AttachedToMulticast,
     /// A completion vector the CQ cannot use: each completion channel has one (vector 0).
     CompVector,
     /// Acknowledging no events, or more completion events than were read and not yet
@@ -236,6 +246,8 @@ pub enum Limit {
     CqCount,
     /// Entries of a port's GID table.
     GidIndex,
+    /// Multicast groups one QP is attached to.
+    MulticastGroups,
     /// SRQs the driver's table holds at once (16 with the inline tables).
     SrqCount,
     /// XRC target QPs registered in one XRC domain ([`MAX_SHARED_XRC_QPS`]).

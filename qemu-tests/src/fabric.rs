@@ -38,6 +38,15 @@ impl Fabric {
         });
     }
 
+    /// Every HCA of the fabric but the one whose base LID `is_self` recognises.
+    pub fn members_except(&self, is_self: impl Fn(u16) -> bool) -> Vec<Arc<Device>> {
+        let m = self.members.lock().unwrap_or_else(|e| e.into_inner());
+        m.iter()
+            .filter(|x| !is_self(x.base_lid))
+            .filter_map(|x| x.dev.upgrade())
+            .collect()
+    }
+
     /// The HCA that owns `lid`.
     pub fn find(&self, lid: u16) -> Option<Arc<Device>> {
         let m = self.members.lock().unwrap_or_else(|e| e.into_inner());

@@ -108,6 +108,8 @@ pub struct Hca {
     pub(crate) srqs: BTreeMap<u32, Srq>,
     /// QPs receiving from a shared receive queue: QPN → (SRQ number, XRC domain).
     pub(crate) qp_srqs: BTreeMap<u32, (u32, u32)>,
+    /// Multicast groups: the UD QPs attached to each MGID (ATTACH_TO_MCG).
+    pub(crate) mcgs: BTreeMap<[u8; 16], std::collections::BTreeSet<u32>>,
     /// Send queues waiting to be run again (receiver not ready, or its HCA busy).
     pub(crate) stalled_sqs: BTreeSet<u32>,
     /// UMR work requests executed, and refused with an error completion.
@@ -173,6 +175,7 @@ impl Hca {
             xrcds: BTreeSet::new(),
             srqs: BTreeMap::new(),
             qp_srqs: BTreeMap::new(),
+            mcgs: BTreeMap::new(),
             stalled_sqs: BTreeSet::new(),
             umrs: (0, 0),
             offset_queues: 0,

@@ -154,6 +154,7 @@ pub(crate) enum Kind {
 }
 
 /// A request on the wire, reduced to what the responder needs.
+#[derive(Clone)]
 pub(crate) struct Request {
     kind: Kind,
     st: ServiceType,
@@ -1010,6 +1011,10 @@ impl Hca {
     }
 
     fn route_to(&mut self, dlid: u16, req: &Request) -> Option<Response> {
+        // IBA 4.1.1: LIDs 0xC000–0xFFFE are multicast (0xFFFF is the permissive LID).
+        if (0xc000..0xffff).contains(&dlid) && !req.st.reliable() {
+            return self.multicast(req);
+        }
         if self.owns_lid(dlid) {
             return Some(self.respond(req));
         }
@@ -1026,6 +1031,46 @@ impl Hca {
         drop(remote);
         dev.notify();
         Some(resp)
+    }
+
+    /// A UD datagram to a multicast LID: one copy to every UD QP attached to the group its
+    /// GRH's destination GID names (the MGID; a multicast packet carries a GRH, IBA 8.3), on
+    /// this HCA and on every HCA of the fabric, the sender's own QP included when attached
+    /// (mlx5 loops multicast back unless the QP blocks it, `qpc.block_lb_mc`, which Linux sets
+    /// only for IB_QP_CREATE_BLOCK_MULTICAST_LOOPBACK; IPoIB drops its own looped-back
+    /// datagrams for that reason). Every HCA's lock is taken first: if one is busy, nothing
+    /// is delivered and the send is retried, so no QP gets a copy twice.
+    fn multicast(&mut self, req: &Request) -> Option<Response> {
+        let Some(grh) = req.grh else {
+            return Some(Response::Dropped);
+        };
+        let mut mgid = [0u8; 16];
+        mgid.copy_from_slice(&grh[24..40]);
+        let others = match self.fabric.as_ref() {
+            Some(f) => f.members_except(|lid| self.owns_lid(lid)),
+            None => Vec::new(),
+        };
+        let mut locked = Vec::with_capacity(others.len());
+        for dev in &others {
+            locked.push(dev.try_lock()?);
+        }
+        let copy = |qpn| Request {
+            dst_qpn: qpn,
+            ..req.clone()
+        };
+        for qpn in self.mcg_members(&mgid) {
+            self.respond(&copy(qpn));
+        }
+        for remote in locked.iter_mut() {
+            for qpn in remote.mcg_members(&mgid) {
+                remote.respond(&copy(qpn));
+            }
+        }
+        drop(locked);
+        for dev in &others {
+            dev.notify();
+        }
+        Some(Response::Dropped)
     }
 
     /// The requester: builds the request for `w`, routes it and turns the answer into the

@@ -256,6 +256,8 @@ pub struct Qp<'p, 'd, H: Hal> {
     /// `sq_sig_all` and `qp_context` as created.
     sq_sig_all: bool,
     context: u64,
+    /// Multicast groups it is attached to (`verbs/mcast.rs`).
+    pub(crate) mcgs: heapless::Vec<[u8; 16], { crate::verbs::mcast::MAX_QP_MCGS }>,
 }
 
 impl<'c, 'd, H: Hal> QpInitAttr<'c, 'd, H> {
@@ -525,6 +527,7 @@ impl<'d, H: Hal> Pd<'d, H> {
             }),
             sq_sig_all: attr.sq_sig_all,
             context: attr.qp_context,
+            mcgs: heapless::Vec::new(),
         })
     }
 }
@@ -617,6 +620,7 @@ pub(crate) fn xrc_tgt_from_parts<'p, 'd, H: Hal>(
         srqn: None,
         sq_sig_all: false,
         context: 0,
+        mcgs: heapless::Vec::new(),
     }
 }
 
@@ -1141,10 +1145,19 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
     /// Destroys the QP (`ibv_destroy_qp`).
     ///
     /// # Errors
-    /// A command error; the QP is returned.
+    /// [`Invalid::AttachedToMulticast`] while the QP is attached to a multicast group
+    /// (detach first); a command error; the QP is returned.
     // The QP is handed back so the caller can retry; without allocation it cannot be boxed.
     #[allow(clippy::result_large_err)]
     pub fn destroy(mut self) -> Result<(), (Error, Self)> {
+        if !self.mcgs.is_empty() {
+            return Err((
+                Error::InvalidArgument {
+                    what: Invalid::AttachedToMulticast,
+                },
+                self,
+            ));
+        }
         match self.destroy_inner() {
             Ok(()) => {
                 self.buf.take();
@@ -1214,6 +1227,7 @@ impl<H: Hal> Drop for Qp<'_, '_, H> {
         if self.buf.is_none() {
             return;
         }
+        self.detach_all();
         if let Err(e) = self.destroy_inner() {
             warn!("DESTROY_QP {}: {}; leaking its memory", self.qpn, e);
             if let Some(b) = self.buf.take() {

@@ -10,6 +10,7 @@ mod cq;
 mod eq;
 mod lifecycle;
 mod mad;
+mod mcg;
 mod mkey;
 mod pages;
 mod pd;
@@ -158,6 +159,8 @@ impl Hca {
             Opcode::QUERY_VPORT_STATE => self.query_vport_state(op_mod, input, out),
             Opcode::QUERY_HCA_VPORT_CONTEXT => self.query_hca_vport_context(input, out),
             Opcode::QUERY_HCA_VPORT_GID => self.query_hca_vport_gid(input, out),
+            Opcode::ATTACH_TO_MCG => self.attach_to_mcg(input, out),
+            Opcode::DETACH_FROM_MCG => self.detach_from_mcg(input, out),
             Opcode::ALLOC_PD => self.alloc_pd(input, out),
             Opcode::DEALLOC_PD => self.dealloc_pd(input, out),
             Opcode::ALLOC_TRANSPORT_DOMAIN => self.alloc_transport_domain(input, out),

@@ -155,6 +155,7 @@ impl Hca {
             .remove(&qpn)
             .ok_or(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT))?;
         self.detach_qp_srq(qpn);
+        self.detach_qp_mcgs(qpn);
         for cqn in [qp.cqn_snd, qp.cqn_rcv] {
             if let Some(cq) = self.cqs.get_mut(&cqn) {
                 cq.users = cq.users.saturating_sub(1);
