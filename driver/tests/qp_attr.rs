@@ -6,7 +6,7 @@
 
 use bareverbs::error::Invalid;
 use bareverbs::verbs::*;
-use bareverbs::{Config, Device, Error};
+use bareverbs::{AsyncEvent, Config, Device, Error};
 use bareverbs_hal::Hal;
 use bareverbs_model::SimHal;
 
@@ -128,7 +128,6 @@ fn work_posted_after_the_device_moved_the_qp_to_err_is_flushed() {
     let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap());
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    // (b is the responder; the model leaves it in RTS after the NAK.)
     connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
     let mr = region(&hal, &pd, 4096, access);
     let s = [sge(&mr, 0, 8)];
@@ -162,4 +161,112 @@ fn work_posted_after_the_device_moved_the_qp_to_err_is_flushed() {
     assert_eq!(rcq.poll(&mut wc), 1);
     assert_eq!((wc[0].wr_id, wc[0].status), (3, WcStatus::WrFlushErr));
     assert_eq!(a.query().unwrap().qp_state, QpState::Err);
+    // The responder went to ERR too and said so on the QP (IBA 9.9.3.1 class C; mlx5
+    // WQ_ACCESS_ERROR: IBV_EVENT_QP_ACCESS_ERR).
+    assert_eq!(b.query().unwrap().qp_state, QpState::Err);
+    dev.poll_events();
+    let events: Vec<_> = std::iter::from_fn(|| dev.next_event()).collect();
+    assert!(
+        events.contains(&AsyncEvent::QpAccessErr { qpn: b.qpn().raw() }),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn an_invalid_request_puts_the_responder_in_err_with_its_event() {
+    // RDMA READ to a QP that allows no remote read: NAK invalid request (IBA 9.7.5.2.4), the
+    // responder to ERR with WQ_INVAL_REQ_ERROR (IBV_EVENT_QP_REQ_ERR).
+    let hal = SimHal::synchronous();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let (mut scq, rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
+    let init = QpInitAttr {
+        cap: QpCap {
+            max_send_wr: 4,
+            ..cap()
+        },
+        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap())
+    };
+    let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
+    let (an, bn) = (a.qpn().raw(), b.qpn().raw());
+    let path = AhAttr {
+        dlid: 1,
+        port_num: 1,
+        ..AhAttr::default()
+    };
+    a.to_init(1, 0, AccessFlags::LOCAL_WRITE, 0).unwrap();
+    b.to_init(1, 0, AccessFlags::LOCAL_WRITE, 0).unwrap();
+    let rtr = QpAttr {
+        qp_state: QpState::Rtr,
+        path_mtu: Mtu::Mtu1024,
+        ah_attr: path,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 12,
+        ..QpAttr::default()
+    };
+    let m = QpAttrMask::STATE
+        | QpAttrMask::AV
+        | QpAttrMask::PATH_MTU
+        | QpAttrMask::DEST_QPN
+        | QpAttrMask::RQ_PSN
+        | QpAttrMask::MAX_DEST_RD_ATOMIC
+        | QpAttrMask::MIN_RNR_TIMER;
+    a.modify(
+        &QpAttr {
+            dest_qp_num: bn,
+            ..rtr
+        },
+        m,
+    )
+    .unwrap();
+    b.modify(
+        &QpAttr {
+            dest_qp_num: an,
+            ..rtr
+        },
+        m,
+    )
+    .unwrap();
+    let rts = QpAttr {
+        qp_state: QpState::Rts,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        max_rd_atomic: 1,
+        ..QpAttr::default()
+    };
+    let rm = QpAttrMask::STATE
+        | QpAttrMask::TIMEOUT
+        | QpAttrMask::RETRY_CNT
+        | QpAttrMask::RNR_RETRY
+        | QpAttrMask::SQ_PSN
+        | QpAttrMask::MAX_QP_RD_ATOMIC;
+    a.modify(&rts, rm).unwrap();
+    b.modify(&rts, rm).unwrap();
+    let mr = region(
+        &hal,
+        &pd,
+        4096,
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+    );
+    let s = [sge(&mr, 0, 8)];
+    a.post_send(&[send_wr(
+        1,
+        &s,
+        SendOp::RdmaRead {
+            remote_addr: mr.addr(),
+            rkey: mr.rkey().raw(),
+        },
+    )])
+    .unwrap();
+    let mut wc = [Wc::EMPTY; 2];
+    assert_eq!(scq.poll(&mut wc), 1);
+    assert_eq!(wc[0].status, WcStatus::RemInvReqErr);
+    assert_eq!(b.query().unwrap().qp_state, QpState::Err);
+    dev.poll_events();
+    let events: Vec<_> = std::iter::from_fn(|| dev.next_event()).collect();
+    assert!(
+        events.contains(&AsyncEvent::QpReqErr { qpn: bn }),
+        "{events:?}"
+    );
 }

@@ -825,6 +825,21 @@ impl Hca {
             return Response::NakSeq;
         }
         let resp = self.execute_request(&r, req, duplicate);
+        // An RC responder that NAKs a remote access error or an invalid request goes to ERR
+        // and reports it on the QP (IBA 9.9.3.1, responder class C errors; Linux rxe
+        // `do_class_ac_error`; mlx5 WQ_ACCESS_ERROR / WQ_INVAL_REQ_ERROR, which Linux
+        // mlx5_ib reports as IB_EVENT_QP_ACCESS_ERR / IB_EVENT_QP_REQ_ERR).
+        if rc && !duplicate {
+            let event = match resp {
+                Response::Nak(synd::REMOTE_ACCESS) => Some(event_type::WQ_ACCESS_ERROR),
+                Response::Nak(synd::REMOTE_INVAL_REQ) => Some(event_type::WQ_INVAL_REQ_ERROR),
+                _ => None,
+            };
+            if let Some(ty) = event {
+                self.qp_to_error(r.qpn);
+                self.post_event(ty, 0, qp_srq_event_data(0, r.qpn));
+            }
+        }
         // UC: whatever became of the message, the next one is expected after it.
         let accepted = !rc || (matches!(resp, Response::Ack(_)) && !duplicate);
         if accepted {
@@ -1353,6 +1368,13 @@ mod tests {
             let r = h.respond(&request(Kind::Read, expected, MAX_RDMA_LEN + 1));
             assert!(matches!(r, Response::Nak(synd::REMOTE_INVAL_REQ)));
             assert_eq!(epsn(h), Some(expected));
+            // The responder went to ERR (IBA 9.9.3.1 class C); back to RTS for what follows.
+            let rearm = |h: &mut Hca| {
+                let q = h.qps.get_mut(&0x100).unwrap();
+                assert_eq!(q.state, QpState::Err);
+                q.state = QpState::Rts;
+            };
+            rearm(h);
             // Ahead (across the wrap), up to half the PSN space: sequence error NAK.
             for psn in [0, psn_add(expected, (1 << 23) - 1)] {
                 let r = h.respond(&request(Kind::Write, psn, 4));
@@ -1371,6 +1393,7 @@ mod tests {
             let r = h.respond(&request(Kind::Write, expected, 4));
             assert!(matches!(r, Response::Nak(synd::REMOTE_ACCESS)));
             assert_eq!(epsn(h), Some(expected));
+            rearm(h);
             // A QP without remote read: remote invalid request, not an access error.
             if let Some(q) = h.qps.get_mut(&0x100) {
                 q.rre = false;
