@@ -6,10 +6,9 @@
 use bareverbs::error::{Invalid, Limit};
 use bareverbs::verbs::*;
 use bareverbs::{Config, Device, Error};
-use bareverbs_model::{Drive, Fabric, ModelConfig, SimHal};
 
 mod common;
-use common::{poll_one, region, send_wr, sge};
+use common::{poll_one, region, send_wr, sge, two_hcas};
 
 const QKEY: u32 = 0x1111;
 
@@ -25,16 +24,7 @@ fn cap() -> QpCap {
 
 #[test]
 fn a_reply_through_the_ah_from_a_completion_reaches_the_sender() {
-    let fabric = Fabric::new();
-    let cfg = |lid, guid| ModelConfig {
-        base_lid: lid,
-        node_guid: guid,
-        ..ModelConfig::default()
-    };
-    let (h1, h2) = (
-        SimHal::on_fabric(cfg(1, 0x10), Drive::Synchronous, &fabric),
-        SimHal::on_fabric(cfg(17, 0x20), Drive::Synchronous, &fabric),
-    );
+    let (h1, h2) = two_hcas();
     let (d1, d2) = (
         Device::bring_up(&h1, Config::default()).unwrap(),
         Device::bring_up(&h2, Config::default()).unwrap(),

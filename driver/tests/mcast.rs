@@ -6,10 +6,10 @@
 use bareverbs::error::{Invalid, Limit};
 use bareverbs::verbs::*;
 use bareverbs::{Config, Device, Error};
-use bareverbs_model::{Drive, Fabric, ModelConfig, SimHal};
+use bareverbs_model::SimHal;
 
 mod common;
-use common::{region, send_wr, sge};
+use common::{region, send_wr, sge, two_hcas};
 
 const QKEY: u32 = 0x1111;
 const MLID: u16 = 0xc001;
@@ -28,16 +28,7 @@ fn cap() -> QpCap {
 
 #[test]
 fn datagrams_reach_every_attached_qp_once_on_every_hca() {
-    let fabric = Fabric::new();
-    let cfg = |lid, guid| ModelConfig {
-        base_lid: lid,
-        node_guid: guid,
-        ..ModelConfig::default()
-    };
-    let (h1, h2) = (
-        SimHal::on_fabric(cfg(1, 0x10), Drive::Synchronous, &fabric),
-        SimHal::on_fabric(cfg(17, 0x20), Drive::Synchronous, &fabric),
-    );
+    let (h1, h2) = two_hcas();
     let (d1, d2) = (
         Device::bring_up(&h1, Config::default()).unwrap(),
         Device::bring_up(&h2, Config::default()).unwrap(),

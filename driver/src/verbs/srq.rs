@@ -13,7 +13,7 @@ use crate::device::{input, Control, Device};
 use crate::error::{Error, Invalid, Limit};
 use crate::verbs::pd::Pd;
 use crate::verbs::post::{PostError, RecvWr};
-use crate::verbs::srq_ring::{SrqAttr, SrqAttrMask, SrqBook, INLINE_SRQS};
+use crate::verbs::srq_ring::{limit_to_arm, SrqAttr, SrqAttrMask, SrqBook, INLINE_SRQS};
 use crate::verbs::xrc::{alloc_xrcdn, dealloc_xrcdn};
 
 /// Bytes of a page of the ring (`log_wq_pg_sz` 0: 4 KiB).
@@ -246,19 +246,7 @@ impl<H: Hal> Srq<'_, '_, H> {
     /// SRQ: Linux mlx5_ib `mlx5_ib_modify_srq` returns EINVAL); [`Error::ExceedsLimit`] for a
     /// limit past `max_wr`; a command error.
     pub fn modify(&mut self, attr: &SrqAttr, mask: SrqAttrMask) -> Result<(), Error> {
-        if mask.contains(SrqAttrMask::MAX_WR) {
-            return Err(Error::InvalidArgument {
-                what: Invalid::UnsupportedTransition,
-            });
-        }
-        if mask.contains(SrqAttrMask::LIMIT) {
-            if attr.srq_limit > self.attr.max_wr {
-                return Err(Error::ExceedsLimit {
-                    limit: Limit::QpWr,
-                    requested: attr.srq_limit.into(),
-                    max: self.attr.max_wr.into(),
-                });
-            }
+        if let Some(lwm) = limit_to_arm(attr, mask, self.attr.max_wr)? {
             let mut i = [0u8; ModifyRmpIn::BYTES];
             {
                 let mut v = input::<ModifyRmp>(&mut i)?;
@@ -267,11 +255,11 @@ impl<H: Hal> Srq<'_, '_, H> {
                 v.sub(modify_rmp_in::bitmask).set(rmp_bitmask::lwm, 1u8);
                 let mut c = v.sub(modify_rmp_in::ctx);
                 c.set(rmpc::state, rmpc_state::RDY);
-                c.sub(rmpc::wq).set(wq::lwm, attr.srq_limit);
+                c.sub(rmpc::wq).set(wq::lwm, lwm);
             }
             let mut o = [0u8; ModifyRmpOut::BYTES];
             self.pd.dev.exec::<ModifyRmp>(&mut i, &mut o)?;
-            self.attr.srq_limit = attr.srq_limit;
+            self.attr.srq_limit = lwm;
         }
         Ok(())
     }

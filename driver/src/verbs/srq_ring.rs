@@ -46,6 +46,32 @@ bitflags! {
     }
 }
 
+/// The limit an `ibv_modify_srq` arms, if any, after the checks every mlx5 SRQ shares:
+/// [`SrqAttrMask::MAX_WR`] refused (mlx5 cannot resize an SRQ: Linux mlx5_ib
+/// `mlx5_ib_modify_srq` returns EINVAL), a limit past `max_wr` refused.
+pub(crate) fn limit_to_arm(
+    attr: &SrqAttr,
+    mask: SrqAttrMask,
+    max_wr: u32,
+) -> Result<Option<u32>, Error> {
+    if mask.contains(SrqAttrMask::MAX_WR) {
+        return Err(Error::InvalidArgument {
+            what: Invalid::UnsupportedTransition,
+        });
+    }
+    if !mask.contains(SrqAttrMask::LIMIT) {
+        return Ok(None);
+    }
+    if attr.srq_limit > max_wr {
+        return Err(Error::ExceedsLimit {
+            limit: crate::error::Limit::QpWr,
+            requested: attr.srq_limit.into(),
+            max: max_wr.into(),
+        });
+    }
+    Ok(Some(attr.srq_limit))
+}
+
 /// Head, tail and WQE counter of a ring.
 struct Ends {
     head: u16,

@@ -759,27 +759,15 @@ impl<H: Hal> XrcSrq<'_, '_, H> {
     /// SRQ: Linux mlx5_ib `mlx5_ib_modify_srq` returns EINVAL); [`Error::ExceedsLimit`] for a
     /// limit past `max_wr`; a command error.
     pub fn modify(&mut self, attr: &SrqAttr, mask: SrqAttrMask) -> Result<(), Error> {
-        if mask.contains(SrqAttrMask::MAX_WR) {
-            return Err(Error::InvalidArgument {
-                what: Invalid::UnsupportedTransition,
-            });
-        }
-        if mask.contains(SrqAttrMask::LIMIT) {
-            if attr.srq_limit > self.attr.max_wr {
-                return Err(Error::ExceedsLimit {
-                    limit: Limit::QpWr,
-                    requested: attr.srq_limit.into(),
-                    max: self.attr.max_wr.into(),
-                });
-            }
+        if let Some(lwm) = crate::verbs::srq_ring::limit_to_arm(attr, mask, self.attr.max_wr)? {
             let mut i = [0u8; ArmXrcSrqIn::BYTES];
             input::<ArmXrcSrq>(&mut i)?
                 .set(arm_xrc_srq_in::op_mod, arm_xrc_srq_op_mod::XRC_SRQ)
                 .set(arm_xrc_srq_in::xrc_srqn, self.srqn)
-                .set(arm_xrc_srq_in::lwm, attr.srq_limit);
+                .set(arm_xrc_srq_in::lwm, lwm);
             let mut o = [0u8; ArmXrcSrqOut::BYTES];
             self.xrcd.dev.exec::<ArmXrcSrq>(&mut i, &mut o)?;
-            self.attr.srq_limit = attr.srq_limit;
+            self.attr.srq_limit = lwm;
         }
         Ok(())
     }

@@ -106,3 +106,19 @@ pub fn raw_rst2rtr(
     }
     exec::<Init2RtrQp>(dev, &mut i).unwrap();
 }
+
+/// Two model HCAs joined by one fabric, driven synchronously: LIDs 1 and 17, node GUIDs 0x10
+/// and 0x20.
+pub fn two_hcas() -> (SimHal, SimHal) {
+    use bareverbs_model::{Drive, Fabric, ModelConfig};
+    let fabric = Fabric::new();
+    let cfg = |lid, guid| ModelConfig {
+        base_lid: lid,
+        node_guid: guid,
+        ..ModelConfig::default()
+    };
+    (
+        SimHal::on_fabric(cfg(1, 0x10), Drive::Synchronous, &fabric),
+        SimHal::on_fabric(cfg(17, 0x20), Drive::Synchronous, &fabric),
+    )
+}
