@@ -10,10 +10,12 @@ use bareverbs_hal::Hal;
 
 use crate::cmdq::MAX_MESSAGE;
 use crate::device::{input, Control, Device};
-use crate::error::{Error, Invalid, Limit};
+use crate::error::{Error, Limit};
 use crate::verbs::pd::Pd;
 use crate::verbs::post::{PostError, RecvWr};
-use crate::verbs::srq_ring::{limit_to_arm, SrqAttr, SrqAttrMask, SrqBook, INLINE_SRQS};
+use crate::verbs::srq_ring::{
+    limit_to_arm, srq_geometry, SrqAttr, SrqAttrMask, SrqBook, INLINE_SRQS,
+};
 use crate::verbs::xrc::{alloc_xrcdn, dealloc_xrcdn};
 
 /// Bytes of a page of the ring (`log_wq_pg_sz` 0: 4 KiB).
@@ -55,24 +57,12 @@ impl<'d, H: Hal> Pd<'d, H> {
     pub fn create_srq(&self, init: &SrqInitAttr) -> Result<Srq<'_, 'd, H>, Error> {
         let dev = self.dev;
         let a = init.attr;
-        if a.max_wr == 0 {
-            return Err(Error::InvalidArgument {
-                what: Invalid::ZeroEntries,
-            });
-        }
-        let caps = dev.info().caps;
+        let (log_size, log_stride) = srq_geometry(&dev.info().caps, &a)?;
         let exceeds = |limit, requested: u32, max: u32| Error::ExceedsLimit {
             limit,
             requested: requested.into(),
             max: max.into(),
         };
-        if a.max_wr > caps.max_srq_wr {
-            return Err(exceeds(Limit::QpWr, a.max_wr, caps.max_srq_wr));
-        }
-        let max_sge_dev = caps.max_rq_desc_size / 16 - 1;
-        if a.max_sge > max_sge_dev {
-            return Err(exceeds(Limit::Sge, a.max_sge, max_sge_dev));
-        }
         if a.srq_limit > a.max_wr {
             return Err(exceeds(Limit::QpWr, a.srq_limit, a.max_wr));
         }
@@ -83,11 +73,6 @@ impl<'d, H: Hal> Pd<'d, H> {
                 INLINE_SRQS as u32,
             ));
         }
-        // The WQE: the 16-byte next segment and the data segments, a power of two; one WQE
-        // more than asked, as the tail stays linked in (rdma-core 56 srq.c).
-        let stride = (16 * (1 + a.max_sge.max(1))).next_power_of_two();
-        let log_stride = stride.trailing_zeros() as u8;
-        let log_size = (a.max_wr + 1).next_power_of_two().trailing_zeros() as u8;
         let xrcdn = alloc_xrcdn(dev)?;
         match self.create_rmp(log_size, log_stride, a.srq_limit) {
             Ok(srqn) => Ok(Srq {
@@ -96,7 +81,7 @@ impl<'d, H: Hal> Pd<'d, H> {
                 xrcdn,
                 attr: SrqAttr {
                     max_wr: (1u32 << log_size) - 1,
-                    max_sge: (stride - 16) / 16,
+                    max_sge: ((1u32 << log_stride) - 16) / 16,
                     srq_limit: a.srq_limit,
                 },
                 context: init.srq_context,
@@ -242,7 +227,7 @@ impl<H: Hal> Srq<'_, '_, H> {
     /// receives than the limit remain, and the limit is then 0 (disarmed).
     ///
     /// # Errors
-    /// [`Invalid::UnsupportedTransition`] for [`SrqAttrMask::MAX_WR`] (mlx5 cannot resize an
+    /// [`Invalid::UnsupportedTransition`](crate::error::Invalid::UnsupportedTransition) for [`SrqAttrMask::MAX_WR`] (mlx5 cannot resize an
     /// SRQ: Linux mlx5_ib `mlx5_ib_modify_srq` returns EINVAL); [`Error::ExceedsLimit`] for a
     /// limit past `max_wr`; a command error.
     pub fn modify(&mut self, attr: &SrqAttr, mask: SrqAttrMask) -> Result<(), Error> {

@@ -46,6 +46,38 @@ bitflags! {
     }
 }
 
+/// `(log2 WQEs, log2 WQE stride)` of an SRQ holding at least `attr.max_wr` receives of up to
+/// `attr.max_sge` entries, checked against the device: the WQE is the 16-byte next segment
+/// and the data segments, a power of two, and there is one WQE more than asked, as the tail
+/// stays linked in (rdma-core 56 srq.c `mlx5_alloc_srq_buf`: `max_wr` is one less than the
+/// WQEs).
+pub(crate) fn srq_geometry(caps: &crate::caps::Caps, attr: &SrqAttr) -> Result<(u8, u8), Error> {
+    if attr.max_wr == 0 {
+        return Err(Error::InvalidArgument {
+            what: Invalid::ZeroEntries,
+        });
+    }
+    let exceeds = |limit, requested: u32, max: u32| Error::ExceedsLimit {
+        limit,
+        requested: requested.into(),
+        max: max.into(),
+    };
+    if attr.max_wr > caps.max_srq_wr {
+        return Err(exceeds(
+            crate::error::Limit::QpWr,
+            attr.max_wr,
+            caps.max_srq_wr,
+        ));
+    }
+    let max_sge_dev = caps.max_rq_desc_size / 16 - 1;
+    if attr.max_sge > max_sge_dev {
+        return Err(exceeds(crate::error::Limit::Sge, attr.max_sge, max_sge_dev));
+    }
+    let stride = (16 * (1 + attr.max_sge.max(1))).next_power_of_two();
+    let log_size = (attr.max_wr + 1).next_power_of_two().trailing_zeros() as u8;
+    Ok((log_size, stride.trailing_zeros() as u8))
+}
+
 /// The limit an `ibv_modify_srq` arms, if any, after the checks every mlx5 SRQ shares:
 /// [`SrqAttrMask::MAX_WR`] refused (mlx5 cannot resize an SRQ: Linux mlx5_ib
 /// `mlx5_ib_modify_srq` returns EINVAL), a limit past `max_wr` refused.

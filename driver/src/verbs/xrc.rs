@@ -628,31 +628,7 @@ impl<'d, H: Hal> Xrcd<'d, H> {
                 what: Invalid::ForeignObject,
             });
         }
-        if attr.max_wr == 0 {
-            return Err(Error::InvalidArgument {
-                what: Invalid::ZeroEntries,
-            });
-        }
-        let caps = dev.info().caps;
-        let exceeds = |limit, requested: u32, max: u32| Error::ExceedsLimit {
-            limit,
-            requested: requested.into(),
-            max: max.into(),
-        };
-        if attr.max_wr > caps.max_srq_wr {
-            return Err(exceeds(Limit::QpWr, attr.max_wr, caps.max_srq_wr));
-        }
-        // The WQE: the 16-byte next segment and the data segments (rdma-core 56 srq.c
-        // `mlx5_alloc_srq_buf`), a power of two.
-        let max_sge_dev = caps.max_rq_desc_size / 16 - 1;
-        if attr.max_sge > max_sge_dev {
-            return Err(exceeds(Limit::Sge, attr.max_sge, max_sge_dev));
-        }
-        let stride = (16 * (1 + attr.max_sge.max(1))).next_power_of_two();
-        let log_stride = stride.trailing_zeros() as u8;
-        // One WQE more than asked: the tail stays linked in (rdma-core 56 srq.c: `max_wr` is
-        // one less than the WQEs).
-        let log_size = (attr.max_wr + 1).next_power_of_two().trailing_zeros() as u8;
+        let (log_size, log_stride) = crate::verbs::srq_ring::srq_geometry(&dev.info().caps, &attr)?;
         if !dev.srq_books.read().has_room(1) {
             return Err(srq_table_full());
         }
