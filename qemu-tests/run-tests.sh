@@ -68,6 +68,9 @@ else
   step "guest: rc_pingpong between two model HCAs over VFIO"
   qemu-tests/rig/test-pingpong.sh
 
+  step "guest: rc_pingpong -e (completion channels) between two model HCAs over VFIO"
+  PP_EVENTS=1 qemu-tests/rig/test-pingpong.sh /tmp/bareverbs-rc_pingpong-e
+
   step "guest: srq_pingpong (16 RC QPs on one SRQ) between two model HCAs over VFIO"
   PINGPONG=srq_pingpong qemu-tests/rig/test-pingpong.sh
 

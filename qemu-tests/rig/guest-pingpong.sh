@@ -4,6 +4,8 @@
 # one and client on the other, over loopback TCP, through real VFIO.
 prog=/bin/${PINGPONG:-rc_pingpong}
 args=${PP_ARGS:--n 200 -s 1024 -c}
+# PP_EVENTS=1: wait on completion events (-e, a completion channel) instead of spinning.
+[ -n "${PP_EVENTS:-}" ] && args="$args -e"
 ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up
 [ -d /sys/module/vfio ] || insmod /m/vfio.ko
 while read -r m; do [ -d "/sys/module/${m%.ko}" ] || insmod "/m/$m" 2>/dev/null; done </m/vfio.order

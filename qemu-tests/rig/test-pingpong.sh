@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Guest test: rc_pingpong, or the ping-pong program named by PINGPONG (srq_pingpong, …; our
-# driver) between two model HCAs served by one vfio-user server
+# driver; PP_EVENTS=1: event-driven, -e) between two model HCAs served by one vfio-user server
 # (one fabric), both bound to vfio-pci in one guest behind the emulated IOMMU. Passes when
 # both sides finish with their data checked and both HCAs end clean (no failed command, no
 # pages held, no DMA fault).
@@ -29,7 +29,7 @@ trap 'kill $spid 2>/dev/null || true' EXIT
 rc=0
 "$here/run-guest.sh" --initrd "$work/initrd.gz" --mode run --iommu \
   --vfio-user "$work/mlx5-0.sock" --vfio-user "$work/mlx5-1.sock" \
-  --append "hugepages=32 PINGPONG=$prog RUN=/bin/guest-pingpong.sh" \
+  --append "hugepages=32 PINGPONG=$prog ${PP_EVENTS:+PP_EVENTS=1 }RUN=/bin/guest-pingpong.sh" \
   --timeout "${TIMEOUT:-300}" --quiet --log "$work/guest.log" || rc=$?
 wait $spid 2>/dev/null || true
 log="$work/guest.log"
