@@ -71,6 +71,19 @@ fn run_side<H: Hal>(hal: H, o: &Opts) -> Result<String, String> {
     let dev =
         Device::bring_up(hal, Config::default()).map_err(|e| format!("bring-up failed at {e}"))?;
     let pd = dev.alloc_pd().map_err(|e| e.to_string())?;
+    // The buffer is registered before the QPs exist, as srq_pingpong.c `pp_init_ctx` does, so
+    // the QPs are destroyed before it is deregistered: a side may post up to `num_qp - 1`
+    // sends more than the other side counts, and one that arrives while this side tears down
+    // must find no QP (the sender is already done with it), not a QP whose buffer is gone.
+    let mr = pd
+        .reg_mr(
+            dev.hal()
+                .dma_alloc(o.size, 4096)
+                .map_err(|e| e.to_string())?
+                .share(),
+            AccessFlags::LOCAL_WRITE,
+        )
+        .map_err(|(e, _)| format!("Couldn't register MR: {e}"))?;
     let mut cq = dev
         .create_cq(o.rx_depth + o.num_qp)
         .map_err(|e| format!("Couldn't create CQ: {e}"))?;
@@ -100,15 +113,6 @@ fn run_side<H: Hal>(hal: H, o: &Opts) -> Result<String, String> {
                 .map_err(|e| format!("Couldn't create QP: {e}"))?,
         );
     }
-    let mr = pd
-        .reg_mr(
-            dev.hal()
-                .dma_alloc(o.size, 4096)
-                .map_err(|e| e.to_string())?
-                .share(),
-            AccessFlags::LOCAL_WRITE,
-        )
-        .map_err(|(e, _)| format!("Couldn't register MR: {e}"))?;
     for q in qps.iter_mut() {
         q.to_init(o.ib_port, 0, AccessFlags::empty(), 0)
             .map_err(|e| format!("Failed to modify QP to INIT: {e}"))?;
