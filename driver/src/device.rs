@@ -130,7 +130,8 @@ pub enum AsyncEvent {
         /// Port number.
         port: u8,
     },
-    /// `IBV_EVENT_DEVICE_FATAL` (INTERNAL_ERROR).
+    /// `IBV_EVENT_DEVICE_FATAL`: an INTERNAL_ERROR event, or the first fatal health sensor
+    /// that [`Device::poll_events`] or [`Device::check_health`] reads.
     DeviceFatal,
     /// Any other event, with its raw type and subtype.
     Other {
@@ -350,9 +351,18 @@ impl<H: Hal> Device<H> {
 
     /// Polls for asynchronous events: serves firmware page requests and queues the rest for
     /// [`Device::next_event`]. Returns the number of EQEs consumed. Call it from time to time
-    /// (poll mode: nothing runs in the background).
+    /// (poll mode: nothing runs in the background). Every
+    /// [`HEALTH_POLL_INTERVAL`](crate::health::HEALTH_POLL_INTERVAL) it also reads the fatal
+    /// health sensors and queues [`AsyncEvent::DeviceFatal`] the first time one fires.
     pub fn poll_events(&self) -> usize {
-        self.ctl.lock().service_events(&self.hal)
+        let mut c = self.ctl.lock();
+        // The fatal sensors, every 2 s as Linux's health poll reads them: a fatal condition
+        // is an event (`IBV_EVENT_DEVICE_FATAL`), once.
+        let fatal = c.health.poll_due(self.hal.bar0(), self.hal.now());
+        if c.health.first_fatal(fatal) {
+            c.push_event(AsyncEvent::DeviceFatal);
+        }
+        c.service_events(&self.hal)
     }
 
     /// The next unread event: a completion event of a CQ without a channel (counted per CQ,
@@ -413,8 +423,18 @@ impl<H: Hal> Device<H> {
 
     /// Reads the health buffer and counter; call it periodically (Linux: every 2 s) to detect
     /// a hung or failed device.
+    ///
+    /// The first report with a fatal sensor also queues [`AsyncEvent::DeviceFatal`] (Linux
+    /// 6.12: `poll_health` enters the error state, mlx5_ib reports IB_EVENT_DEVICE_FATAL);
+    /// [`Device::poll_events`] reads the fatal sensors by itself every
+    /// [`HEALTH_POLL_INTERVAL`](crate::health::HEALTH_POLL_INTERVAL).
     pub fn check_health(&self) -> HealthReport {
-        self.ctl.lock().health.check(self.hal.bar0())
+        let mut c = self.ctl.lock();
+        let report = c.health.check(self.hal.bar0());
+        if c.health.first_fatal(report.fatal) {
+            c.push_event(AsyncEvent::DeviceFatal);
+        }
+        report
     }
 }
 
@@ -592,6 +612,16 @@ impl<H: Hal> Control<H> {
     }
 
     /// Polls the asynchronous EQ once: serves page requests, queues other events.
+    /// Queues `ev` for [`Device::next_event`]; when the queue is full the oldest is dropped
+    /// (and counted).
+    pub(crate) fn push_event(&mut self, ev: AsyncEvent) {
+        if self.events.is_full() {
+            self.events.pop_front();
+            self.events_dropped += 1;
+        }
+        let _ = self.events.push_back(ev);
+    }
+
     pub(crate) fn service_events(&mut self, hal: &H) -> usize {
         let mut n = 0;
         while let Some(eqe) = self.eq.as_mut().and_then(EventQueue::next) {
@@ -612,11 +642,7 @@ impl<H: Hal> Control<H> {
                 },
             };
             if let Some(ev) = ev {
-                if self.events.is_full() {
-                    self.events.pop_front();
-                    self.events_dropped += 1;
-                }
-                let _ = self.events.push_back(ev);
+                self.push_event(ev);
             }
         }
         if n > 0 {

@@ -6,7 +6,8 @@ use bareverbs_firmware_cmd::init_seg::{
     HEALTH_BUFFER_OFFSET,
 };
 use bareverbs_firmware_cmd::View;
-use bareverbs_hal::{BarOffset, Mmio};
+use bareverbs_hal::{BarOffset, Instant, Mmio};
+use core::time::Duration;
 
 /// A fatal condition, in the order Linux checks them (first hit wins).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,39 +42,48 @@ pub struct HealthReport {
 /// Checks without counter movement before the counter is called stalled (`MAX_MISSES`).
 pub const MAX_MISSES: u32 = 3;
 
-/// Remembers the counter between checks (Linux `poll_health`).
+/// How often [`Device::poll_events`](crate::Device::poll_events) reads the fatal sensors
+/// (Linux 6.12 health.c `MLX5_HEALTH_POLL_INTERVAL`, 2 s).
+pub const HEALTH_POLL_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Remembers the counter between checks (Linux `poll_health`), whether a fatal condition was
+/// already reported, and when the fatal sensors are next due.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct HealthMonitor {
     last: Option<u32>,
     misses: u32,
+    fatal_reported: bool,
+    next_poll: Instant,
 }
 
 impl HealthMonitor {
-    pub(crate) fn check<M: Mmio>(&mut self, bar: &M) -> HealthReport {
-        let mut buf = [0u8; 64];
-        for (i, dw) in buf.chunks_mut(4).enumerate() {
-            dw.copy_from_slice(
-                &bar.read32(BarOffset(HEALTH_BUFFER_OFFSET + 4 * i))
-                    .to_be_bytes(),
-            );
+    /// True the first time a fatal sensor is seen (Linux `poll_health` enters the error state
+    /// once: `fatal_error && !health->fatal_error`).
+    pub(crate) fn first_fatal(&mut self, fatal: Option<FatalSensor>) -> bool {
+        let first = fatal.is_some() && !self.fatal_reported;
+        self.fatal_reported |= fatal.is_some();
+        first
+    }
+
+    /// The fatal sensors, if [`HEALTH_POLL_INTERVAL`] passed since they were last read by
+    /// this call; `None` when not due or healthy. The counter is left to
+    /// [`HealthMonitor::check`], whose caller decides the period of its misses.
+    pub(crate) fn poll_due<M: Mmio>(&mut self, bar: &M, now: Instant) -> Option<FatalSensor> {
+        if now < self.next_poll {
+            return None;
         }
+        self.next_poll = now.after(HEALTH_POLL_INTERVAL);
+        fatal_sensor(bar)
+    }
+
+    pub(crate) fn check<M: Mmio>(&mut self, bar: &M) -> HealthReport {
+        let buf = read_buffer(bar);
         let h = match View::<HealthBuffer>::new_checked(&buf) {
             Ok(h) => h,
             Err(_) => unreachable!("64-byte buffer holds the health buffer"),
         };
-        let nic = cmdq_addr_l_sz::nic_interface.get(bar.read32(cmdq_addr_l_sz::OFFSET));
         let synd = h.get(health_buffer::synd) as u8;
-        let fatal = if h.get(health_buffer::fw_version) == u64::from(u32::MAX) {
-            Some(FatalSensor::PciCommError)
-        } else if nic == nic_interface::DISABLED {
-            Some(FatalSensor::NicDisabled)
-        } else if nic == nic_interface::SW_RESET {
-            Some(FatalSensor::NicSwReset)
-        } else if h.get(health_buffer::rfr) != 0 && synd != 0 {
-            Some(FatalSensor::FwSyndromeRfr)
-        } else {
-            None
-        };
+        let fatal = sensors(&h, bar);
         let counter = health_counter::health_counter.get(bar.read32(health_counter::OFFSET));
         if self.last == Some(counter) {
             self.misses = self.misses.saturating_add(1);
@@ -88,6 +98,41 @@ impl HealthMonitor {
             counter,
             stalled: self.misses >= MAX_MISSES,
         }
+    }
+}
+
+/// The first fatal sensor that fires.
+fn fatal_sensor<M: Mmio>(bar: &M) -> Option<FatalSensor> {
+    let buf = read_buffer(bar);
+    let h = View::<HealthBuffer>::new_checked(&buf).ok()?;
+    sensors(&h, bar)
+}
+
+/// The health buffer as the device holds it (big-endian dwords).
+fn read_buffer<M: Mmio>(bar: &M) -> [u8; 64] {
+    let mut buf = [0u8; 64];
+    for (i, dw) in buf.chunks_mut(4).enumerate() {
+        dw.copy_from_slice(
+            &bar.read32(BarOffset(HEALTH_BUFFER_OFFSET + 4 * i))
+                .to_be_bytes(),
+        );
+    }
+    buf
+}
+
+/// Linux 6.12 health.c `mlx5_health_check_fatal_sensors`, in its order (first hit wins).
+fn sensors<M: Mmio>(h: &View<'_, HealthBuffer>, bar: &M) -> Option<FatalSensor> {
+    let nic = cmdq_addr_l_sz::nic_interface.get(bar.read32(cmdq_addr_l_sz::OFFSET));
+    if h.get(health_buffer::fw_version) == u64::from(u32::MAX) {
+        Some(FatalSensor::PciCommError)
+    } else if nic == nic_interface::DISABLED {
+        Some(FatalSensor::NicDisabled)
+    } else if nic == nic_interface::SW_RESET {
+        Some(FatalSensor::NicSwReset)
+    } else if h.get(health_buffer::rfr) != 0 && h.get(health_buffer::synd) != 0 {
+        Some(FatalSensor::FwSyndromeRfr)
+    } else {
+        None
     }
 }
 

@@ -46,7 +46,8 @@ pub struct Cq {
     pub arm: Arm,
     /// Overrun ignore.
     pub oi: bool,
-    /// A CQE was dropped because the queue was full.
+    /// A CQE was dropped because the queue was full: the CQ is in error and takes no more
+    /// completions until it is destroyed.
     pub overrun: bool,
     /// QPs and XRC SRQs that complete into this CQ.
     pub users: u32,
@@ -78,6 +79,15 @@ impl Hca {
                 return false;
             }
         };
+        // The QP the completion belongs to (`mlx5_cqe64.sop_drop_qpn`, low 24 bits).
+        let qpn = u32::from_be_bytes([0, cqe[0x39], cqe[0x3a], cqe[0x3b]]);
+        // A CQ in error takes no more completions; a queue that tries to complete into it has
+        // a catastrophic error (IBA 11.6.3.1: CQ Error, then Local Work Queue Catastrophic
+        // Error for each SQ or RQ of that CQ that next uses it).
+        if cq.overrun {
+            self.qp_fatal(qpn);
+            return false;
+        }
         let used = (cq.producer.wrapping_sub(ci)) & 0x00ff_ffff;
         if used >= cq.nent() && !cq.oi {
             if let Some(cq) = self.cqs.get_mut(&cqn) {
@@ -88,6 +98,7 @@ impl Hca {
             data[..4].copy_from_slice(&cqn.to_be_bytes());
             data[0x0b] = 1; // CQ overrun
             self.post_event(event_type::CQ_ERROR, 0, data);
+            self.qp_fatal(qpn);
             return false;
         }
         if self.write_cqe_at(cqn, cqe).is_err() {

@@ -7,6 +7,7 @@
 //! in [`dma`] and [`memory`], the platform glue in [`sim_hal`].
 
 pub mod caps;
+mod catas;
 pub mod clock;
 pub mod cmdq;
 pub mod config;

@@ -35,6 +35,8 @@ struct Arena {
     limit: Option<usize>,
     fail_after: Option<usize>,
     max_align: Option<usize>,
+    /// IOVA ranges (start, length) the device can no longer reach.
+    revoked: Vec<(u64, u64)>,
 }
 
 /// The arena of DMA memory shared by the driver (through [`SimDma`]) and the model (through
@@ -79,6 +81,12 @@ impl HostMemory {
     /// Makes every allocation after the next `n` fail (`None`: never).
     pub fn fail_after(&self, n: Option<usize>) {
         self.lock().fail_after = n;
+    }
+
+    /// Makes the device's reads and writes of `len` bytes at `iova` fault from now on, as an
+    /// IOMMU mapping taken away under a live queue would (the CPU side keeps its memory).
+    pub fn revoke(&self, iova: u64, len: u64) {
+        self.lock().revoked.push((iova, len));
     }
 
     /// Bytes currently allocated.
@@ -144,6 +152,13 @@ impl HostMemory {
     ) -> Result<R, DmaFault> {
         let fault = DmaFault { iova, len, kind };
         let a = self.lock();
+        let end = iova.saturating_add(len as u64);
+        if a.revoked
+            .iter()
+            .any(|&(s, n)| iova < s.saturating_add(n) && s < end)
+        {
+            return Err(fault);
+        }
         let (&base, r) = a.regions.range(..=iova).next_back().ok_or(fault)?;
         let off = (iova - base) as usize;
         if off.checked_add(len).is_none_or(|end| end > r.len) {

@@ -48,7 +48,7 @@ use bareverbs_firmware_cmd::ifc::{
 };
 use bareverbs_firmware_cmd::layout::{Layout, View, ViewMut};
 
-use crate::dma::AddressSpaceExt;
+use crate::dma::{AddressSpaceExt, DmaFault};
 use crate::hca::Hca;
 use crate::mkey::KeyFault;
 use crate::pma::Traffic;
@@ -79,6 +79,20 @@ pub(crate) fn qp_srq_event_data(ty: u8, n: u32) -> [u8; 28] {
         v.set(eqe_qp_srq::r#type, ty).set(eqe_qp_srq::qp_srq_n, n);
     }
     d
+}
+
+/// Why a send WQE could not be taken.
+pub(crate) enum WqeFault {
+    /// Its basic blocks could not be read: the queue cannot go on (a catastrophic error).
+    Fetch(DmaFault),
+    /// It was read and does not parse: a local QP operation error, completed as such.
+    Malformed,
+}
+
+impl From<DmaFault> for WqeFault {
+    fn from(f: DmaFault) -> Self {
+        WqeFault::Fetch(f)
+    }
 }
 
 /// A receive WQE found for a message.
@@ -277,6 +291,7 @@ impl Hca {
                 Ok(v) => v as u16,
                 Err(f) => {
                     self.record_fault(f);
+                    self.qp_fatal(qpn);
                     return;
                 }
             };
@@ -294,9 +309,17 @@ impl Hca {
                 }
                 return;
             }
-            let Some(w) = self.read_send_wqe(&qp) else {
-                self.complete_send_error(&qp, qp.sq_consumed, 0, synd::LOCAL_QP_OP);
-                return;
+            let w = match self.read_send_wqe(&qp) {
+                Ok(w) => w,
+                Err(WqeFault::Fetch(f)) => {
+                    self.record_fault(f);
+                    self.qp_fatal(qpn);
+                    return;
+                }
+                Err(WqeFault::Malformed) => {
+                    self.complete_send_error(&qp, qp.sq_consumed, 0, synd::LOCAL_QP_OP);
+                    return;
+                }
             };
             match self.execute(&qp, &w) {
                 Outcome::Wait => {
@@ -356,23 +379,26 @@ impl Hca {
         }
     }
 
-    fn read_send_wqe(&mut self, qp: &Qp) -> Option<SendWqe> {
+    fn read_send_wqe(&mut self, qp: &Qp) -> Result<SendWqe, WqeFault> {
         let mask = (1u16 << qp.log_sq_size) - 1;
         let bb = |i: u16| qp.buf_iova(qp.sq_offset() + u64::from(i & mask) * 64);
-        let first = self.dma.read_vec(bb(qp.sq_consumed), 64).ok()?;
+        let first = self.dma.read_vec(bb(qp.sq_consumed), 64)?;
         let ds = u16::from(first[7] & 0x3f);
         if ds == 0 {
-            return None;
+            return Err(WqeFault::Malformed);
         }
         let bbs = ds.div_ceil(4);
         let mut raw = first;
         for k in 1..bbs {
-            raw.extend(
-                self.dma
-                    .read_vec(bb(qp.sq_consumed.wrapping_add(k)), 64)
-                    .ok()?,
-            );
+            raw.extend(self.dma.read_vec(bb(qp.sq_consumed.wrapping_add(k)), 64)?);
         }
+        Self::parse_send_wqe(qp, raw, bbs).ok_or(WqeFault::Malformed)
+    }
+
+    /// The send WQE in `raw` (`bbs` basic blocks, read from `qp`'s send queue), or `None` when
+    /// its segments do not parse.
+    fn parse_send_wqe(qp: &Qp, mut raw: Vec<u8>, bbs: u16) -> Option<SendWqe> {
+        let ds = u16::from(raw[7] & 0x3f);
         raw.truncate(usize::from(ds) * 16);
         let be32 = |o: usize| u32::from_be_bytes([raw[o], raw[o + 1], raw[o + 2], raw[o + 3]]);
         let be64 = |o: usize| (u64::from(be32(o)) << 32) | u64::from(be32(o + 4));
@@ -579,16 +605,25 @@ impl Hca {
         if rqp.no_rq {
             return None;
         }
-        let head = self.dma.read_be32(rqp.dbr).ok()? as u16;
-        if rqp.rq_consumed == head {
-            return None;
-        }
         let idx = rqp.rq_consumed & ((1u16 << rqp.log_rq_size) - 1);
         let stride = 1u64 << rqp.rq_wqe_shift;
-        let raw = self
-            .dma
-            .read_vec(rqp.buf_iova(u64::from(idx) * stride), stride as usize)
-            .ok()?;
+        let fetched = self.dma.read_be32(rqp.dbr).and_then(|head| {
+            if rqp.rq_consumed == head as u16 {
+                return Ok(None);
+            }
+            self.dma
+                .read_vec(rqp.buf_iova(u64::from(idx) * stride), stride as usize)
+                .map(Some)
+        });
+        // A receive queue that cannot be read cannot go on (see `catas.rs`).
+        let raw = match fetched {
+            Ok(raw) => raw?,
+            Err(f) => {
+                self.record_fault(f);
+                self.qp_fatal(rqp.qpn);
+                return None;
+            }
+        };
         Some(Recv {
             counter: rqp.rq_consumed,
             sges: Self::recv_sges(&raw),
@@ -609,20 +644,18 @@ impl Hca {
         let (dbr, head, taken) = (srq.dbr, srq.hw_head, srq.taken);
         let at = srq.wqe_iova(u32::from(head));
         let stride = 1usize << srq.wqe_shift;
-        let posted = match self.dma.read_be32(dbr) {
-            Ok(v) => v as u16,
-            Err(f) => {
-                self.record_fault(f);
-                return None;
+        let fetched = self.dma.read_be32(dbr).and_then(|posted| {
+            if posted as u16 == taken {
+                return Ok(None);
             }
-        };
-        if posted == taken {
-            return None;
-        }
-        let raw = match self.dma.read_vec(at, stride) {
-            Ok(v) => v,
+            self.dma.read_vec(at, stride).map(Some)
+        });
+        // An SRQ that cannot be read cannot go on (see `catas.rs`).
+        let raw = match fetched {
+            Ok(raw) => raw?,
             Err(f) => {
                 self.record_fault(f);
+                self.srq_fatal(srqn);
                 return None;
             }
         };
@@ -885,6 +918,19 @@ impl Hca {
         let needs_recv = matches!(req.kind, Kind::Send)
             || (matches!(req.kind, Kind::Write) && req.imm.is_some());
         if needs_recv && self.next_recv(r, xrc).is_none() {
+            // Looking for the receive may have found its queue unreadable and moved the QP to
+            // ERR (`catas.rs`): a QP in ERR answers nothing.
+            if self
+                .qps
+                .get(&r.qpn)
+                .is_some_and(|q| q.state == QpState::Err)
+            {
+                return if rc {
+                    Response::NoQp
+                } else {
+                    Response::Dropped
+                };
+            }
             return dropped(Response::Rnr(r.min_rnr_nak));
         }
         match req.kind {
