@@ -49,6 +49,7 @@ cargo run --locked -q -p bareverbs-examples --bin srq_pingpong -- -n 200 -s 1024
 cargo run --locked -q -p bareverbs-examples --bin mcast -- -n 200 -r 2 >/dev/null
 cargo run --locked -q -p bareverbs-examples --bin xsrq_pingpong -- -c 3 -n 50 -s 1024 -p $((20000 + RANDOM % 20000)) >/dev/null
 # Event-driven (-e): completion channels, req_notify, get_cq_event, ack_cq_events.
+cargo run --locked -q -p bareverbs-examples --bin xsrq_pingpong -- -c 3 -n 50 -s 1024 -e -p $((20000 + RANDOM % 20000)) >/dev/null
 for t in rc ud; do
   cargo run --locked -q -p bareverbs-examples --bin ${t}_pingpong -- -n 200 -s 1024 -c -e -p $((20000 + RANDOM % 20000)) >/dev/null
 done
@@ -73,6 +74,12 @@ else
 
   step "guest: srq_pingpong (16 RC QPs on one SRQ) between two model HCAs over VFIO"
   PINGPONG=srq_pingpong qemu-tests/rig/test-pingpong.sh
+
+  step "guest: xsrq_pingpong -e (XRC, completion channels) between two model HCAs over VFIO"
+  PINGPONG=xsrq_pingpong PP_EVENTS=1 qemu-tests/rig/test-pingpong.sh
+
+  step "guest: mcast (one group, receivers on both HCAs) over VFIO"
+  PINGPONG=mcast qemu-tests/rig/test-pingpong.sh
 
   step "guest: the RDMA test's steps on soft-RoCE (rdma-core in the guest, no model)"
   SELFCHECK=rxe qemu-tests/rig/test-mlx5-ib.sh

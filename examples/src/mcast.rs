@@ -1,7 +1,9 @@
-//! `mcast`: a UD sender and receivers in one multicast group across two model HCAs (in this
-//! process, each HCA's model on its own thread): the receivers attach (`ibv_attach_mcast`),
-//! the sender sends `-n` datagrams to the group's LID and GID, every receiver checks each
-//! payload, then detaches. Usage: `mcast [-n iters] [-s size] [-r receivers per HCA]`.
+//! `mcast`: a UD sender and receivers in one multicast group across two HCAs: the receivers
+//! attach (`ibv_attach_mcast`), the sender sends `-n` datagrams to the group's LID and GID,
+//! every receiver checks each payload, then detaches. Without `--pci`, the two HCAs are model
+//! HCAs in this process (each model on its own thread) joined by a fabric; with `--pci A
+//! --pci B`, two devices driven through VFIO (in the guest rig: two model HCAs on one fabric).
+//! Usage: `mcast [-n iters] [-s size] [-r receivers per HCA] [--pci BDF --pci BDF]`.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -10,6 +12,7 @@ use bareverbs::verbs::*;
 use bareverbs::{Config, Device};
 use bareverbs_hal::Hal;
 use bareverbs_model::{Drive, Fabric, ModelConfig, SimHal};
+use bareverbs_vfio::VfioHal;
 
 const QKEY: u32 = 0x1111_1111;
 const MLID: u16 = 0xc001;
@@ -21,6 +24,8 @@ struct Opts {
     iters: u32,
     size: usize,
     receivers: usize,
+    /// Two devices to drive through VFIO (else: two model HCAs in this process).
+    pci: Vec<String>,
 }
 
 fn parse(args: &[String]) -> Result<Opts, String> {
@@ -28,6 +33,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         iters: 100,
         size: 256,
         receivers: 2,
+        pci: Vec::new(),
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -40,9 +46,11 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "-n" => o.iters = num("-n")? as u32,
             "-s" => o.size = num("-s")? as usize,
             "-r" => o.receivers = num("-r")? as usize,
+            "--pci" => o.pci.push(it.next().ok_or("--pci needs a BDF")?.clone()),
             _ => {
                 return Err(format!(
-                    "usage: mcast [-n iters] [-s size] [-r receivers]; got {a}"
+                    "usage: mcast [-n iters] [-s size] [-r receivers] [--pci BDF --pci BDF]; \
+                     got {a}"
                 ))
             }
         }
@@ -50,20 +58,31 @@ fn parse(args: &[String]) -> Result<Opts, String> {
     if o.iters == 0 || o.size == 0 || o.size > 1024 || o.receivers == 0 || o.receivers > 8 {
         return Err("need -n > 0, 0 < -s <= 1024 (one MTU), 0 < -r <= 8".into());
     }
+    if !matches!(o.pci.len(), 0 | 2) {
+        return Err("--pci names both devices, or neither".into());
+    }
     Ok(o)
 }
 
-fn run(o: &Opts) -> Result<String, String> {
+/// Two model HCAs in this process on one fabric.
+fn in_process(o: &Opts) -> Result<String, String> {
     let fabric = Fabric::new();
     let cfg = |lid, guid| ModelConfig {
         base_lid: lid,
         node_guid: guid,
         ..ModelConfig::default()
     };
-    let hals = [
-        SimHal::on_fabric(cfg(1, 0x10), Drive::Background, &fabric),
-        SimHal::on_fabric(cfg(17, 0x20), Drive::Background, &fabric),
-    ];
+    run(
+        [
+            SimHal::on_fabric(cfg(1, 0x10), Drive::Background, &fabric),
+            SimHal::on_fabric(cfg(17, 0x20), Drive::Background, &fabric),
+        ],
+        o,
+    )
+}
+
+/// Sender and receivers on `hals[0]`, receivers on `hals[1]`.
+fn run<H: Hal>(hals: [H; 2], o: &Opts) -> Result<String, String> {
     let e = |e: bareverbs::Error| e.to_string();
     let devs = [
         Device::bring_up(&hals[0], Config::default()).map_err(|e| e.to_string())?,
@@ -110,7 +129,7 @@ fn run(o: &Opts) -> Result<String, String> {
         q.to_rtr(0, 0, AhAttr::default(), Mtu::Mtu1024).map_err(e)?;
         q.to_rts(0).map_err(e)?;
     }
-    let post = |qp: &mut Qp<'_, '_, &SimHal>, mr: &Mr<'_, '_, &SimHal>, i: u32| {
+    let post = |qp: &mut Qp<'_, '_, &H>, mr: &Mr<'_, '_, &H>, i: u32| {
         let k = (i % depth) as usize;
         let sg = [Sge {
             addr: mr.addr() + (k * slot) as u64,
@@ -228,7 +247,14 @@ fn run(o: &Opts) -> Result<String, String> {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match parse(&args).and_then(|o| run(&o)) {
+    let run = |o: Opts| match o.pci.as_slice() {
+        [a, b] => {
+            let open = |bdf: &String| VfioHal::open(bdf).map_err(|e| format!("{bdf}: {e}"));
+            run([open(a)?, open(b)?], &o)
+        }
+        _ => in_process(&o),
+    };
+    match parse(&args).and_then(run) {
         Ok(r) => {
             println!("{r}");
             ExitCode::SUCCESS

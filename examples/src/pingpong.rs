@@ -288,8 +288,19 @@ pub struct Events<'a, H: Hal> {
     rearm: std::collections::HashSet<u32>,
 }
 
-impl<H: Hal> Events<'_, H> {
-    fn ack_all(&mut self, cqs: &mut [&mut Cq<'_, H>]) -> Result<(), String> {
+impl<'a, H: Hal> Events<'a, H> {
+    /// Events of `channel`'s CQs on `dev`, none read yet.
+    pub fn new(dev: &'a Device<H>, channel: &'a CompChannel<'a, H>) -> Self {
+        Events {
+            dev,
+            channel,
+            read: Default::default(),
+            rearm: Default::default(),
+        }
+    }
+
+    /// Acknowledges every event read on `cqs` (`ibv_ack_cq_events`), before they are destroyed.
+    pub fn ack_all(&mut self, cqs: &mut [&mut Cq<'_, H>]) -> Result<(), String> {
         for cq in cqs {
             if let Some(n) = self.read.remove(&cq.cqn().raw()) {
                 cq.ack_events(n).map_err(|e| e.to_string())?;
@@ -362,12 +373,7 @@ pub fn run_side<H: Hal>(hal: H, qp_type: QpType, o: &Opts) -> Result<String, Str
     };
     let mut scq = dev.create_cq_with(&cq_attr).map_err(|e| e.to_string())?;
     let mut rcq = dev.create_cq_with(&cq_attr).map_err(|e| e.to_string())?;
-    let mut events = channel.as_ref().map(|channel| Events {
-        dev: &dev,
-        channel,
-        read: Default::default(),
-        rearm: Default::default(),
-    });
+    let mut events = channel.as_ref().map(|channel| Events::new(&dev, channel));
     if events.is_some() {
         scq.req_notify(false).map_err(|e| e.to_string())?;
         rcq.req_notify(false).map_err(|e| e.to_string())?;

@@ -32,6 +32,8 @@ struct Opts {
     clients: usize,
     num_tests: u32,
     sl: u8,
+    /// Sleep on completion events (a completion channel) instead of spinning.
+    events: bool,
     server: Option<String>,
     pci: Option<String>,
 }
@@ -51,7 +53,7 @@ fn usage() -> String {
          \x20 -c, --clients=<n>      number of clients (on server only, default 1)\n\
          \x20 -n, --num_tests=<n>    number of tests per client (default 5)\n\
          \x20 -l, --sl=<sl>          service level value\n\
-         \x20 -e, --events           not supported (no completion channels): refused\n\
+         \x20 -e, --events           sleep on CQ events (default poll)\n\
          \x20 -o, --odp              not supported (no on-demand paging): refused\n\
          \x20 -g, --gid-idx=<idx>    accepted; no GID is sent (LID routing)\n\
          \x20     --pci=<BDF>        drive this device through VFIO (else: server and clients\n\
@@ -68,6 +70,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         clients: 1,
         num_tests: 5,
         sl: 0,
+        events: false,
         server: None,
         pci: None,
     };
@@ -114,12 +117,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "-g" | "--gid-idx" => {
                 val("gid-idx")?;
             }
-            "-e" | "--events" => {
-                return Err(format!(
-                    "--events: completion channels are not supported\n{}",
-                    usage()
-                ))
-            }
+            "-e" | "--events" => o.events = true,
             "-o" | "--odp" => {
                 return Err(format!(
                     "--odp: on-demand paging is not supported\n{}",
@@ -243,12 +241,36 @@ fn run_side<H: Hal>(host: Host<'_, '_, H>, o: &Opts) -> Result<(), String> {
             AccessFlags::LOCAL_WRITE,
         )
         .map_err(|(err, _)| format!("Couldn't register MR: {err}"))?;
+    // -e: both CQs on one completion channel, armed before use (pp_init_ctx).
+    let channel = if o.events {
+        Some(
+            dev.create_comp_channel()
+                .map_err(e("Couldn't create completion channel"))?,
+        )
+    } else {
+        None
+    };
+    let cq_attr = CqInitAttr {
+        channel: channel.as_ref(),
+        ..CqInitAttr::new(n as u32)
+    };
     let mut recv_cq = dev
-        .create_cq(n as u32)
+        .create_cq_with(&cq_attr)
         .map_err(e("Couldn't create recv CQ"))?;
     let mut send_cq = dev
-        .create_cq(n as u32)
+        .create_cq_with(&cq_attr)
         .map_err(e("Couldn't create send CQ"))?;
+    let mut events = channel
+        .as_ref()
+        .map(|channel| pingpong::Events::new(dev, channel));
+    if events.is_some() {
+        recv_cq
+            .req_notify(false)
+            .map_err(e("Couldn't request CQ notification"))?;
+        send_cq
+            .req_notify(false)
+            .map_err(e("Couldn't request CQ notification"))?;
+    }
     let srq = xrcd
         .create_xrc_srq(
             &pd,
@@ -458,7 +480,7 @@ fn run_side<H: Hal>(host: Host<'_, '_, H>, o: &Opts) -> Result<(), String> {
     let total = n * o.num_tests as usize;
     let mut cnt = 0;
     while cnt < total {
-        let wc = pingpong::wait(&mut recv_cq, None)
+        let wc = pingpong::wait(&mut recv_cq, events.as_mut())
             .map_err(|err| format!("Work completion error: {err}"))?;
         srq.post_recv(std::slice::from_ref(&recv))
             .map_err(|err| format!("Failed to post receive to SRQ: {err}"))?;
@@ -477,7 +499,10 @@ fn run_side<H: Hal>(host: Host<'_, '_, H>, o: &Opts) -> Result<(), String> {
         cnt += 1;
     }
     for _ in 0..n {
-        pingpong::wait(&mut send_cq, None)?;
+        pingpong::wait(&mut send_cq, events.as_mut())?;
+    }
+    if let Some(ev) = events.as_mut() {
+        ev.ack_all(&mut [&mut recv_cq, &mut send_cq])?;
     }
     // The termination handshake: the client sends END and waits for the server's; the server
     // reads every client's END, then answers each.
@@ -661,7 +686,7 @@ mod tests {
         assert_eq!((o.size, o.num_tests, o.clients, o.port), (64, 10, 3, 20000));
         // A client has one server.
         assert_eq!(a(&["-c", "3", "host"]).unwrap().clients, 1);
-        assert!(a(&["-e"]).is_err());
+        assert!(a(&["-e"]).unwrap().events);
         assert!(a(&["-o"]).is_err());
         assert!(a(&["-q"]).is_err());
     }

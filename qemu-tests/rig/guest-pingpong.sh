@@ -1,9 +1,15 @@
 #!/bin/sh
 # Runs inside the rig guest (rig=run RUN=/bin/guest-pingpong.sh): binds every Mellanox
 # function to vfio-pci and runs PINGPONG (default rc_pingpong) between the first two, server on
-# one and client on the other, over loopback TCP, through real VFIO.
-prog=/bin/${PINGPONG:-rc_pingpong}
-args=${PP_ARGS:--n 200 -s 1024 -c}
+# one and client on the other, over loopback TCP, through real VFIO. PINGPONG=mcast runs one
+# process that drives both functions (sender and receivers on one, receivers on the other).
+name=${PINGPONG:-rc_pingpong}
+prog=/bin/$name
+case $name in
+  xsrq_pingpong) args=${PP_ARGS:--c 1 -n 50 -s 1024} ;;
+  mcast) args=${PP_ARGS:--n 100 -s 1024} ;;
+  *) args=${PP_ARGS:--n 200 -s 1024 -c} ;;
+esac
 # PP_EVENTS=1: wait on completion events (-e, a completion channel) instead of spinning.
 [ -n "${PP_EVENTS:-}" ] && args="$args -e"
 ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up
@@ -20,6 +26,13 @@ done
 # shellcheck disable=SC2086 # split on purpose
 set -- $bdfs
 [ $# -ge 2 ] || { echo "RIG-ERROR need two Mellanox functions, found $#"; exit 1; }
+if [ "$name" = mcast ]; then
+  # shellcheck disable=SC2086
+  "$prog" --pci "$1" --pci "$2" $args
+  rc=$?
+  echo "RIG-PINGPONG both=$rc"
+  exit "$rc"
+fi
 # shellcheck disable=SC2086
 "$prog" --pci "$1" $args &
 server=$!
