@@ -38,6 +38,11 @@ impl<H: Hal> EventQueue<H> {
         Ok(buf.share())
     }
 
+    /// Entries in the ring.
+    pub(crate) fn entries(&self) -> usize {
+        1 << self.log_size
+    }
+
     pub(crate) fn new(buf: SharedDma<H::Dma>, eqn: Eqn, log_size: u8, uar: Uar) -> Self {
         EventQueue {
             buf,

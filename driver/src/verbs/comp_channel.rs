@@ -20,6 +20,18 @@ use crate::table::Table;
 /// Most CQs one completion channel serves (its EQ is sized for them).
 pub const CHANNEL_CQS: usize = 64;
 
+impl<H: Hal> crate::device::Control<H> {
+    /// Most CQs without a channel that may be armed at once: as many as the device keeps
+    /// event counts for, and at most half the asynchronous EQ's entries, so that their
+    /// completion events (one per armed CQ between two drains) leave room for the other
+    /// events and the EQ cannot overrun.
+    pub(crate) fn armed_cq_limit(&self) -> usize {
+        let counts = Table::<CqEvents, { crate::verbs::cq::CQ_TABLE }>::capacity();
+        let eq = self.eq.as_ref().map_or(0, |e| e.entries() / 2);
+        counts.map_or(eq, |c| c.min(eq))
+    }
+}
+
 /// Completion events of one CQ, between the EQ and the user.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct CqEvents {

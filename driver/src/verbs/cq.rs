@@ -12,7 +12,6 @@ use bareverbs_hal::{dma_rmb, dma_wmb, wmb, BarOffset, Hal, Mmio, SharedDma, Slot
 use crate::cmdq::MAX_MESSAGE;
 use crate::device::{input, Device};
 use crate::error::{Error, Invalid, Limit};
-use crate::table::Table;
 use crate::uar::Uar;
 use crate::verbs::book::{BookView, Books};
 use crate::verbs::comp_channel::{cq_count, CompChannel, CqEvents, CHANNEL_CQS};
@@ -108,12 +107,15 @@ impl<H: Hal> Device<H> {
             }
             Some(ch) if !ch.has_room() => return Err(cq_count(CHANNEL_CQS)),
             Some(ch) => ch.eqn(),
-            None if !self.ctl.lock().cq_events.has_room(1) => {
-                return Err(cq_count(
-                    Table::<CqEvents, CQ_TABLE>::capacity().unwrap_or(0),
-                ))
+            None => {
+                let ctl = self.ctl.lock();
+                let max = ctl.armed_cq_limit();
+                if ctl.cq_events.len() >= max {
+                    return Err(cq_count(max));
+                }
+                drop(ctl);
+                self.async_eqn().ok_or(Error::NotUp)?
             }
-            None => self.async_eqn().ok_or(Error::NotUp)?,
         };
         let uar = self.uar().ok_or(Error::NotUp)?;
         let (buf, pages) = self.cq_ring(log_size)?;
@@ -661,13 +663,17 @@ impl<H: Hal> Cq<'_, H> {
                 self.dev.poll_events();
                 let mut ctl = self.dev.ctl.lock();
                 if !ctl.cq_events.contains_key(&self.cqn.raw()) {
+                    let max = ctl.armed_cq_limit();
+                    if ctl.cq_events.len() >= max {
+                        return Err(cq_count(max));
+                    }
                     let fresh = CqEvents {
                         context: self.context,
                         ..CqEvents::default()
                     };
-                    ctl.cq_events.insert(self.cqn.raw(), fresh).map_err(|_| {
-                        cq_count(Table::<CqEvents, CQ_TABLE>::capacity().unwrap_or(0))
-                    })?;
+                    ctl.cq_events
+                        .insert(self.cqn.raw(), fresh)
+                        .map_err(|_| cq_count(max))?;
                 }
             }
         }
