@@ -411,3 +411,91 @@ fn the_model_raises_asynchronous_events_for_their_objects() {
     let qpn = b.qpn().raw();
     assert_eq!(drain(), [AsyncEvent::CommEst { qpn }]);
 }
+
+#[test]
+fn what_a_subnet_manager_changes_arrives_as_port_events_and_takes_effect() {
+    // mlx5 PORT_CHANGE subtypes LID, PKEY, GUID, CLIENT_REREG (Linux 6.12 mlx5_ib
+    // `handle_port_change`: IB_EVENT_LID_CHANGE, _PKEY_CHANGE, _GID_CHANGE,
+    // _CLIENT_REREGISTER), raised by the model when the SM (the test) changes the port.
+    let (ha, hb) = common::two_hcas();
+    let (a, b) = (up(&ha), up(&hb));
+    let drain = |dev: &Device<&SimHal>| -> Vec<AsyncEvent> {
+        dev.poll_events();
+        std::iter::from_fn(|| dev.next_event()).collect()
+    };
+    let _ = (drain(&a), drain(&b));
+
+    // New LIDs: the event, the port reports the LID, and the fabric routes to it.
+    assert!(ha.model().with(|h| h.assign_lids(33)));
+    assert_eq!(drain(&a), [AsyncEvent::LidChange { port: 1 }]);
+    assert_eq!(a.query_port(1).unwrap().lid, 33);
+    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (ca, mut cb) = (a.create_cq(8).unwrap(), b.create_cq(8).unwrap());
+    let mut qa = pa
+        .create_qp(&QpInitAttr::new(QpType::Rc, &ca, &ca, cap()))
+        .unwrap();
+    let mut qb = pb
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cb, &cb, cap()))
+        .unwrap();
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let path = |dlid| AhAttr {
+        dlid,
+        port_num: 1,
+        ..AhAttr::default()
+    };
+    qa.to_init(1, 0, access, 0).unwrap();
+    qa.to_rtr(qb.qpn().raw(), 0, path(17), Mtu::Mtu1024)
+        .unwrap();
+    qb.to_init(1, 0, access, 0).unwrap();
+    qb.to_rtr(qa.qpn().raw(), 0, path(33), Mtu::Mtu1024)
+        .unwrap();
+    qb.to_rts(0).unwrap();
+    let (ma, mb) = (
+        region(&ha, &pa, 4096, access),
+        region(&hb, &pb, 4096, access),
+    );
+    let s = [sge(&mb, 0, 5)];
+    mb.buf().write_bytes(0, b"relid").unwrap();
+    let wr = SendWr {
+        op: SendOp::RdmaWrite {
+            remote_addr: ma.addr() + 200,
+            rkey: ma.rkey().raw(),
+        },
+        ..send_wr(1, &s, SendOp::Send)
+    };
+    qb.post_send(&[wr]).unwrap();
+    assert_eq!(poll_one(&mut cb).status, WcStatus::Success);
+    let mut got = [0u8; 5];
+    ma.buf().read_bytes(200, &mut got).unwrap();
+    assert_eq!(&got, b"relid", "the write reached the HCA at its new LID");
+
+    // A P_Key table entry, an alias GUID (GID index 1), a client reregistration.
+    assert!(ha.model().with(|h| h.set_pkey(1, 1, 0x8001)));
+    assert!(ha.model().with(|h| h.set_alias_guid(1, 1, 0xabcd)));
+    assert!(ha.model().with(|h| h.sm_client_reregister(1)));
+    let qpn = qa.qpn().raw();
+    assert_eq!(
+        drain(&a),
+        [
+            AsyncEvent::CommEst { qpn },
+            AsyncEvent::PkeyChange { port: 1 },
+            AsyncEvent::GidChange { port: 1 },
+            AsyncEvent::ClientReregister { port: 1 }
+        ]
+    );
+    let gid = a.query_gid(1, 1).unwrap();
+    assert_eq!(gid[..8], 0xfe80_0000_0000_0000u64.to_be_bytes());
+    assert_eq!(gid[8..], 0xabcdu64.to_be_bytes());
+
+    // What the device does not have changes nothing and raises nothing.
+    ha.model().with(|h| {
+        assert!(!h.assign_lids(0));
+        assert!(!h.assign_lids(0xc000), "a multicast LID");
+        assert!(!h.set_pkey(2, 0, 0xffff));
+        assert!(!h.set_pkey(1, 128, 0xffff));
+        assert!(!h.set_alias_guid(1, 0, 1));
+        assert!(!h.sm_client_reregister(9));
+    });
+    assert_eq!(drain(&a), []);
+    assert_eq!(drain(&b), [], "the other HCA saw none of it");
+}

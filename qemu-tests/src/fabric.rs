@@ -47,6 +47,14 @@ impl Fabric {
             .collect()
     }
 
+    /// The HCA whose LIDs started at `old` now has them from `new` (an SM assigned them).
+    pub fn move_lids(&self, old: u16, new: u16) {
+        let mut m = self.members.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(x) = m.iter_mut().find(|x| x.base_lid == old) {
+            x.base_lid = new;
+        }
+    }
+
     /// The HCA that owns `lid`.
     pub fn find(&self, lid: u16) -> Option<Arc<Device>> {
         let m = self.members.lock().unwrap_or_else(|e| e.into_inner());

@@ -108,6 +108,10 @@ pub struct Hca {
     pub(crate) srqs: BTreeMap<u32, Srq>,
     /// QPs receiving from a shared receive queue: QPN → (SRQ number, XRC domain).
     pub(crate) qp_srqs: BTreeMap<u32, (u32, u32)>,
+    /// P_Key table entries an SM set: (port, index) → P_Key (`subnet.rs`).
+    pub(crate) pkeys: BTreeMap<(u8, u16), u16>,
+    /// Alias GUIDs an SM assigned: (port, GID index) → GUID (`subnet.rs`).
+    pub(crate) alias_guids: BTreeMap<(u8, u16), u64>,
     /// Multicast groups: the UD QPs attached to each MGID (ATTACH_TO_MCG).
     pub(crate) mcgs: BTreeMap<[u8; 16], std::collections::BTreeSet<u32>>,
     /// Send queues waiting to be run again (receiver not ready, or its HCA busy).
@@ -176,6 +180,8 @@ impl Hca {
             srqs: BTreeMap::new(),
             qp_srqs: BTreeMap::new(),
             mcgs: BTreeMap::new(),
+            pkeys: BTreeMap::new(),
+            alias_guids: BTreeMap::new(),
             stalled_sqs: BTreeSet::new(),
             umrs: (0, 0),
             offset_queues: 0,

@@ -28,6 +28,7 @@ pub mod qp;
 pub mod sim_hal;
 pub mod sma;
 pub mod srq;
+pub mod subnet;
 pub mod trace;
 pub mod umr;
 pub mod vfio_user;

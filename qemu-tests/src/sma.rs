@@ -224,9 +224,10 @@ impl Hca {
                 if block >= here.gid_tbl_len.div_ceil(GUIDS_PER_BLOCK) {
                     return mad_status::INVALID_ATTRIB_VALUE;
                 }
-                // The port has one GID: entry 0 is the port GUID, the rest are unassigned.
-                if block == 0 {
-                    data[..8].copy_from_slice(&here.port_guid.to_be_bytes());
+                // Entry 0 is the port GUID, then the alias GUIDs an SM assigned (0: none).
+                for (k, e) in data.chunks_exact_mut(8).take(GUIDS_PER_BLOCK).enumerate() {
+                    let index = (block * GUIDS_PER_BLOCK + k) as u16;
+                    e.copy_from_slice(&self.gid_guid(here.port, index).to_be_bytes());
                 }
                 mad_status::SUCCESS
             }
@@ -235,9 +236,11 @@ impl Hca {
                 if block >= here.pkey_tbl_len.div_ceil(PKEYS_PER_BLOCK) {
                     return mad_status::INVALID_ATTRIB_VALUE;
                 }
-                // Entry 0 is the default P_Key, full member; the rest are invalid (0).
-                if block == 0 {
-                    data[..2].copy_from_slice(&0xffffu16.to_be_bytes());
+                // Entry 0 is the default P_Key, full member, the rest invalid (0), until an SM
+                // sets them.
+                for (k, e) in data.chunks_exact_mut(2).take(PKEYS_PER_BLOCK).enumerate() {
+                    let index = (block * PKEYS_PER_BLOCK + k) as u16;
+                    e.copy_from_slice(&self.pkey(here.port, index).to_be_bytes());
                 }
                 mad_status::SUCCESS
             }
@@ -697,5 +700,33 @@ mod tests {
         // Before INIT_HCA.
         h.state = HcaState::Enabled;
         assert_eq!(st(mad_ifc(&mut h, 3, 1, &ok)), CmdStatus::BadSystemState);
+    }
+
+    #[test]
+    fn the_tables_show_what_a_subnet_manager_set() {
+        let mut h = hca(two_ports());
+        // P_KeyTable block 0 (32 entries): the default P_Key, then what the SM set at 1 and 31;
+        // block 1 starts at index 32.
+        assert!(h.set_pkey(2, 1, 0x8001));
+        assert!(h.set_pkey(2, 31, 0x7fff));
+        assert!(h.set_pkey(2, 32, 0x1234));
+        let (st, d) = get(&mut h, 2, smp_attr::PKEY_TABLE, 0);
+        assert_eq!(st, mad_status::SUCCESS);
+        assert_eq!(
+            (be16(&d, 0), be16(&d, 2), be16(&d, 4), be16(&d, 62)),
+            (0xffff, 0x8001, 0, 0x7fff)
+        );
+        assert_eq!(be16(&get(&mut h, 2, smp_attr::PKEY_TABLE, 1).1, 0), 0x1234);
+        // Port 1's table is its own.
+        assert_eq!(be16(&get(&mut h, 1, smp_attr::PKEY_TABLE, 0).1, 2), 0);
+        // GUIDInfo block 0 (8 entries): the port GUID, then alias GUIDs.
+        assert!(h.set_alias_guid(2, 3, 0xfeed));
+        let (st, d) = get(&mut h, 2, smp_attr::GUID_INFO, 0);
+        assert_eq!(st, mad_status::SUCCESS);
+        assert_eq!(be64(&d, 0), two_ports().node_guid + 2);
+        assert_eq!((be64(&d, 8), be64(&d, 24)), (0, 0xfeed));
+        // New LIDs: port 2 under LMC 2 is base + 4.
+        assert!(h.assign_lids(64));
+        assert_eq!(be16(&get(&mut h, 2, smp_attr::PORT_INFO, 2).1, 16), 68);
     }
 }

@@ -115,11 +115,13 @@ impl Hca {
             let Some(slot) = o.get_mut(at..at + 16) else {
                 break;
             };
-            if first + k == 0 {
-                slot[..8].copy_from_slice(&p.gid_prefix.to_be_bytes());
-                slot[8..].copy_from_slice(&p.port_guid.to_be_bytes());
-            } else {
+            // The port GUID at 0, then the alias GUIDs an SM assigned; unassigned entries 0.
+            let guid = self.gid_guid(port, (first + k) as u16);
+            if guid == 0 {
                 slot.fill(0);
+            } else {
+                slot[..8].copy_from_slice(&p.gid_prefix.to_be_bytes());
+                slot[8..].copy_from_slice(&guid.to_be_bytes());
             }
         }
         Ok(())
