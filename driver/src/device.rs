@@ -3,6 +3,7 @@
 
 use core::time::Duration;
 
+use bareverbs_firmware_cmd::commands::ReadOnly;
 use bareverbs_firmware_cmd::ifc::*;
 use bareverbs_firmware_cmd::{Command, Eqn, Layout, Opcode, View, ViewMut};
 use bareverbs_hal::{Deadline, Hal};
@@ -311,15 +312,85 @@ pub(crate) fn input<C: Command>(buf: &mut [u8]) -> Result<ViewMut<'_, C::In>, Er
 }
 
 impl<H: Hal> Device<H> {
-    /// Executes a firmware command: `input` holds the command's input (opcode is filled in
-    /// from `C`), `output` receives its output. While waiting, page requests from firmware are
-    /// served on the page slot.
+    /// Executes a read-only firmware command (a QUERY_*, [`ReadOnly`]): `input` holds the
+    /// command's input (the opcode is filled in from `C`), `output` receives its output. It
+    /// cannot disturb anything the driver owns, so it is safe.
+    ///
+    /// ```
+    /// use bareverbs::{Config, Device};
+    /// use bareverbs_firmware_cmd::commands::QueryHcaVportContext;
+    /// use bareverbs_firmware_cmd::ifc::{query_hca_vport_context_in as f, QueryHcaVportContextIn};
+    /// use bareverbs_firmware_cmd::{ifc::QueryHcaVportContextOut, Layout, ViewMut};
+    /// let hal = bareverbs_model::SimHal::synchronous();
+    /// let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    /// let mut i = [0u8; QueryHcaVportContextIn::BYTES];
+    /// let mut o = [0u8; QueryHcaVportContextOut::BYTES];
+    /// ViewMut::<QueryHcaVportContextIn>::zeroed(&mut i).unwrap().set(f::port_num, 1u8);
+    /// dev.query::<QueryHcaVportContext>(&mut i, &mut o).unwrap();
+    /// ```
+    ///
+    /// Any other command needs [`Device::exec_raw`]:
+    ///
+    /// ```compile_fail,E0277
+    /// use bareverbs::{Config, Device};
+    /// use bareverbs_firmware_cmd::commands::DestroyQp as C;
+    /// let hal = bareverbs_model::SimHal::synchronous();
+    /// let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    /// let _ = dev.query::<C>(&mut [0u8; 16], &mut [0u8; 16]);
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Device::exec_raw`].
+    pub fn query<C: ReadOnly>(&self, input: &mut [u8], output: &mut [u8]) -> Result<(), Error> {
+        self.exec::<C>(input, output)
+    }
+
+    /// Executes any firmware command: `input` holds the command's input (the opcode is
+    /// filled in from `C`), `output` receives its output. While waiting, page requests from
+    /// firmware are served on the page slot.
+    ///
+    /// # Safety
+    /// A command sent behind the driver's back can break what its safe API relies on. The
+    /// caller promises that the command
+    /// - changes, destroys or names (as a CQ, PD, key, SRQ, UAR or EQ of a new object) no
+    ///   object the driver created (its QPs, CQs, SRQs, PDs, MRs, AHs, EQs, UAR, pages), and
+    ///   none that a driver object is built on;
+    /// - points the device only at memory that stays mapped for the device, and that Rust
+    ///   does not otherwise use, for as long as the device may access it (until the object
+    ///   using it is destroyed, including when that never succeeds);
+    /// - does not change the device's global state (`TEARDOWN_HCA`, `DISABLE_HCA`,
+    ///   `MANAGE_PAGES`, `SET_HCA_CAP`, `SET_ISSI`, ...).
+    ///
+    /// Objects the caller creates this way are the caller's to destroy.
+    ///
+    /// ```compile_fail,E0133
+    /// use bareverbs::{Config, Device};
+    /// use bareverbs_firmware_cmd::commands::DestroyQp as C;
+    /// let hal = bareverbs_model::SimHal::synchronous();
+    /// let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    /// let _ = dev.exec_raw::<C>(&mut [0u8; 16], &mut [0u8; 16]); // needs `unsafe`
+    /// ```
     ///
     /// # Errors
     /// [`Error::Command`] with opcode, status and syndrome when firmware refuses it;
     /// [`Error::CommandTimeout`] (or [`Error::DeviceGone`]) when it never completes, after
     /// which the command interface stays unusable ([`Error::CommandInterfaceWedged`]).
-    pub fn exec<C: Command>(&self, input: &mut [u8], output: &mut [u8]) -> Result<(), Error> {
+    // `unsafe` for the contract above only: the body is the safe `exec`.
+    #[allow(unsafe_code)]
+    pub unsafe fn exec_raw<C: Command>(
+        &self,
+        input: &mut [u8],
+        output: &mut [u8],
+    ) -> Result<(), Error> {
+        self.exec::<C>(input, output)
+    }
+
+    /// [`Device::exec_raw`] for the driver's own commands, which keep its invariants.
+    pub(crate) fn exec<C: Command>(
+        &self,
+        input: &mut [u8],
+        output: &mut [u8],
+    ) -> Result<(), Error> {
         View::<C::In>::new_checked(input)?;
         View::<C::Out>::new_checked(output)?;
         self.ctl

@@ -22,6 +22,35 @@ pub trait Command {
     type Out: Layout;
 }
 
+/// A command that only reads device state (a QUERY_*): running it cannot change, destroy or
+/// create an object, hand memory to the device or change what the device reads from memory.
+/// [`Command`]s without it can break a driver's bookkeeping when sent behind its back.
+pub trait ReadOnly: Command {}
+
+macro_rules! read_only {
+    ($($ty:ident),* $(,)?) => {
+        $( impl ReadOnly for $ty {} )*
+    };
+}
+
+read_only!(
+    QueryHcaCap,
+    QueryAdapter,
+    QueryPages,
+    QueryIssi,
+    QuerySpecialContexts,
+    QueryVportState,
+    QueryHcaVportContext,
+    QueryHcaVportGid,
+    QueryEq,
+    QueryCq,
+    QueryQp,
+    QueryMkey,
+    QuerySrq,
+    QueryXrcSrq,
+    QueryRmp,
+);
+
 macro_rules! commands {
     (
         typed { $( $name:ident = $code:literal, $ty:ident : $in:ident => $out:ident; )* }
