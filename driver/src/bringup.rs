@@ -123,6 +123,7 @@ impl<H: Hal> Device<H> {
                 cq_events: crate::table::Table::new(),
                 srq_users: crate::table::Table::new(),
                 cq_purges: crate::table::Table::new(),
+                cq_orphans: crate::table::Table::new(),
             }),
             purge_epoch: core::sync::atomic::AtomicU32::new(0),
             books: spin::RwLock::new(crate::verbs::book::Books::new()),
@@ -608,6 +609,11 @@ impl<H: Hal> Device<H> {
     /// Gives up every DMA region the device might still touch, without freeing it.
     fn abandon(&mut self) {
         self.ctl.get_mut().pages.leak_all();
+        self.ctl
+            .get_mut()
+            .cq_orphans
+            .take_all()
+            .for_each(crate::verbs::cq_orphan::Orphan::leak);
         if let Some(eq) = self.ctl.get_mut().eq.take() {
             eq.buf.leak();
         }

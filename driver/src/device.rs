@@ -299,6 +299,11 @@ pub(crate) struct Control<H: Hal> {
     /// Completions of destroyed or reset QPs each CQ drops at its next poll.
     pub(crate) cq_purges:
         crate::table::Table<crate::verbs::cq_clean::Purges, { crate::verbs::cq::CQ_TABLE }>,
+    /// CQs dropped while in use, destroyed when their last user goes (`cq_orphan.rs`).
+    pub(crate) cq_orphans: crate::table::Table<
+        crate::verbs::cq_orphan::Orphan<H::Dma>,
+        { crate::verbs::cq::CQ_TABLE },
+    >,
     /// How many QPs take receives from each SRQ (an SRQ in use cannot be destroyed).
     pub(crate) srq_users: crate::table::Table<u32, { crate::verbs::srq_ring::INLINE_SRQS }>,
     /// Completion events of the CQs without a channel, counted per CQ (never dropped).

@@ -98,6 +98,13 @@ impl<V, const N: usize> Table<V, N> {
         self.map.len()
     }
 
+    /// Takes every value out, leaving the table empty.
+    // One body for both maps: heapless's `IndexMap` has no `into_values`.
+    #[allow(clippy::iter_kv_map)]
+    pub(crate) fn take_all(&mut self) -> impl Iterator<Item = V> {
+        core::mem::take(&mut self.map).into_iter().map(|(_, v)| v)
+    }
+
     /// Every entry, in no particular order.
     pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (&u32, &mut V)> {
         self.map.iter_mut()

@@ -32,7 +32,10 @@ const OP_OWN_INIT: u8 = 0xf0;
 /// place).
 const SOP_DROP_QPN: usize = cqe64::sop_drop_qpn.bit / 8;
 
-/// A completion queue. Destroyed on drop.
+/// A completion queue. Destroyed on drop; dropped while a QP (or an XRC SRQ) still completes
+/// into it, it is kept, counted in [`Device::orphaned_cqs`] and destroyed when its last user
+/// goes (a CQ on a completion channel is leaked instead, with a warning: its channel could go
+/// first).
 pub struct Cq<'d, H: Hal> {
     dev: &'d Device<H>,
     cqn: Cqn,
@@ -744,7 +747,8 @@ impl<H: Hal> Cq<'_, H> {
     /// Destroys the CQ (`ibv_destroy_cq`).
     ///
     /// # Errors
-    /// [`Error::Busy`] while a QP completes into it, [`Error::EventsUnacknowledged`] while
+    /// [`Error::Busy`] while a QP completes into it (dropping it then keeps it until the QP
+    /// goes), [`Error::EventsUnacknowledged`] while
     /// events read for it are not acknowledged (ibverbs would wait for them forever), or a
     /// command error; the CQ is returned.
     // The CQ is handed back so the caller can retry; without allocation it cannot be boxed.
@@ -769,6 +773,30 @@ impl<H: Hal> Drop for Cq<'_, H> {
     fn drop(&mut self) {
         if self.buf.is_none() {
             return;
+        }
+        let in_use = self.channel.is_none()
+            && (self.dev.ctl.lock().cq_users)
+                .get(&self.cqn.raw())
+                .is_some_and(|n| *n > 0);
+        if in_use {
+            if let (Some(buf), Some(dbr)) = (self.buf.take(), self.dbr.take()) {
+                self.forget_events();
+                let orphan = crate::verbs::cq_orphan::Orphan::new(buf, dbr);
+                let cqn = self.cqn.raw();
+                if let Err(o) = self.dev.ctl.lock().cq_orphans.insert(cqn, orphan) {
+                    warn!(
+                        "CQ {} dropped while in use, no room to keep it: leaking it",
+                        cqn
+                    );
+                    o.leak();
+                } else {
+                    warn!(
+                        "CQ {} dropped while in use: destroyed when its last QP goes",
+                        cqn
+                    );
+                }
+                return;
+            }
         }
         if let Err(e) = self.destroy_inner() {
             warn!("DESTROY_CQ {}: {}; leaking its memory", self.cqn, e);

@@ -1136,6 +1136,7 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
         }
         drop(ctl);
         dev.purge_qp_completions(self.qpn.raw(), [self.cqns.0, self.cqns.1]);
+        dev.reap_orphan_cqs(&[self.cqns.0, self.cqns.1]);
         if let Some(x) = self.xrc.take() {
             x.release(dev);
         }

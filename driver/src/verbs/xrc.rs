@@ -689,7 +689,7 @@ fn cq_use<H: Hal>(dev: &Device<H>, cqn: u32) -> Result<(), Error> {
         .map_err(|_| srq_table_full())
 }
 
-/// Counts one use of CQ `cqn` less.
+/// Counts one use of CQ `cqn` less (destroying it if it was dropped while in use).
 fn cq_unuse<H: Hal>(dev: &Device<H>, cqn: u32) {
     let mut ctl = dev.ctl.lock();
     match ctl.cq_users.get_mut(&cqn) {
@@ -699,6 +699,8 @@ fn cq_unuse<H: Hal>(dev: &Device<H>, cqn: u32) {
         }
         None => {}
     }
+    drop(ctl);
+    dev.reap_orphan_cqs(&[cqn]);
 }
 
 impl<H: Hal> XrcSrq<'_, '_, H> {
