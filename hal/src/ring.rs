@@ -172,6 +172,14 @@ impl<'a, const SIZE: usize> Slots<'a, SIZE> {
     }
 }
 
+/// Whether `len` bytes at `off` lie inside `size` bytes. Written so that nothing can
+/// overflow: `off + len <= size` wraps for an `off` near `usize::MAX` when overflow checks
+/// are off (release builds) and would let the access land before the slot.
+#[inline(always)]
+const fn fits(off: usize, len: usize, size: usize) -> bool {
+    len <= size && off <= size - len
+}
+
 /// One slot of a [`Slots`] ring. Offsets are checked against `SIZE` with assertions that
 /// constant offsets turn into nothing.
 #[derive(Clone, Copy)]
@@ -188,7 +196,7 @@ macro_rules! slot_accessors {
         /// When `off` is misaligned for the type or the value does not fit in the slot.
         #[inline(always)]
         pub fn $read(&self, off: usize) -> $t {
-            assert!(off % size_of::<$t>() == 0 && off + size_of::<$t>() <= SIZE);
+            assert!(off % size_of::<$t>() == 0 && fits(off, size_of::<$t>(), SIZE));
             // SAFETY: inside the slot (asserted) and aligned (slots are 8-byte aligned);
             // volatile because the device may write.
             <$t>::from_be(unsafe { self.p.as_ptr().add(off).cast::<$t>().read_volatile() })
@@ -200,7 +208,7 @@ macro_rules! slot_accessors {
         /// When `off` is misaligned for the type or the value does not fit in the slot.
         #[inline(always)]
         pub fn $write(&self, off: usize, v: $t) {
-            assert!(off % size_of::<$t>() == 0 && off + size_of::<$t>() <= SIZE);
+            assert!(off % size_of::<$t>() == 0 && fits(off, size_of::<$t>(), SIZE));
             // SAFETY: as in the read accessor.
             unsafe { self.p.as_ptr().add(off).cast::<$t>().write_volatile(v.to_be()) }
         }
@@ -262,7 +270,7 @@ impl<const SIZE: usize> Slot<'_, SIZE> {
     /// When `off` is not a multiple of 8 inside the slot.
     #[inline(always)]
     pub fn write_bytes8(&self, off: usize, bytes: [u8; 8]) {
-        assert!(off % 8 == 0 && off + 8 <= SIZE);
+        assert!(off % 8 == 0 && fits(off, 8, SIZE));
         // SAFETY: inside the slot and aligned (asserted; slots are 8-byte aligned).
         unsafe {
             self.p
@@ -313,6 +321,42 @@ mod tests {
             d.slots::<64>(0, usize::MAX / 2),
             Err(DmaError::OutOfBounds { .. })
         ));
+    }
+
+    // An offset near usize::MAX once passed the `off + 8 <= SIZE` check by wrapping (release
+    // builds) and wrote the 8 bytes before the slot; with overflow checks it panicked in the
+    // addition, not in the bounds check. Either way the check itself must refuse it.
+    #[test]
+    #[should_panic(expected = "assertion failed")]
+    fn an_offset_near_usize_max_is_refused_by_the_bounds_check() {
+        let d = shared(128);
+        let s = d.slots::<64>(64, 1).unwrap();
+        s.slot(0).write64(usize::MAX - 7, 0x1122_3344_5566_7788);
+    }
+
+    #[test]
+    #[should_panic(expected = "assertion failed")]
+    fn a_read_near_usize_max_is_refused_by_the_bounds_check() {
+        let d = shared(128);
+        let s = d.slots::<64>(64, 1).unwrap();
+        let _ = s.slot(0).read32(usize::MAX - 3);
+    }
+
+    #[test]
+    #[should_panic(expected = "assertion failed")]
+    fn eight_bytes_near_usize_max_are_refused_by_the_bounds_check() {
+        let d = shared(128);
+        let s = d.slots::<64>(64, 1).unwrap();
+        s.slot(0).write_bytes8(usize::MAX - 7, [0; 8]);
+    }
+
+    #[test]
+    fn the_bounds_check_cannot_overflow() {
+        assert!(fits(56, 8, 64));
+        assert!(!fits(57, 8, 64));
+        assert!(!fits(usize::MAX - 7, 8, 64));
+        assert!(!fits(0, 8, 4), "a value larger than the slot");
+        assert!(fits(0, 0, 0));
     }
 
     #[test]
