@@ -5,6 +5,11 @@
 //! A chunk's CPU address and IOVA are both 2 MiB aligned and an allocation sits at the same
 //! offset in both, so any alignment up to 2 MiB holds on both sides. Allocations larger than
 //! 2 MiB get a chunk of their own, rounded up to 2 MiB.
+//!
+//! No IOVA is handed out twice: a freed range is held back, not reused, while its chunk has
+//! other live allocations, so a late device write to it faults in the IOMMU instead of
+//! landing in someone else's buffer. Once nothing in a chunk lives, the chunk is unmapped;
+//! the one kept as a spare is mapped again at a fresh IOVA and its memory reused from there.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -39,8 +44,12 @@ struct Chunk {
     iova: u64,
     size: usize,
     huge: bool,
-    /// The parts of the chunk not handed out.
+    /// The parts of the chunk never handed out at this IOVA.
     free: FreeList,
+    /// Allocations handed out and not yet freed.
+    live: usize,
+    /// Bytes freed and held back (their IOVA is not handed out again).
+    held: usize,
 }
 
 // SAFETY: a Chunk is a pointer to an anonymous mapping owned by the arena; its bytes are only
@@ -56,19 +65,25 @@ impl Chunk {
             size,
             huge,
             free: FreeList::new(size),
+            live: 0,
+            held: 0,
         }
     }
 
     fn take(&mut self, len: usize, align: usize) -> Option<usize> {
-        self.free.take(len, align)
+        let off = self.free.take(len, align)?;
+        self.live += 1;
+        Some(off)
     }
 
-    fn give(&mut self, off: usize, len: usize) {
-        self.free.give(off, len)
+    /// A range comes back: held, not reused (see the module text).
+    fn give(&mut self, len: usize) {
+        self.live -= 1;
+        self.held += len;
     }
 
     fn is_unused(&self) -> bool {
-        self.free.is_unused()
+        self.live == 0
     }
 
     fn free_bytes(&self) -> usize {
@@ -94,6 +109,9 @@ pub struct DmaStats {
     pub hugepage_bytes: usize,
     /// Of those, bytes not handed out.
     pub free_bytes: usize,
+    /// Of those, bytes freed but held back until their chunk is mapped again at a new IOVA
+    /// (an IOVA is never handed out twice).
+    pub held_bytes: usize,
 }
 
 /// DMA memory for one VFIO container.
@@ -188,7 +206,6 @@ impl Arena {
             len,
             iova,
             chunk: base,
-            off,
             reserved,
         })
     }
@@ -295,14 +312,15 @@ impl Arena {
         }
     }
 
-    /// Gives an allocation back. A chunk left unused is unmapped when it is larger than
-    /// CHUNK or when another unused chunk is already kept for reuse.
-    fn free(&self, base: u64, off: usize, reserved: usize) {
+    /// Gives an allocation back: held until its chunk has no live allocation. Such a chunk
+    /// is unmapped; when it is the only unused chunk of CHUNK bytes it is kept as a spare,
+    /// mapped again at a fresh IOVA.
+    fn free(&self, base: u64, reserved: usize) {
         let mut st = self.lock();
         let Some(chunk) = st.chunks.get_mut(&base) else {
             return;
         };
-        chunk.give(off, reserved);
+        chunk.give(reserved);
         if !chunk.is_unused() {
             return;
         }
@@ -312,11 +330,52 @@ impl Arena {
             .values()
             .filter(|c| c.size == CHUNK && c.is_unused())
             .count();
+        let Some(chunk) = st.chunks.remove(&base) else {
+            return;
+        };
         if oversize || spares > 1 {
-            if let Some(chunk) = st.chunks.remove(&base) {
-                self.release(chunk);
+            self.release(chunk);
+        } else if let Some(fresh) = self.remap(&mut st, chunk) {
+            st.chunks.insert(fresh.iova, fresh);
+        }
+    }
+
+    /// Moves an unused chunk to a fresh IOVA: unmapped at the old one, mapped at a new one,
+    /// every byte free again. `None` (the memory given back or, if the IOMMU keeps the old
+    /// mapping, leaked) when that fails.
+    fn remap(&self, st: &mut State, chunk: Chunk) -> Option<Chunk> {
+        let size = chunk.size as u64;
+        match sys::iommu_unmap_dma(&self.iommu.container, chunk.iova, size) {
+            Ok(n) if n == size => {}
+            other => {
+                log::warn!(
+                    "unmapping the DMA chunk at IOVA {:#x} failed ({other:?}); leaking its \
+                     memory so the device cannot write reused pages",
+                    chunk.iova
+                );
+                return None;
             }
         }
+        let give_back = |chunk: &Chunk| {
+            // SAFETY: the device can no longer reach the chunk (unmapped above) and no handle
+            // points into it (no live allocation).
+            if let Err(e) = unsafe { sys::munmap(chunk.cpu, chunk.size) } {
+                log::warn!("munmap of a DMA chunk failed: {e}");
+            }
+        };
+        let Some(iova) = st.iova.alloc(size) else {
+            give_back(&chunk);
+            return None;
+        };
+        // SAFETY: the chunk's memory stays mapped in the process until `release` or
+        // `give_back` unmaps it after the IOMMU no longer maps it; no handle reaches it now.
+        if let Err(e) = unsafe { sys::iommu_map_dma(&self.iommu.container, chunk.cpu, iova, size) }
+        {
+            log::warn!("mapping a DMA chunk again at IOVA {iova:#x} failed: {e}");
+            give_back(&chunk);
+            return None;
+        }
+        Some(Chunk::new(chunk.cpu, iova, chunk.size, chunk.huge))
     }
 
     /// What the arena holds now.
@@ -327,6 +386,7 @@ impl Arena {
             s.mapped_bytes += c.size;
             s.hugepage_bytes += if c.huge { c.size } else { 0 };
             s.free_bytes += c.free_bytes();
+            s.held_bytes += c.held;
             s
         })
     }
@@ -353,7 +413,6 @@ pub struct VfioDma {
     len: usize,
     iova: Iova,
     chunk: u64,
-    off: usize,
     reserved: usize,
 }
 
@@ -385,7 +444,7 @@ unsafe impl DmaMemory for VfioDma {
 
 impl Drop for VfioDma {
     fn drop(&mut self) {
-        self.arena.free(self.chunk, self.off, self.reserved);
+        self.arena.free(self.chunk, self.reserved);
     }
 }
 
@@ -477,23 +536,58 @@ mod tests {
     }
 
     #[test]
-    fn memory_is_zeroed_and_freed_ranges_are_reused() {
+    fn a_freed_iova_is_never_handed_out_again() {
         let a = arena(true);
+        // Two allocations in one chunk; the first is freed while the second lives.
+        let keep = a.alloc(4096, 4096).unwrap();
         let mut buf = DmaBuf::new(a.alloc(4096, 4096).unwrap());
-        let first_ptr = buf.as_mut_slice().as_ptr() as usize;
         buf.as_mut_slice().fill(0xa5);
-        let shared = buf.share();
-        let iova = shared.iova();
-        drop(shared);
+        let freed_ptr = buf.as_slice().as_ptr() as usize;
+        let freed = buf.share();
+        let freed_iova = freed.iova();
+        drop(freed);
+        assert_eq!(a.stats().held_bytes, 4096, "held back, not free");
+        // A new allocation does not get the freed range, so a late device write to it
+        // faults in the IOMMU instead of landing in the new buffer.
+        let next = a.alloc(4096, 4096).unwrap();
+        assert_ne!(next.iova(), freed_iova);
+        assert_ne!(next.as_ptr().as_ptr() as usize, freed_ptr);
+        drop(next);
+        assert_eq!(calls_starting("VFIO_IOMMU_UNMAP_DMA").len(), 0);
+        // Nothing left alive in the chunk: it moves to a fresh IOVA (the only spare), and its
+        // memory, zeroed, serves again there.
+        let old_iova = keep.iova();
+        drop(keep);
+        assert_eq!(
+            calls_starting("VFIO_IOMMU_UNMAP_DMA"),
+            ["VFIO_IOMMU_UNMAP_DMA container iova=0x40000000 size=0x200000"]
+        );
         let again = DmaBuf::new(a.alloc(4096, 4096).unwrap());
-        assert_eq!(again.as_slice().as_ptr() as usize, first_ptr);
         assert!(
             again.as_slice().iter().all(|&b| b == 0),
             "reused memory not zeroed"
         );
-        assert_eq!(again.share().iova(), iova);
-        // One chunk served everything.
-        assert_eq!(calls_starting("VFIO_IOMMU_MAP_DMA").len(), 1);
+        assert_eq!(again.as_slice().as_ptr() as usize, freed_ptr - 4096);
+        let again = again.share();
+        let iova = again.iova();
+        assert_eq!(
+            iova,
+            Iova(0x4020_0000),
+            "the next IOVA up, not {old_iova:?}"
+        );
+        assert_eq!(
+            calls_starting("VFIO_IOMMU_MAP_DMA"),
+            [
+                "VFIO_IOMMU_MAP_DMA container iova=0x40000000 size=0x200000",
+                "VFIO_IOMMU_MAP_DMA container iova=0x40200000 size=0x200000",
+            ]
+        );
+        assert_eq!(a.stats().held_bytes, 0);
+        assert_eq!(
+            fake::with(|f| f.hugepages),
+            15,
+            "one hugepage, mapped twice"
+        );
     }
 
     #[test]
@@ -509,25 +603,32 @@ mod tests {
             ]
         );
         assert_eq!(fake::with(|f| f.hugepages), 14);
-        // The first unused chunk is kept for reuse, the second is given back.
+        // The first unused chunk is kept for reuse, at a fresh IOVA; the second is given back.
         drop(x);
-        assert!(calls_starting("VFIO_IOMMU_UNMAP_DMA").is_empty());
-        drop(y);
         assert_eq!(
             calls_starting("VFIO_IOMMU_UNMAP_DMA"),
-            ["VFIO_IOMMU_UNMAP_DMA container iova=0x40200000 size=0x200000"]
+            ["VFIO_IOMMU_UNMAP_DMA container iova=0x40000000 size=0x200000"]
+        );
+        assert_eq!(
+            calls_starting("VFIO_IOMMU_MAP_DMA").last().unwrap(),
+            "VFIO_IOMMU_MAP_DMA container iova=0x40400000 size=0x200000"
+        );
+        drop(y);
+        assert_eq!(
+            calls_starting("VFIO_IOMMU_UNMAP_DMA").last().unwrap(),
+            "VFIO_IOMMU_UNMAP_DMA container iova=0x40200000 size=0x200000"
         );
         assert_eq!(fake::with(|f| f.hugepages), 15);
         assert_eq!(a.stats().chunks, 1);
         // A large allocation has its own chunk, unmapped as soon as it is free; IOVAs are not
         // reused.
         let big = a.alloc(5 << 20, 4096).unwrap();
-        assert_eq!(big.iova(), Iova(0x4040_0000));
+        assert_eq!(big.iova(), Iova(0x4060_0000));
         assert_eq!(fake::with(|f| f.hugepages), 12);
         drop(big);
         assert_eq!(
             calls_starting("VFIO_IOMMU_UNMAP_DMA").last().unwrap(),
-            "VFIO_IOMMU_UNMAP_DMA container iova=0x40400000 size=0x600000"
+            "VFIO_IOMMU_UNMAP_DMA container iova=0x40600000 size=0x600000"
         );
         // Dropping the arena unmaps the rest.
         drop(a);
@@ -550,6 +651,7 @@ mod tests {
                 mapped_bytes: CHUNK,
                 hugepage_bytes: 0,
                 free_bytes: CHUNK - 4096,
+                held_bytes: 0,
             }
         );
         // Hugepages off by option: no attempt at all.

@@ -4,6 +4,7 @@
 /// Free blocks of a region of `size` bytes, sorted by offset, never adjacent (merged on free).
 #[derive(Debug)]
 pub(crate) struct FreeList {
+    #[cfg_attr(not(test), allow(dead_code))]
     size: usize,
     free: Vec<(usize, usize)>,
 }
@@ -58,7 +59,8 @@ impl FreeList {
     }
 
     /// True when nothing is handed out.
-    pub(crate) fn is_unused(&self) -> bool {
+    #[cfg(test)]
+    fn is_unused(&self) -> bool {
         self.free == [(0, self.size)]
     }
 
