@@ -69,13 +69,19 @@ impl<'a, const SIZE: usize> Slots<'a, SIZE> {
     /// end of the queue.
     ///
     /// The stores are plain, not volatile, so they move up to 16 bytes each (overlapping
-    /// ones for the last bytes): the device reads the ring only after the barrier that
-    /// precedes a doorbell. Bytes past `src` are left as they were.
+    /// ones for the last bytes). Bytes past `src` are left as they were.
+    ///
+    /// # Safety
+    /// Plain stores are only sound where nothing else reads or writes these bytes
+    /// meanwhile: the caller promises that the device does not access them until a doorbell
+    /// rung after a write barrier that follows this call (the slots of a send queue past its
+    /// last doorbell), and that no other thread accesses them. A ring the device writes (a
+    /// CQ, an EQ) or reads on its own (a receive queue it may be fetching) does not qualify.
     ///
     /// # Panics
     /// When `off` is not inside the slot or `src` is longer than the ring.
     #[inline(always)]
-    pub fn copy_in(&self, i: usize, off: usize, src: &[u8]) {
+    pub unsafe fn copy_in(&self, i: usize, off: usize, src: &[u8]) {
         let ring = (self.mask + 1) * SIZE;
         assert!(off < SIZE && src.len() <= ring);
         let start = (i & self.mask) * SIZE + off;
@@ -83,7 +89,8 @@ impl<'a, const SIZE: usize> Slots<'a, SIZE> {
         // SAFETY: start + src.len() <= ring in the first branch; in the second, the first part
         // ends at the ring's end and the rest, src.len() - room <= start bytes (src fits in
         // the ring), starts at its beginning: all inside the span checked by `slots`. `src`
-        // is a shared borrow of other memory, so no span overlaps it.
+        // is a shared borrow of other memory, so no span overlaps it. Nothing else accesses
+        // the bytes meanwhile (the caller's promise), so plain stores race with nothing.
         unsafe {
             if src.len() <= room {
                 copy_chunks(self.base.as_ptr().add(start), src);
@@ -402,9 +409,12 @@ mod tests {
         for len in 0..=128 {
             for start in (0..128).step_by(8) {
                 let d = shared(128);
-                d.slots::<8>(0, 16).unwrap().copy_in(0, 0, &[0xee; 128]);
                 let s = d.slots::<32>(0, 4).unwrap();
-                s.copy_in(start / 32 + 4, start % 32, &src[..len]);
+                // SAFETY: heap memory no device and no other thread touches.
+                unsafe {
+                    d.slots::<8>(0, 16).unwrap().copy_in(0, 0, &[0xee; 128]);
+                    s.copy_in(start / 32 + 4, start % 32, &src[..len]);
+                }
                 let b = bytes(&d);
                 for (k, &x) in b.iter().enumerate() {
                     let rel = (k + 128 - start) % 128;
@@ -432,6 +442,7 @@ mod tests {
     fn more_bytes_than_the_ring_holds_panic() {
         let d = shared(64);
         let s = d.slots::<32>(0, 2).unwrap();
-        s.copy_in(0, 0, &[0u8; 65]);
+        // SAFETY: heap memory no device and no other thread touches.
+        unsafe { s.copy_in(0, 0, &[0u8; 65]) };
     }
 }

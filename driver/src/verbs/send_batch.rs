@@ -423,6 +423,7 @@ impl<const XRC: bool> SendBatch<'_, XRC> {
     /// `cur` on. Bytes after the data up to the segment's 16-byte end keep what they held: the
     /// device reads the header's byte count (rdma-core leaves them too).
     #[inline(always)]
+    #[allow(unsafe_code)]
     fn write_inline(&self, cur: u16, at: usize, data: &[u8]) {
         let cur = usize::from(cur) + at / WQEBB;
         let at = at % WQEBB;
@@ -438,7 +439,10 @@ impl<const XRC: bool> SendBatch<'_, XRC> {
                 (hdr | u64::from(u32::from_le_bytes(*head)) << 32).to_le_bytes(),
             );
             let pos = at + 8;
-            self.sq.copy_in(cur + pos / WQEBB, pos % WQEBB, rest);
+            // SAFETY: these are send-queue slots past the last doorbell: the device reads
+            // them only after this batch's `wmb` and doorbell, and the batch holds the QP
+            // exclusively (`&mut Qp`), so no other thread writes them.
+            unsafe { self.sq.copy_in(cur + pos / WQEBB, pos % WQEBB, rest) };
         } else {
             let head = data
                 .iter()

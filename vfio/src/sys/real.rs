@@ -49,10 +49,25 @@ unsafe fn ioctl_ptr<T>(fd: &File, req: u32, arg: *mut T) -> io::Result<libc::c_i
     cvt(unsafe { libc::ioctl(fd.as_raw_fd(), req as _, arg) })
 }
 
-/// `ioctl(fd, req, val)` with an integer argument (no memory is passed to the kernel).
-fn ioctl_val(fd: &File, req: u32, val: libc::c_ulong) -> io::Result<libc::c_int> {
-    // SAFETY: the VFIO container ioctls used with this (CHECK_EXTENSION, SET_IOMMU) take an
-    // integer, not a pointer, so the kernel touches no user memory.
+/// The ioctls whose argument is an integer, not a pointer: only these go through
+/// [`ioctl_val`], so no request number that would make the kernel read or write user memory
+/// can reach it.
+#[derive(Clone, Copy)]
+enum ValIoctl {
+    /// `VFIO_CHECK_EXTENSION`: the argument is an extension (IOMMU type) number.
+    CheckExtension,
+    /// `VFIO_SET_IOMMU`: the argument is an IOMMU type number.
+    SetIommu,
+}
+
+/// `ioctl(fd, req, val)` for one of the integer-argument requests.
+fn ioctl_val(fd: &File, req: ValIoctl, val: libc::c_ulong) -> io::Result<libc::c_int> {
+    let req = match req {
+        ValIoctl::CheckExtension => VFIO_CHECK_EXTENSION,
+        ValIoctl::SetIommu => VFIO_SET_IOMMU,
+    };
+    // SAFETY: both requests take an integer, not a pointer (include/uapi/linux/vfio.h), so
+    // the kernel touches no user memory whatever `val` is.
     cvt(unsafe { libc::ioctl(fd.as_raw_fd(), req as _, val) })
 }
 
@@ -69,12 +84,12 @@ pub(crate) fn get_api_version(container: &File) -> io::Result<i32> {
 
 /// `VFIO_CHECK_EXTENSION`: true when the container supports IOMMU type `ext`.
 pub(crate) fn check_extension(container: &File, ext: u32) -> io::Result<bool> {
-    Ok(ioctl_val(container, VFIO_CHECK_EXTENSION, ext.into())? > 0)
+    Ok(ioctl_val(container, ValIoctl::CheckExtension, ext.into())? > 0)
 }
 
 /// `VFIO_SET_IOMMU`: selects the IOMMU driver of the container.
 pub(crate) fn set_iommu(container: &File, iommu: u32) -> io::Result<()> {
-    ioctl_val(container, VFIO_SET_IOMMU, iommu.into()).map(drop)
+    ioctl_val(container, ValIoctl::SetIommu, iommu.into()).map(drop)
 }
 
 /// `VFIO_IOMMU_GET_INFO` with a buffer of `argsz` bytes; returns those bytes (the
