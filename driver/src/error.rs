@@ -170,6 +170,12 @@ pub enum Invalid {
     UnsupportedTransition,
     /// An object of another device.
     ForeignObject,
+    /// DMA memory of another HAL (another IOVA space): its address means other memory to this
+    /// device.
+    ForeignMemory,
+    /// A scatter/gather entry length with bit 31 set: mlx5 reads that bit as "inline data",
+    /// and no message is 2 GiB long.
+    SgeLength,
     /// Posting to a QP in a state that does not accept it (sends need RTS; receives INIT+).
     QpState,
     /// More scatter/gather entries than the QP was created for.

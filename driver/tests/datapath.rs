@@ -743,7 +743,7 @@ fn rnr_waits_then_delivers_and_bad_keys_and_destroy_with_work_outstanding() {
     }])
     .unwrap();
     let bad = [Sge {
-        lkey: bareverbs_firmware_cmd::Lkey(0xdead_0001),
+        lkey: common::stale_lkey(&hal, &pd),
         ..one[0]
     }];
     a.post_send(&[send_wr(5, &bad, SendOp::Send)]).unwrap();

@@ -535,7 +535,7 @@ fn send_error_moves_an_unreliable_qp_to_sqe(t: QpType) {
     mr.buf().write_bytes(0, b"to a").unwrap();
     let good = [sge(&mr, 0, 4)];
     let bad = [Sge {
-        lkey: bareverbs_firmware_cmd::Lkey(0xdead_0001),
+        lkey: common::stale_lkey(&hal, &pd),
         ..good[0]
     }];
     // A local protection error, and two requests behind it.
@@ -611,7 +611,7 @@ fn rc_send_error_still_moves_the_qp_to_err() {
     let mr = mr(&hal, &pd);
     let good = [sge(&mr, 0, 4)];
     let bad = [Sge {
-        lkey: bareverbs_firmware_cmd::Lkey(0xdead_0001),
+        lkey: common::stale_lkey(&hal, &pd),
         ..good[0]
     }];
     a.post_recv(&[recv(10, &good)]).unwrap();

@@ -10,7 +10,7 @@
 
 use std::hint::black_box;
 
-use bareverbs::firmware_cmd::Lkey;
+use bareverbs::verbs::Lkey;
 use bareverbs::verbs::*;
 use bareverbs::{Config, Device};
 use bareverbs_hal::Hal;

@@ -34,6 +34,31 @@ impl fmt::Display for Iova {
     }
 }
 
+/// An IOVA space: the device address space one HAL's allocations live in (one IOMMU
+/// container, one model's memory, one physical address space). An IOVA means something only
+/// with its domain: two HALs can hand out the same IOVA for different memory, so an address
+/// from one must never reach the device of the other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct DmaDomain(u64);
+
+impl DmaDomain {
+    /// A domain no earlier call returned (for each new IOVA space a backend creates).
+    pub fn fresh() -> Self {
+        static NEXT: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(1);
+        DmaDomain(NEXT.fetch_add(1, core::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Its number, for logs.
+    pub const fn raw(self) -> u64 {
+        self.0
+    }
+
+    /// The domain of this crate's test memory (no `fresh` call returns 0).
+    #[cfg(test)]
+    pub(crate) const TEST: DmaDomain = DmaDomain(0);
+}
+
 /// A byte offset into BAR0.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct BarOffset(pub usize);

@@ -17,8 +17,9 @@ use crate::addr::Iova;
 /// An implementation promises that for as long as the value lives:
 /// - `as_ptr()..as_ptr() + len()` is valid for reads and writes, zeroed when allocated, and
 ///   reachable through this value only;
-/// - the device reaches the same bytes at `iova()..iova() + len()`;
-/// - `as_ptr`, `len` and `iova` always return the same values.
+/// - the device reaches the same bytes at `iova()..iova() + len()` in the IOVA space
+///   `domain()` names, which is the domain of the `Hal` that allocated it;
+/// - `as_ptr`, `len`, `iova` and `domain` always return the same values.
 pub unsafe trait DmaMemory {
     /// CPU address of the first byte.
     fn as_ptr(&self) -> NonNull<u8>;
@@ -26,6 +27,8 @@ pub unsafe trait DmaMemory {
     fn len(&self) -> usize;
     /// Device address of the first byte.
     fn iova(&self) -> Iova;
+    /// The IOVA space [`DmaMemory::iova`] belongs to.
+    fn domain(&self) -> crate::DmaDomain;
     /// True for a zero-length allocation.
     fn is_empty(&self) -> bool {
         self.len() == 0
@@ -240,6 +243,11 @@ impl<M: DmaMemory> SharedDma<M> {
         self.mem.iova()
     }
 
+    /// The IOVA space the device address belongs to (its HAL's).
+    pub fn domain(&self) -> crate::DmaDomain {
+        self.mem.domain()
+    }
+
     /// Length in bytes.
     pub fn len(&self) -> usize {
         self.mem.len()
@@ -441,6 +449,9 @@ pub(crate) mod tests {
         }
         fn iova(&self) -> Iova {
             Iova(0x1000)
+        }
+        fn domain(&self) -> crate::DmaDomain {
+            crate::DmaDomain::TEST
         }
     }
 

@@ -17,7 +17,7 @@ pub mod ring;
 
 use core::time::Duration;
 
-pub use addr::{BarOffset, Iova};
+pub use addr::{BarOffset, DmaDomain, Iova};
 pub use barrier::{dma_rmb, dma_wmb, rmb, wmb};
 pub use clock::{Deadline, Instant};
 pub use dma::{DmaBuf, DmaError, DmaMemory, SharedDma};
@@ -33,6 +33,9 @@ pub use ring::{Slot, Slots};
 /// - [`Hal::bar0`] reaches the device's BAR0 (or a faithful stand-in) for the life of `self`;
 /// - memory from [`Hal::dma_alloc`] satisfies the [`DmaMemory`] contract, is aligned to the
 ///   requested alignment both at its CPU address and at its IOVA, and is zeroed;
+/// - every allocation's [`DmaMemory::domain`] is [`Hal::dma_domain`], and no other backend
+///   whose device could see different memory at the same IOVAs reports that domain (use
+///   [`DmaDomain::fresh`] for each IOVA space);
 /// - [`Hal::now`] never goes backwards.
 pub unsafe trait Hal {
     /// BAR0 accessor.
@@ -50,6 +53,11 @@ pub unsafe trait Hal {
     /// [`DmaError::NoMemory`] when the backend is out of memory, [`DmaError::BadAlignment`]
     /// for an alignment it cannot give.
     fn dma_alloc(&self, len: usize, align: usize) -> Result<DmaBuf<Self::Dma>, DmaError>;
+
+    /// The IOVA space of this backend's device and allocations: every [`Hal::dma_alloc`]
+    /// buffer carries it ([`DmaMemory::domain`]), and an address from another domain must not
+    /// be given to this device.
+    fn dma_domain(&self) -> DmaDomain;
 
     /// The current time on a monotonic clock.
     fn now(&self) -> Instant;
@@ -75,6 +83,10 @@ unsafe impl<T: Hal> Hal for &T {
 
     fn dma_alloc(&self, len: usize, align: usize) -> Result<DmaBuf<Self::Dma>, DmaError> {
         (**self).dma_alloc(len, align)
+    }
+
+    fn dma_domain(&self) -> DmaDomain {
+        (**self).dma_domain()
     }
 
     fn now(&self) -> Instant {

@@ -36,8 +36,10 @@ impl fmt::Display for DmaKind {
 /// Memory as the device sees it through its IOMMU.
 ///
 /// An access must lie inside one mapping; otherwise it fails with [`DmaFault`] and touches
-/// nothing.
-pub trait AddressSpace: Send + Sync {
+/// nothing. Only the model's device side uses it: a write here lands in memory the driver
+/// may be holding, which is sound only for the memory it handed to the device (queues,
+/// registered regions, reached through volatile accessors), so it is not public.
+pub(crate) trait AddressSpace: Send + Sync {
     /// Copies `dst.len()` bytes at `iova` into `dst`.
     ///
     /// # Errors
@@ -52,7 +54,7 @@ pub trait AddressSpace: Send + Sync {
 }
 
 /// Typed helpers over an [`AddressSpace`] for big-endian device structures.
-pub trait AddressSpaceExt: AddressSpace {
+pub(crate) trait AddressSpaceExt: AddressSpace {
     /// Reads a big-endian u32.
     ///
     /// # Errors

@@ -133,7 +133,7 @@ pub struct Hca {
 
 impl Hca {
     /// A device in its power-on state.
-    pub fn new(cfg: ModelConfig, clock: Arc<SimClock>, dma: Arc<dyn AddressSpace>) -> Self {
+    pub(crate) fn new(cfg: ModelConfig, clock: Arc<SimClock>, dma: Arc<dyn AddressSpace>) -> Self {
         let (caps_max, caps_cur) = caps::general_caps(&cfg);
         let (atomic_caps_max, atomic_caps_cur) = caps::atomic_caps(&cfg);
         let ports = (0..cfg.num_ports)

@@ -35,7 +35,7 @@ pub mod vfio_user;
 pub mod wqe_exec;
 
 pub use config::{CommandFault, FaultAction, Faults, ModelConfig};
-pub use dma::{AddressSpace, DmaFault};
+pub use dma::DmaFault;
 pub use fabric::Fabric;
 pub use hca::{Hca, HcaState};
 pub use memory::{HostMemory, SimDma};

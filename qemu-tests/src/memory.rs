@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use bareverbs_hal::{DmaError, DmaMemory, Iova};
+use bareverbs_hal::{DmaDomain, DmaError, DmaMemory, Iova};
 
 use crate::dma::{AddressSpace, DmaFault, DmaKind};
 
@@ -40,10 +40,19 @@ struct Arena {
 }
 
 /// The arena of DMA memory shared by the driver (through [`SimDma`]) and the model (through
-/// [`AddressSpace`]).
+/// its crate-private `AddressSpace`).
+///
+/// Only the model's device side reaches memory by IOVA: writing through the arena from
+/// outside, into memory the driver may hold as `&mut [u8]`, is not a safe public API.
+///
+/// ```compile_fail,E0603
+/// use bareverbs_model::dma::AddressSpace;
+/// ```
 #[derive(Clone)]
 pub struct HostMemory {
     arena: Arc<Mutex<Arena>>,
+    /// Its IOVA space: another arena hands out the same IOVAs for other memory.
+    domain: DmaDomain,
 }
 
 impl Default for HostMemory {
@@ -60,7 +69,13 @@ impl HostMemory {
                 next_iova: IOVA_BASE,
                 ..Arena::default()
             })),
+            domain: DmaDomain::fresh(),
         }
+    }
+
+    /// The IOVA space of this arena's allocations.
+    pub fn domain(&self) -> DmaDomain {
+        self.domain
     }
 
     fn lock(&self) -> MutexGuard<'_, Arena> {
@@ -217,6 +232,10 @@ unsafe impl DmaMemory for SimDma {
     }
     fn iova(&self) -> Iova {
         self.iova
+    }
+
+    fn domain(&self) -> DmaDomain {
+        self.mem.domain
     }
 }
 

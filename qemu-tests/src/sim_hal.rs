@@ -163,6 +163,10 @@ unsafe impl Hal for SimHal {
         self.mem.alloc(len, align).map(DmaBuf::new)
     }
 
+    fn dma_domain(&self) -> bareverbs_hal::DmaDomain {
+        self.mem.domain()
+    }
+
     fn now(&self) -> Instant {
         Instant(self.shared.clock.now_ns())
     }

@@ -117,6 +117,8 @@ pub struct DmaStats {
 /// DMA memory for one VFIO container.
 pub(crate) struct Arena {
     iommu: Iommu,
+    /// The container's IOVA space.
+    domain: bareverbs_hal::DmaDomain,
     hugepages: bool,
     state: Mutex<State>,
 }
@@ -127,6 +129,7 @@ impl Arena {
     pub(crate) fn new(iommu: Iommu, iova: IovaSpace, hugepages: bool) -> Arc<Self> {
         Arc::new(Arena {
             iommu,
+            domain: bareverbs_hal::DmaDomain::fresh(),
             hugepages,
             state: Mutex::new(State {
                 chunks: BTreeMap::new(),
@@ -134,6 +137,11 @@ impl Arena {
                 warned_hugepages: false,
             }),
         })
+    }
+
+    /// The container's IOVA space.
+    pub(crate) fn domain(&self) -> bareverbs_hal::DmaDomain {
+        self.domain
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -439,6 +447,10 @@ unsafe impl DmaMemory for VfioDma {
 
     fn iova(&self) -> Iova {
         self.iova
+    }
+
+    fn domain(&self) -> bareverbs_hal::DmaDomain {
+        self.arena.domain
     }
 }
 

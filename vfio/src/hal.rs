@@ -385,6 +385,10 @@ unsafe impl Hal for VfioHal {
         self.arena.alloc(len, align).map(DmaBuf::new)
     }
 
+    fn dma_domain(&self) -> bareverbs_hal::DmaDomain {
+        self.arena.domain()
+    }
+
     fn now(&self) -> Instant {
         clock::now()
     }

@@ -70,6 +70,8 @@ impl Mmio for VfioUserMmio {
 struct Region {
     base: NonNull<u8>,
     len: usize,
+    /// The server's IOVA space for this memory.
+    domain: bareverbs_hal::DmaDomain,
     free: Mutex<FreeList>,
     _memfd: File,
 }
@@ -115,6 +117,9 @@ unsafe impl DmaMemory for VfioUserDma {
     }
     fn iova(&self) -> Iova {
         Iova(VFIO_USER_IOVA + self.off as u64)
+    }
+    fn domain(&self) -> bareverbs_hal::DmaDomain {
+        self.region.domain
     }
 }
 
@@ -180,6 +185,7 @@ impl VfioUserHal {
         let base = NonNull::new(p.cast())
             .ok_or_else(|| mem_err(std::io::Error::other("mmap returned null")))?;
         let region = Arc::new(Region {
+            domain: bareverbs_hal::DmaDomain::fresh(),
             base,
             len: dma_bytes,
             free: Mutex::new(FreeList::new(dma_bytes)),
@@ -263,6 +269,10 @@ unsafe impl Hal for VfioUserHal {
             len,
             reserved,
         }))
+    }
+
+    fn dma_domain(&self) -> bareverbs_hal::DmaDomain {
+        self.region.domain
     }
 
     fn now(&self) -> Instant {

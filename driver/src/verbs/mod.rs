@@ -68,7 +68,7 @@ pub use book::MAX_QPS;
 pub use comp_channel::{CompChannel, CqEvent, CHANNEL_CQS};
 pub use cq::{Cq, CqInitAttr};
 pub use mcast::MAX_QP_MCGS;
-pub use mr::{AccessFlags, Mr};
+pub use mr::{AccessFlags, Lkey, Mr};
 pub use pd::{Pd, TransportDomain};
 pub use post::{PostError, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};
 pub use qp::{AhAttr, GlobalRoute, MigState, Mtu, Qp, QpAttr, QpCap, QpInitAttr, QpInitInfo};

@@ -6,7 +6,7 @@
 
 use bareverbs_firmware_cmd::commands::{CreateMkey, DestroyMkey};
 use bareverbs_firmware_cmd::ifc::*;
-use bareverbs_firmware_cmd::{Layout, Lkey, Rkey, View};
+use bareverbs_firmware_cmd::{Layout, Rkey, View};
 use bareverbs_hal::{Hal, SharedDma};
 use bitflags::bitflags;
 
@@ -116,6 +116,16 @@ impl<'d, H: Hal> Pd<'d, H> {
                 Some(buf),
             ));
         }
+        // Another HAL's IOVA names other memory here (two model arenas, two VFIO containers
+        // hand out the same addresses): the device would read and write that instead.
+        if buf.domain() != self.dev.hal().dma_domain() {
+            return Err((
+                Error::InvalidArgument {
+                    what: Invalid::ForeignMemory,
+                },
+                Some(buf),
+            ));
+        }
         let start = buf.iova().0;
         let mtt = mtt_layout(start, buf.len() as u64);
         if mtt.pages > MAX_MR_PAGES as u64 {
@@ -184,6 +194,37 @@ impl<'d, H: Hal> Pd<'d, H> {
             key: idx_to_mkey(index, key_byte),
             access,
         })
+    }
+}
+
+/// The local key of a memory region this driver registered: only [`Mr::lkey`] makes one,
+/// so a scatter/gather entry can never carry a special key (the device's reserved lkey
+/// addresses memory without any region's checks). A key can outlive its region: posting with
+/// it after `ibv_dereg_mr` fails at the device (a local protection error), as ibverbs says.
+///
+/// ```compile_fail,E0423
+/// let k = bareverbs::verbs::Lkey(0x100);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Lkey(u32);
+
+impl Lkey {
+    /// A key as the device encodes it (the driver's unit tests).
+    #[cfg(test)]
+    pub(crate) const fn from_raw(key: u32) -> Self {
+        Lkey(key)
+    }
+
+    /// The key as the device encodes it.
+    pub const fn raw(self) -> u32 {
+        self.0
+    }
+}
+
+impl core::fmt::Display for Lkey {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{:#x}", self.0)
     }
 }
 

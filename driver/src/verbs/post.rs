@@ -6,11 +6,11 @@
 use core::sync::atomic::Ordering;
 
 use bareverbs_firmware_cmd::ifc::{qp_dbr, INVALID_LKEY};
-use bareverbs_firmware_cmd::Lkey;
 use bareverbs_hal::{dma_wmb, Hal};
 use bitflags::bitflags;
 
 use crate::error::{Error, Invalid};
+use crate::verbs::mr::Lkey;
 use crate::verbs::qp::{AhAttr, Qp};
 use crate::verbs::qp_state::{QpState, QpType};
 
@@ -25,6 +25,21 @@ pub struct Sge {
     pub length: u32,
     /// Local key of the region.
     pub lkey: Lkey,
+}
+
+/// Why the device must not see `s`, if it must not: a length with bit 31 set (bit 31 of an
+/// mlx5 segment's byte count is the inline flag, `MLX5_INLINE_SEG`, so the device would not
+/// read it as a length). Special keys cannot get here: only [`Mr::lkey`](crate::verbs::Mr::lkey)
+/// makes an [`Lkey`].
+#[inline(always)]
+pub(crate) fn sge_refused(s: &Sge) -> Option<Invalid> {
+    sge_refused_lengths(s.length)
+}
+
+/// [`sge_refused`] for the OR of several entries' lengths.
+#[inline(always)]
+pub(crate) fn sge_refused_lengths(lengths: u32) -> Option<Invalid> {
+    ((lengths as i32) < 0).then_some(Invalid::SgeLength)
 }
 
 bitflags! {
@@ -221,6 +236,10 @@ impl<H: Hal> Qp<'_, '_, H> {
         for (index, wr) in wrs.iter().enumerate() {
             if wr.sg_list.len() > max_sge {
                 result = Err(at(index)(invalid(Invalid::TooManySge)));
+                break;
+            }
+            if let Some(what) = wr.sg_list.iter().find_map(sge_refused) {
+                result = Err(at(index)(invalid(what)));
                 break;
             }
             if head.wrapping_sub(tail) >= size {

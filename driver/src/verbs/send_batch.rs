@@ -9,7 +9,7 @@ use bareverbs_firmware_cmd::ifc::{fm_ce_se, qp_dbr, wqe_opcode, INLINE_SEG};
 use bareverbs_hal::{dma_wmb, wmb, BarOffset, Hal, Mmio, Slot, Slots};
 
 use crate::error::{Error, Invalid};
-use crate::verbs::post::{SendFlags, SendOp, SendWr, Sge, UdDest};
+use crate::verbs::post::{sge_refused_lengths, SendFlags, SendOp, SendWr, Sge, UdDest};
 use crate::verbs::qp::Qp;
 use crate::verbs::qp_state::{QpState, QpType};
 
@@ -52,6 +52,14 @@ pub struct SendBatch<'b, const XRC: bool = false> {
     last_ctrl: u64,
     /// With `XRC`: the XRC segment's remote SRQ number ([`NO_SRQN`] until set).
     xrc_srqn: u32,
+}
+
+/// The error for a data segment length with bit 31 set ([`sge_refused_lengths`]), out of
+/// the way of the data path.
+#[cold]
+#[inline(never)]
+fn sge_length_refused() -> Error {
+    invalid(sge_refused_lengths(u32::MAX).unwrap_or(Invalid::SgeLength))
 }
 
 /// [`SendBatch::xrc_srqn`] before [`SendBatch::set_xrc_srqn`]: wider than an SRQ number.
@@ -372,7 +380,9 @@ impl<const XRC: bool> SendBatch<'_, XRC> {
         if INLINE {
             self.write_inline(cur, data, r.data);
         } else {
-            self.write_sges(cur, data, r.sges);
+            // A refusal here leaves only unposted slots behind: nothing is published before
+            // `self.cur` moves.
+            self.write_sges(cur, data, r.sges)?;
         }
         let next = cur.wrapping_add(bbs);
         let b = self.book.slot(usize::from(cur));
@@ -397,26 +407,34 @@ impl<const XRC: bool> SendBatch<'_, XRC> {
         Ok(())
     }
 
-    /// Data segments from byte `at` of the WQE at WQEBB `cur` on.
+    /// Data segments from byte `at` of the WQE at WQEBB `cur` on, or the refusal of a length
+    /// the device would misread ([`sge_refused_lengths`]) before anything is written.
     #[inline(always)]
-    fn write_sges(&self, cur: u16, at: usize, sges: &[Sge]) {
+    fn write_sges(&self, cur: u16, at: usize, sges: &[Sge]) -> Result<(), Error> {
         // One SGE right after the other segments of the first WQEBB: the common case.
         if let ([s], true) = (sges, at + 16 <= WQEBB) {
+            if (s.length as i32) < 0 {
+                return Err(sge_length_refused());
+            }
             let s0 = self.sq.slot(usize::from(cur));
             s0.write64(at, (u64::from(s.length) << 32) | u64::from(s.lkey.raw()));
             s0.write64(at + 8, s.addr);
-            return;
+            return Ok(());
         }
-        self.sq.write_be_units(
-            usize::from(cur) + at / WQEBB,
-            at % WQEBB,
-            sges.iter().map(|s| {
-                (
-                    (u64::from(s.length) << 32) | u64::from(s.lkey.raw()),
-                    s.addr,
-                )
-            }),
-        );
+        if sges.iter().fold(0, |l, s| l | s.length) as i32 >= 0 {
+            self.sq.write_be_units(
+                usize::from(cur) + at / WQEBB,
+                at % WQEBB,
+                sges.iter().map(|s| {
+                    (
+                        (u64::from(s.length) << 32) | u64::from(s.lkey.raw()),
+                        s.addr,
+                    )
+                }),
+            );
+            return Ok(());
+        }
+        Err(sge_length_refused())
     }
 
     /// The inline segment (4-byte header, then the bytes) from byte `at` of the WQE at WQEBB
@@ -603,10 +621,11 @@ impl<H: Hal> Qp<'_, '_, H> {
 
 #[cfg(test)]
 mod tests {
+    use crate::verbs::mr::Lkey;
     use bareverbs_firmware_cmd::ifc::{
         wqe_ctrl_seg, wqe_datagram_seg, WqeCtrlSeg, WqeDatagramSeg, INLINE_SEG,
     };
-    use bareverbs_firmware_cmd::{Lkey, View};
+    use bareverbs_firmware_cmd::View;
     use bareverbs_hal::{Hal, SharedDma};
     use bareverbs_model::SimHal;
 
@@ -701,7 +720,7 @@ mod tests {
         let sg = [Sge {
             addr: 0x1_0000_2000,
             length: 300,
-            lkey: Lkey(0x55),
+            lkey: Lkey::from_raw(0x55),
         }];
         let mut w = wr(
             SendOp::RdmaWrite {
@@ -769,7 +788,7 @@ mod tests {
         let sg = [Sge {
             addr: 0x1_0000_2000,
             length: 300,
-            lkey: Lkey(0x55),
+            lkey: Lkey::from_raw(0x55),
         }];
         let mut w = wr(SendOp::SendWithImm(0xfeed), SendFlags::SIGNALED);
         w.sg_list = &sg;
@@ -857,7 +876,7 @@ mod tests {
         let sg: [Sge; 8] = core::array::from_fn(|k| Sge {
             addr: 0x1000 * k as u64 + 1,
             length: 10 + k as u32,
-            lkey: Lkey(0x100 + k as u32),
+            lkey: Lkey::from_raw(0x100 + k as u32),
         });
         let mut b = batch(&sq, &book, &tail, QpType::Rc, 3);
         b.rdma_write(5, SendFlags::SIGNALED, 0xdead_0000, 0x77, &sg)

@@ -210,7 +210,8 @@ impl<H: Hal> Srq<'_, '_, H> {
     ///
     /// # Errors
     /// [`PostError`] with the index of the first request refused (more SGEs than
-    /// [`SrqAttr::max_sge`], [`Error::QueueFull`]); those before it are posted, none after.
+    /// [`SrqAttr::max_sge`], [`Invalid::SgeLength`](crate::error::Invalid::SgeLength),
+    /// [`Error::QueueFull`]); those before it are posted, none after.
     pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
         match self.pd.dev.srq_books.read().get(&self.srqn) {
             Some(b) => b.post(wrs),

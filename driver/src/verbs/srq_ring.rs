@@ -13,7 +13,7 @@ use bitflags::bitflags;
 
 use crate::error::{Error, Invalid};
 use crate::table::Table;
-use crate::verbs::post::{PostError, RecvWr};
+use crate::verbs::post::{sge_refused, PostError, RecvWr};
 
 /// SRQs a device holds at once with the inline tables (`alloc` feature: the device's limit).
 pub(crate) const INLINE_SRQS: usize = 16;
@@ -167,7 +167,8 @@ impl<H: Hal> SrqBook<H> {
         ((1u32 << self.log_size) - 1) as u16
     }
 
-    /// Posts `wrs` (`ibv_post_srq_recv`): one doorbell record update for all of them.
+    /// Posts `wrs` (`ibv_post_srq_recv`): one doorbell record update for all of them. SGEs
+    /// with a length with bit 31 set are refused.
     pub(crate) fn post(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
         let Ok(ids) = self.ids.slots::<8>(0, 1 << self.log_size) else {
             return Err(PostError {
@@ -184,6 +185,11 @@ impl<H: Hal> SrqBook<H> {
                 result = Err(at(Error::InvalidArgument {
                     what: Invalid::TooManySge,
                 }));
+                break;
+            }
+            let refused = wr.sg_list.iter().find_map(sge_refused);
+            if let Some(what) = refused {
+                result = Err(at(Error::InvalidArgument { what }));
                 break;
             }
             // The tail WQE stays linked in: the list is full when the head reaches it.

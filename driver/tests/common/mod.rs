@@ -41,6 +41,16 @@ pub fn connect_pair<'p, 'd, H: Hal>(
     }
 }
 
+/// The key of a region registered and deregistered again: a key the device no longer knows
+/// (the way to a bad key now that only `Mr::lkey` makes one).
+#[allow(dead_code)]
+pub fn stale_lkey<'d>(hal: &SimHal, pd: &Pd<'d, &SimHal>) -> Lkey {
+    let mr = region(hal, pd, 4096, AccessFlags::LOCAL_WRITE);
+    let k = mr.lkey();
+    assert!(mr.dereg().is_ok());
+    k
+}
+
 /// `len` bytes at `off` in `mr`.
 pub fn sge<H: Hal>(mr: &Mr<'_, '_, H>, off: u64, len: u32) -> Sge {
     Sge {
