@@ -24,6 +24,12 @@ step "driver tests with the tables on the heap (feature alloc)"
 cargo clippy --locked -p bareverbs --all-targets --features alloc -- -D warnings
 cargo test --locked -p bareverbs --features alloc
 
+step "Miri over hal (DMA accessors, ring views: no data race, no out-of-bounds access)"
+# Weak-memory emulation is off: Miri cannot emulate it for mixed-size atomics (read_bytes
+# loads a region's words as u64 and its ends as u8), and aborts.
+rustup toolchain install nightly --profile minimal --component miri,rust-src >/dev/null 2>&1
+MIRIFLAGS="-Zmiri-disable-weak-memory-emulation" cargo +nightly miri test --locked -p bareverbs-hal
+
 step "no_std crates for x86_64-unknown-none (default, log, defmt, alloc)"
 cargo build --locked --target x86_64-unknown-none -p bareverbs-hal -p bareverbs-firmware-cmd -p bareverbs
 cargo build --locked --target x86_64-unknown-none -p bareverbs --features log

@@ -6,10 +6,11 @@
 use core::marker::PhantomData;
 use core::ptr::NonNull;
 
-use crate::dma::{DmaError, DmaMemory, SharedDma};
+use crate::dma::{DmaError, DmaMemory, SharedDma, Word};
 
 /// A view of `count` slots of `SIZE` bytes, `count` a power of two, inside a [`SharedDma`].
-/// Accesses are volatile and multi-byte values big-endian, as with [`SharedDma`].
+/// Accesses are single atomic loads and stores and multi-byte values big-endian, as with
+/// [`SharedDma`].
 #[derive(Clone, Copy)]
 pub struct Slots<'a, const SIZE: usize> {
     base: NonNull<u8>,
@@ -165,11 +166,11 @@ impl<'a, const SIZE: usize> Slots<'a, SIZE> {
         for (hi, lo) in units {
             // SAFETY: p + 16 <= ring bytes: p is a multiple of 16 below `ring` (it restarts at
             // 0 when it reaches the end) and the ring is a multiple of 16; aligned because
-            // slots are.
+            // slots are; atomic, as every access to shared DMA memory.
             unsafe {
-                let w = self.base.as_ptr().add(p).cast::<u64>();
-                w.write_volatile(hi.to_be());
-                w.add(1).write_volatile(lo.to_be());
+                let w = self.base.as_ptr().add(p);
+                u64::store(w, hi.to_be());
+                u64::store(w.add(8), lo.to_be());
             }
             p += 16;
             if p == ring {
@@ -197,7 +198,7 @@ pub struct Slot<'a, const SIZE: usize> {
 
 macro_rules! slot_accessors {
     ($($read:ident $write:ident: $t:ty;)*) => {$(
-        #[doc = concat!("Reads the big-endian `", stringify!($t), "` at `off` (volatile).")]
+        #[doc = concat!("Reads the big-endian `", stringify!($t), "` at `off` (one atomic load).")]
         ///
         /// # Panics
         /// When `off` is misaligned for the type or the value does not fit in the slot.
@@ -205,11 +206,11 @@ macro_rules! slot_accessors {
         pub fn $read(&self, off: usize) -> $t {
             assert!(off % size_of::<$t>() == 0 && fits(off, size_of::<$t>(), SIZE));
             // SAFETY: inside the slot (asserted) and aligned (slots are 8-byte aligned);
-            // volatile because the device may write.
-            <$t>::from_be(unsafe { self.p.as_ptr().add(off).cast::<$t>().read_volatile() })
+            // atomic, so the device or another thread may access the word meanwhile.
+            <$t>::from_be(unsafe { <$t as Word>::load(self.p.as_ptr().add(off)) })
         }
 
-        #[doc = concat!("Writes `v` as a big-endian `", stringify!($t), "` at `off` (volatile).")]
+        #[doc = concat!("Writes `v` as a big-endian `", stringify!($t), "` at `off` (one atomic store).")]
         ///
         /// # Panics
         /// When `off` is misaligned for the type or the value does not fit in the slot.
@@ -217,7 +218,7 @@ macro_rules! slot_accessors {
         pub fn $write(&self, off: usize, v: $t) {
             assert!(off % size_of::<$t>() == 0 && fits(off, size_of::<$t>(), SIZE));
             // SAFETY: as in the read accessor.
-            unsafe { self.p.as_ptr().add(off).cast::<$t>().write_volatile(v.to_be()) }
+            unsafe { <$t as Word>::store(self.p.as_ptr().add(off), v.to_be()) }
         }
     )*};
 }
@@ -271,21 +272,15 @@ impl<const SIZE: usize> Slot<'_, SIZE> {
         self.write64(off, v.to_be());
     }
 
-    /// Writes 8 bytes in order at `off` (volatile).
+    /// Writes 8 bytes in order at `off` (one atomic store).
     ///
     /// # Panics
     /// When `off` is not a multiple of 8 inside the slot.
     #[inline(always)]
     pub fn write_bytes8(&self, off: usize, bytes: [u8; 8]) {
         assert!(off % 8 == 0 && fits(off, 8, SIZE));
-        // SAFETY: inside the slot and aligned (asserted; slots are 8-byte aligned).
-        unsafe {
-            self.p
-                .as_ptr()
-                .add(off)
-                .cast::<u64>()
-                .write_volatile(u64::from_ne_bytes(bytes))
-        }
+        // SAFETY: inside the slot and aligned (asserted; slots are 8-byte aligned); atomic.
+        unsafe { u64::store(self.p.as_ptr().add(off), u64::from_ne_bytes(bytes)) }
     }
 }
 
