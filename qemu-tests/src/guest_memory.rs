@@ -24,6 +24,13 @@ pub enum MapError {
     /// fstat or mmap failed.
     #[error("cannot map guest memory: {0}")]
     Io(#[from] std::io::Error),
+    /// The file can still shrink (no `F_SEAL_SHRINK`): a client truncating it under the
+    /// server's mapping would kill the server with SIGBUS. QEMU seals its memfd backends.
+    #[error("DMA map at {iova:#x}: its file is not sealed against shrinking (F_SEAL_SHRINK)")]
+    Unsealed {
+        /// IOVA of the map.
+        iova: u64,
+    },
     /// The map reaches past the end of its file.
     #[error("DMA map {iova:#x}+{size:#x} at file offset {offset:#x} is past the end of the file")]
     OutOfFile {
@@ -105,6 +112,11 @@ impl GuestMemory {
         // SAFETY: as above.
         if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
             return Err(std::io::Error::last_os_error().into());
+        }
+        // SAFETY: F_GET_SEALS on a valid fd; it only returns a value.
+        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+            return Err(MapError::Unsealed { iova });
         }
         let key = (st.st_dev, st.st_ino);
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
@@ -244,13 +256,46 @@ mod tests {
     use std::io::Write;
 
     fn memfd(len: usize) -> File {
+        let f = unsealed_memfd(len);
+        // Sealed against shrinking, as QEMU seals its memfd backends.
+        // SAFETY: F_ADD_SEALS on a valid fd with an integer argument.
+        let r = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) };
+        assert_eq!(r, 0);
+        f
+    }
+
+    fn unsealed_memfd(len: usize) -> File {
         // SAFETY: memfd_create with a static C string; the fd is checked.
-        let fd = unsafe { libc::memfd_create(c"guest".as_ptr(), 0) };
+        let fd = unsafe { libc::memfd_create(c"guest".as_ptr(), libc::MFD_ALLOW_SEALING) };
         assert!(fd >= 0);
         // SAFETY: fd is a fresh owned descriptor.
         let mut f = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
         f.write_all(&vec![0u8; len]).unwrap();
         f
+    }
+
+    // Shrinking a mapped file made the server's next access die of SIGBUS: a file that can
+    // shrink is refused at the map (QEMU seals its memfd backends against it).
+    #[test]
+    fn a_file_that_can_shrink_is_refused() {
+        let g = GuestMemory::new();
+        let f = unsealed_memfd(0x4000);
+        assert!(matches!(
+            g.map(0x10_0000, 0x1000, 0, Some(f.try_clone().unwrap()), true),
+            Err(MapError::Unsealed { iova: 0x10_0000 })
+        ));
+        assert_eq!(g.counts(), (0, 0));
+        f.set_len(0).unwrap();
+        let sealed = memfd(0x4000);
+        g.map(
+            0x10_0000,
+            0x1000,
+            0,
+            Some(sealed.try_clone().unwrap()),
+            true,
+        )
+        .unwrap();
+        assert!(sealed.set_len(0).is_err(), "the seal holds");
     }
 
     #[test]

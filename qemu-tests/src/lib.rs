@@ -32,6 +32,7 @@ pub mod subnet;
 pub mod trace;
 pub mod umr;
 pub mod vfio_user;
+pub mod vfio_user_gate;
 pub mod wqe_exec;
 
 pub use config::{CommandFault, FaultAction, Faults, ModelConfig};

@@ -99,14 +99,20 @@ impl PciConfig {
     /// Reads `dst.len()` bytes at `off`; bytes past the end read as zero.
     pub fn read(&self, off: usize, dst: &mut [u8]) {
         for (i, d) in dst.iter_mut().enumerate() {
-            *d = self.bytes.get(off + i).copied().unwrap_or(0);
+            *d = off
+                .checked_add(i)
+                .and_then(|at| self.bytes.get(at))
+                .copied()
+                .unwrap_or(0);
         }
     }
 
     /// Writes `src` at `off`, changing only writable bits.
     pub fn write(&mut self, off: usize, src: &[u8]) {
         for (i, s) in src.iter().enumerate() {
-            let at = off + i;
+            let Some(at) = off.checked_add(i) else {
+                break;
+            };
             if at < CONFIG_BYTES {
                 let m = self.wmask[at];
                 self.bytes[at] = (self.bytes[at] & !m) | (s & m);

@@ -34,6 +34,16 @@ pub enum ServeError {
         #[source]
         source: vfio_user::Error,
     },
+    /// The gate closed the client's connection (a message it could not frame, a client that
+    /// stopped mid-message, a server that did not answer).
+    #[error("vfio-user client on {path}: {source}")]
+    Gate {
+        /// Socket path.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: crate::vfio_user_gate::GateError,
+    },
     /// The trace file could not be created.
     #[error("cannot create trace file {path}: {source}")]
     Trace {
@@ -274,11 +284,19 @@ impl ServerBackend for Backend {
         fd: Option<File>,
     ) -> Result<(), std::io::Error> {
         let writable = flags.contains(DmaMapFlags::WRITE);
-        if let Err(e) = self.mem.map(address, size, offset, fd, writable) {
+        match self.mem.map(address, size, offset, fd, writable) {
+            Ok(()) => Ok(()),
+            // A file that can shrink under the mapping is refused (an error reply).
+            Err(e @ crate::guest_memory::MapError::Unsealed { .. }) => {
+                log::warn!("{e}");
+                Err(std::io::Error::other(e.to_string()))
+            }
             // DMA there would fault; QEMU also maps ROM areas without an fd, harmlessly.
-            log::debug!("{e}");
+            Err(e) => {
+                log::debug!("{e}");
+                Ok(())
+            }
         }
-        Ok(())
     }
 
     fn dma_unmap(
@@ -320,7 +338,11 @@ impl ServerBackend for Backend {
             return Ok(());
         }
         if flags & VFIO_IRQ_SET_DATA_EVENTFD != 0 {
-            let end = (start + count) as usize;
+            let end = start
+                .checked_add(count)
+                .filter(|&e| e <= self.cfg.msix_vectors.into())
+                .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?
+                as usize;
             if irqs.len() < end {
                 irqs.resize_with(end, || None);
             }
@@ -334,10 +356,13 @@ impl ServerBackend for Backend {
 }
 
 /// Serves one HCA on the Unix socket `path` until the client disconnects; with `fabric`, it
-/// can reach the other HCAs joined to it.
+/// can reach the other HCAs joined to it. Every message passes the gate
+/// ([`crate::vfio_user_gate`]) first; the server library listens on a private socket next to
+/// `path` that only the gate connects to.
 ///
 /// # Errors
-/// When the socket cannot be bound or the connection fails.
+/// When a socket cannot be bound or accepted, or the gate closed the connection (the reason,
+/// also logged).
 pub fn serve(
     path: &Path,
     cfg: ModelConfig,
@@ -348,10 +373,54 @@ pub fn serve(
         path: path.into(),
         source,
     };
-    let server = Server::new(path, true, irqs(&cfg), regions(&cfg)).map_err(err)?;
+    let io_err = |source: std::io::Error| ServeError::Server {
+        path: path.into(),
+        source: vfio_user::Error::SocketAccept(source),
+    };
+    let inner_path = {
+        let mut p = path.as_os_str().to_owned();
+        p.push(".lib");
+        std::path::PathBuf::from(p)
+    };
+    let _ = std::fs::remove_file(&inner_path);
+    let limits = crate::vfio_user_gate::Limits {
+        regions: regions(&cfg).iter().map(|r| r.region_info.size).collect(),
+        irqs: irqs(&cfg).iter().map(|i| i.count).collect(),
+    };
+    let server = Server::new(&inner_path, true, irqs(&cfg), regions(&cfg)).map_err(err)?;
     let mut backend = Backend::new(cfg, trace, fabric)?;
+    let _ = std::fs::remove_file(path);
+    let listener = std::os::unix::net::UnixListener::bind(path).map_err(io_err)?;
     log::info!("serving mlx5 model on {}", path.display());
-    let r = server.run(&mut backend).map_err(err);
+    // The library serves the gate's connection on its own thread; a panic there (the gate
+    // should leave none) ends that connection, not the process.
+    let lib = std::thread::spawn(move || {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| server.run(&mut backend)));
+        (r, backend)
+    });
+    let inner = std::os::unix::net::UnixStream::connect(&inner_path).map_err(io_err)?;
+    let accepted = listener.accept();
+    // One client per socket: the path goes once it is taken (or failed).
+    drop(listener);
+    let _ = std::fs::remove_file(path);
+    let (client, _) = accepted.map_err(io_err)?;
+    let gate = crate::vfio_user_gate::relay(&client, &inner, &limits);
+    if let Err(e) = &gate {
+        log::warn!("closing the client on {}: {e}", path.display());
+    }
+    drop(client);
+    drop(inner);
+    let (r, backend) = lib
+        .join()
+        .unwrap_or_else(|_| unreachable!("the library thread catches its panics"));
+    let _ = std::fs::remove_file(&inner_path);
+    let r = match r {
+        Ok(r) => r.map_err(err),
+        Err(_) => {
+            log::error!("the vfio-user library panicked; connection dropped");
+            Ok(())
+        }
+    };
     let summary = backend.summary();
     let work = backend.work_summary();
     // Stops the engine thread, so its last trace lines are written before the END line.
@@ -363,5 +432,9 @@ pub fn serve(
             let _ = writeln!(f, "END {summary}");
         }
     }
-    r
+    r?;
+    gate.map_err(|e| ServeError::Gate {
+        path: path.into(),
+        source: e,
+    })
 }

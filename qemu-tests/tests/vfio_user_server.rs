@@ -17,11 +17,21 @@ const IOVA: u64 = 0x1000_0000;
 
 fn memfd(len: usize) -> File {
     // SAFETY: memfd_create with a static C string; the result is checked.
-    let fd = unsafe { libc::memfd_create(c"guest-ram".as_ptr(), 0) };
+    let fd = unsafe { libc::memfd_create(c"guest-ram".as_ptr(), libc::MFD_ALLOW_SEALING) };
     assert!(fd >= 0);
     // SAFETY: fd is a fresh descriptor we own.
     let mut f = unsafe { File::from_raw_fd(fd) };
     f.write_all(&vec![0u8; len]).unwrap();
+    // Sealed as QEMU seals its memfd backends (the server refuses a file that can shrink).
+    // SAFETY: F_ADD_SEALS on a valid fd with an integer argument.
+    let r = unsafe {
+        libc::fcntl(
+            f.as_raw_fd(),
+            libc::F_ADD_SEALS,
+            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW,
+        )
+    };
+    assert_eq!(r, 0);
     f
 }
 

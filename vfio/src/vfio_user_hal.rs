@@ -161,13 +161,31 @@ impl VfioUserHal {
             source,
         };
         // SAFETY: memfd_create with a static C string; the result is checked.
-        let fd = unsafe { libc::memfd_create(c"bareverbs-dma".as_ptr(), libc::MFD_CLOEXEC) };
+        let fd = unsafe {
+            libc::memfd_create(
+                c"bareverbs-dma".as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            )
+        };
         if fd < 0 {
             return Err(mem_err(std::io::Error::last_os_error()));
         }
         // SAFETY: fd is a fresh descriptor we own.
         let memfd = unsafe { File::from_raw_fd(fd) };
         memfd.set_len(dma_bytes as u64).map_err(mem_err)?;
+        // Sealed against shrinking and growing (as QEMU seals its memfd backends): neither
+        // side can truncate the file under the other's mapping (which would SIGBUS it).
+        // SAFETY: F_ADD_SEALS on a valid fd with an integer argument.
+        let sealed = unsafe {
+            libc::fcntl(
+                memfd.as_raw_fd(),
+                libc::F_ADD_SEALS,
+                libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
+            )
+        };
+        if sealed != 0 {
+            return Err(mem_err(std::io::Error::last_os_error()));
+        }
         // SAFETY: mapping the whole memfd shared; the result is checked.
         let p = unsafe {
             libc::mmap(
