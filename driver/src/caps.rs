@@ -81,6 +81,9 @@ pub struct Caps {
     pub ib_atomics: bool,
     /// CQs can be resized.
     pub cq_resize: bool,
+    /// Static rates the device supports (`cmd_hca_cap.stat_rate_support`, a bit per
+    /// `stat_rate` value).
+    pub stat_rate_support: u16,
     /// Automatic path migration: alternate paths and `path_mig_state` (`cmd_hca_cap.apm`;
     /// Linux mlx5_ib's IB_DEVICE_AUTO_PATH_MIG).
     pub apm: bool,
@@ -143,6 +146,7 @@ impl Caps {
             ib_atomics: false,
             cq_resize: g(c::cq_resize) != 0,
             apm: g(c::apm) != 0,
+            stat_rate_support: g(c::stat_rate_support) as u16,
             bf: g(c::bf) != 0,
             log_bf_reg_size: g(c::log_bf_reg_size) as u8,
             cqe_version: g(c::cqe_version) as u8,

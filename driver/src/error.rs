@@ -193,6 +193,36 @@ pub enum Invalid {
     AtomicsUnsupported,
     /// An address vector the device cannot use (SL over 15, LID 0 without GRH, GID index).
     AddressVector,
+    /// A PSN wider than 24 bits (`rq_psn`, `sq_psn`).
+    Psn,
+    /// A destination QP number wider than 24 bits (`dest_qp_num`, a UD destination's).
+    DestQpn,
+    /// `retry_cnt` over 7 (3 bits).
+    RetryCount,
+    /// `rnr_retry` over 7 (3 bits; 7 is "retry for ever").
+    RnrRetry,
+    /// An ACK `timeout` over 31 (5 bits).
+    Timeout,
+    /// `min_rnr_timer` over 31 (5 bits).
+    MinRnrTimer,
+    /// A P_Key index past the device's table.
+    PkeyIndex,
+    /// A port number the device does not have (0, or past `num_ports`).
+    Port,
+    /// `max_rd_atomic` past the device's `max_qp_init_rd_atom`.
+    MaxRdAtomic,
+    /// `max_dest_rd_atomic` past the device's `max_qp_rd_atom`.
+    MaxDestRdAtomic,
+    /// A static rate that is no IB rate (`enum ib_rate`: 0, or 2 to 22 in Linux 6.12).
+    StaticRate,
+    /// A service level over 15 (4 bits).
+    Sl,
+    /// A source GID index past the device's table.
+    SgidIndex,
+    /// Destination LID 0 without a GRH on a path that needs one.
+    Dlid,
+    /// A UD message longer than one MTU ([`UD_MAX_MESSAGE`](crate::verbs::UD_MAX_MESSAGE)).
+    UdMessageTooLong,
     /// A CQ resize to fewer entries than completions waiting to be polled.
     FewerEntriesThanUnpolled,
     /// An alternate path or path migration on a device without automatic path migration

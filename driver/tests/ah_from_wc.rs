@@ -87,7 +87,7 @@ fn a_reply_through_the_ah_from_a_completion_reaches_the_sender() {
         m1.buf().write_bytes(2048, b"question").unwrap();
         let s = [sge(&m1, 2048, 8)];
         a.post_send(&[SendWr {
-            ud: Some(ah.dest(b.qpn().raw(), QKEY)),
+            ud: Some(ah.dest(b.qpn().raw(), QKEY).unwrap()),
             ..send_wr(1, &s, SendOp::Send)
         }])
         .unwrap();
@@ -124,7 +124,7 @@ fn a_reply_through_the_ah_from_a_completion_reaches_the_sender() {
         m2.buf().write_bytes(2048, b"answer!!").unwrap();
         let s = [sge(&m2, 2048, 8)];
         b.post_send(&[SendWr {
-            ud: Some(back.dest(wc.src_qp, QKEY)),
+            ud: Some(back.dest(wc.src_qp, QKEY).unwrap()),
             ..send_wr(2, &s, SendOp::Send)
         }])
         .unwrap();

@@ -490,16 +490,17 @@ fn ud_checks_the_qkey_and_leaves_room_for_the_grh() {
     }])
     .unwrap();
     let dest = |qkey| {
-        Some(UdDest {
-            ah: AhAttr {
+        Some(common::ud_dest(
+            &pd,
+            AhAttr {
                 dlid: 1,
                 sl: 2,
                 port_num: 1,
                 ..AhAttr::default()
             },
-            remote_qpn: b.qpn().raw(),
-            remote_qkey: qkey,
-        })
+            b.qpn().raw(),
+            qkey,
+        ))
     };
     let sg = [sge(&mr, 2048, 8)];
     // Wrong Q_Key: dropped at the receiver, success at the sender.
@@ -792,7 +793,7 @@ fn rnr_waits_then_delivers_and_bad_keys_and_destroy_with_work_outstanding() {
             ..AhAttr::default()
         })
         .unwrap();
-    assert_eq!(ah.dest(7, 8).ah.sl, 4);
+    assert_eq!(ah.dest(7, 8).unwrap().ah().sl, 4);
 }
 
 #[test]

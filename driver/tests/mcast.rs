@@ -99,7 +99,7 @@ fn datagrams_reach_every_attached_qp_once_on_every_hca() {
         m1.buf().fill(4096, 16, byte).unwrap();
         let sg = [sge(&m1, 4096, 16)];
         s.post_send(&[SendWr {
-            ud: Some(ah.dest(0xff_ffff, QKEY)),
+            ud: Some(ah.dest(0xff_ffff, QKEY).unwrap()),
             ..send_wr(9, &sg, SendOp::Send)
         }])
         .unwrap();

@@ -823,11 +823,12 @@ fn random_datagrams_arrive_when_they_should_with_the_grh_area_and_are_dropped_ot
             } else {
                 SendFlags::empty()
             },
-            ud: Some(UdDest {
+            ud: Some(common::ud_dest(
+                &pd,
                 ah,
-                remote_qpn: if known { qpns[r] } else { 0xff_fff0 },
-                remote_qkey: qkey,
-            }),
+                if known { qpns[r] } else { 0xff_fff0 },
+                qkey,
+            )),
         };
         qps[s].post_send(&[wr]).unwrap();
         let mut wc = [Wc::EMPTY; 4];

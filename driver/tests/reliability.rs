@@ -517,15 +517,16 @@ fn send_error_moves_an_unreliable_qp_to_sqe(t: QpType) {
     let (an, bn) = (a.qpn().raw(), b.qpn().raw());
     let mr = mr(&hal, &pd);
     let dest = |qpn| {
-        (t == QpType::Ud).then_some(UdDest {
-            ah: AhAttr {
+        (t == QpType::Ud).then_some(common::ud_dest(
+            &pd,
+            AhAttr {
                 dlid: 1,
                 port_num: 1,
                 ..AhAttr::default()
             },
-            remote_qpn: qpn,
-            remote_qkey: QKEY,
-        })
+            qpn,
+            QKEY,
+        ))
     };
     let to = |wr_id, sg, qpn| SendWr {
         ud: dest(qpn),
@@ -714,15 +715,16 @@ fn receive_completions_carry_the_dlid_path_bits() {
         b.post_recv(&[recv(u64::from(dlid), &[sge(&m, 1024, 128)])])
             .unwrap();
         a.post_send(&[SendWr {
-            ud: Some(UdDest {
-                ah: AhAttr {
+            ud: Some(common::ud_dest(
+                &pd,
+                AhAttr {
                     dlid,
                     port_num: 1,
                     ..AhAttr::default()
                 },
-                remote_qpn: b.qpn().raw(),
-                remote_qkey: QKEY,
-            }),
+                b.qpn().raw(),
+                QKEY,
+            )),
             ..send_wr(1, &sg, SendOp::Send)
         }])
         .unwrap();

@@ -189,7 +189,7 @@ fn run<H: Hal>(hals: [H; 2], o: &Opts) -> Result<String, String> {
                 inline_data: &[],
                 op: SendOp::Send,
                 flags: SendFlags::SIGNALED,
-                ud: Some(ah.dest(MCAST_QPN, QKEY)),
+                ud: Some(ah.dest(MCAST_QPN, QKEY).unwrap()),
             }])
             .map_err(|e| e.to_string())?;
         // Wait for the send and one copy per receiver.

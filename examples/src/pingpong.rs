@@ -452,11 +452,19 @@ pub fn run_side<H: Hal>(hal: H, qp_type: QpType, o: &Opts) -> Result<String, Str
         length: o.size as u32,
         lkey: mr.lkey(),
     };
-    let ud = (qp_type == QpType::Ud).then_some(UdDest {
-        ah,
-        remote_qpn: remote.qpn,
-        remote_qkey: QKEY,
-    });
+    // ibv_create_ah for a UD destination, as rdma-core's ud_pingpong.
+    let ud_ah = if qp_type == QpType::Ud {
+        Some(
+            pd.create_ah(ah)
+                .map_err(|e| format!("couldn't create AH: {e}"))?,
+        )
+    } else {
+        None
+    };
+    let ud = match &ud_ah {
+        Some(a) => Some(a.dest(remote.qpn, QKEY).map_err(|e| e.to_string())?),
+        None => None,
+    };
     let send = SendWr {
         wr_id: 1,
         sg_list: std::slice::from_ref(&tx),

@@ -137,6 +137,11 @@ impl<'d, H: Hal> Pd<'d, H> {
                 port: attr.port_num,
             });
         }
+        if crate::verbs::qp_attr_check::mlx5_stat_rate(attr.static_rate, 0).is_none() {
+            return Err(Error::InvalidArgument {
+                what: Invalid::StaticRate,
+            });
+        }
         let bad_gid = attr.is_global && u32::from(attr.grh.sgid_index) >= caps.gid_table_len;
         if attr.sl > 15 || (attr.dlid == 0 && !attr.is_global) || bad_gid {
             return Err(Error::InvalidArgument {
@@ -167,12 +172,20 @@ impl<H: Hal> Ah<'_, '_, H> {
         self.attr
     }
 
-    /// A UD destination through this AH.
-    pub fn dest(&self, remote_qpn: u32, remote_qkey: u32) -> UdDest {
-        UdDest {
+    /// A UD destination through this AH (`wr.ud`).
+    ///
+    /// # Errors
+    /// [`Invalid::DestQpn`] for a QP number wider than 24 bits.
+    pub fn dest(&self, remote_qpn: u32, remote_qkey: u32) -> Result<UdDest, Error> {
+        if remote_qpn > 0xff_ffff {
+            return Err(Error::InvalidArgument {
+                what: Invalid::DestQpn,
+            });
+        }
+        Ok(UdDest {
             ah: self.attr,
             remote_qpn,
             remote_qkey,
-        }
+        })
     }
 }

@@ -77,14 +77,19 @@ impl BookView<'_> {
     #[inline(always)]
     pub(crate) fn complete_send(&self, index: u16) -> u64 {
         let e = self.sq.slot(usize::from(index));
+        // The `wr_id` is read before the tail moves: once it has, a poster on another thread
+        // may reuse the entry (the other order handed back a later request's `wr_id`).
+        let wr_id = e.read_ne64(0);
         self.sq_tail.store(e.read_ne16(8), Ordering::Release);
-        e.read_ne64(0)
+        wr_id
     }
 
     /// The `wr_id` of the receive at `index`, marking it complete.
     #[inline(always)]
     pub(crate) fn complete_recv(&self, index: u16) -> u64 {
+        // As in `complete_send`: the entry is read before it is given back.
+        let wr_id = self.rq.slot(usize::from(index)).read_ne64(0);
         self.rq_tail.store(index.wrapping_add(1), Ordering::Release);
-        self.rq.slot(usize::from(index)).read_ne64(0)
+        wr_id
     }
 }

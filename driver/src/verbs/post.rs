@@ -110,17 +110,39 @@ pub enum SendOp {
     },
 }
 
-/// A UD destination (`wr.ud`).
+/// A UD destination (`wr.ud`): only [`Ah::dest`](crate::verbs::Ah::dest) makes one, so its
+/// address vector passed `create_ah`'s checks and its QP number fits 24 bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct UdDest {
     /// Address vector.
-    pub ah: AhAttr,
+    pub(crate) ah: AhAttr,
     /// Remote QP number.
-    pub remote_qpn: u32,
+    pub(crate) remote_qpn: u32,
     /// Remote Q_Key (top bit set: use the QP's own).
-    pub remote_qkey: u32,
+    pub(crate) remote_qkey: u32,
 }
+
+impl UdDest {
+    /// The address vector.
+    pub fn ah(&self) -> AhAttr {
+        self.ah
+    }
+
+    /// The remote QP number.
+    pub fn remote_qpn(&self) -> u32 {
+        self.remote_qpn
+    }
+
+    /// The remote Q_Key.
+    pub fn remote_qkey(&self) -> u32 {
+        self.remote_qkey
+    }
+}
+
+/// The longest UD message: one packet of the largest IB MTU, 4096 bytes (UD messages are
+/// single packets, IBA 9.8.3; mlx5_ib gives UD QPs the 4 KiB MTU).
+pub const UD_MAX_MESSAGE: usize = 4096;
 
 /// A send work request (`struct ibv_send_wr`).
 #[derive(Clone, Copy, Debug)]

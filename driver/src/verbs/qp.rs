@@ -683,14 +683,24 @@ fn destroy_unregistered<H: Hal>(dev: &Device<H>, qpn: Qpn, rings: [SharedDma<H::
 
 /// An address path (`ads`) from an address vector, port, P_Key index and ACK timeout (Linux
 /// 6.12 qp.c `mlx5_set_path`, for the primary and the alternate path alike).
-fn set_path(mut p: ViewMut<'_, Ads>, ah: &AhAttr, (port, pkey_index, timeout): (u8, u16, u8)) {
+/// An address path (`ads`) from `ah`, as Linux `mlx5_set_path`; the static rate in the
+/// device's encoding for the rates `stat_rate_support` lists (`ib_rate_to_mlx5`; checked
+/// before, so a rate that is no IB rate never gets here).
+fn set_path(
+    mut p: ViewMut<'_, Ads>,
+    ah: &AhAttr,
+    (port, pkey_index, timeout): (u8, u16, u8),
+    stat_rate_support: u16,
+) {
+    let rate =
+        crate::verbs::qp_attr_check::mlx5_stat_rate(ah.static_rate, stat_rate_support).unwrap_or(0);
     p.set(ads::vhca_port_num, port)
         .set(ads::pkey_index, pkey_index)
         .set(ads::rlid, ah.dlid)
         .set(ads::sl, ah.sl)
         .set(ads::mlid, ah.src_path_bits)
         .set(ads::ack_timeout, timeout)
-        .set(ads::stat_rate, ah.static_rate)
+        .set(ads::stat_rate, rate)
         .set(ads::grh, ah.is_global);
     if ah.is_global {
         let g = ah.grh;
@@ -768,6 +778,11 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
         };
         let next = next_state(cur, mask, attr.qp_state);
         check_modify(self.qp_type, cur, next, mask)?;
+        let connected = matches!(
+            self.qp_type,
+            QpType::Rc | QpType::Uc | QpType::XrcIni | QpType::XrcTgt
+        );
+        crate::verbs::qp_attr_check::check_attr(attr, mask, &self.pd.dev.info().caps, connected)?;
         // An alternate path, or a path migration state other than the one QPs are created
         // with, needs automatic path migration (`cmd_hca_cap.apm`); without it they are
         // refused, never sent as an all-zero path.
@@ -861,16 +876,19 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
                     }
                     _ => {}
                 }
+                let rates = dev.info().caps.stat_rate_support;
                 set_path(
                     c.sub(qpc::primary_address_path),
                     &a.ah_attr,
                     (a.port_num, a.pkey_index, a.timeout),
+                    rates,
                 );
                 if mask.contains(QpAttrMask::ALT_PATH) {
                     set_path(
                         c.sub(qpc::secondary_address_path),
                         &a.alt_ah_attr,
                         (a.alt_port_num, a.alt_pkey_index, a.alt_timeout),
+                        rates,
                     );
                 }
                 if mask.contains(QpAttrMask::PATH_MIG_STATE) {

@@ -332,6 +332,18 @@ impl<const XRC: bool> SendBatch<'_, XRC> {
             }
             r.sges.len()
         };
+        // A UD message is one packet (IBA 9.8.3): at most one MTU. The device would complete
+        // a longer one without an error on some paths; it is refused here.
+        if r.ud.is_some() {
+            let len = if INLINE {
+                r.data.len() as u64
+            } else {
+                r.sges.iter().map(|s| u64::from(s.length)).sum()
+            };
+            if len > crate::verbs::post::UD_MAX_MESSAGE as u64 {
+                return Err(invalid(Invalid::UdMessageTooLong));
+            }
+        }
         if CLASS == ATOMIC && (r.sges.len() != 1 || r.sges[0].length < 8) {
             return Err(invalid(Invalid::TooManySge));
         }

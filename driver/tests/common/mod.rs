@@ -51,6 +51,13 @@ pub fn stale_lkey<'d>(hal: &SimHal, pd: &Pd<'d, &SimHal>) -> Lkey {
     k
 }
 
+/// A UD destination `ah`, `qpn`, `qkey` through a throwaway AH (a `UdDest` only comes from
+/// `Ah::dest`, after `create_ah`'s checks).
+#[allow(dead_code)]
+pub fn ud_dest<H: Hal>(pd: &Pd<'_, H>, ah: AhAttr, qpn: u32, qkey: u32) -> UdDest {
+    pd.create_ah(ah).unwrap().dest(qpn, qkey).unwrap()
+}
+
 /// `len` bytes at `off` in `mr`.
 pub fn sge<H: Hal>(mr: &Mr<'_, '_, H>, off: u64, len: u32) -> Sge {
     Sge {

@@ -1,0 +1,368 @@
+//! Bad inputs as one table per verb: every case is refused with its typed error, before any
+//! command reaches the device (the command count does not move), and nothing panics. Field
+//! widths are IBA's (24-bit PSNs and QP numbers, 3-bit retry counts, 5-bit timers, 4-bit SL);
+//! limits are the device's (P_Key and GID tables, ports, RDMA read/atomic resources); static
+//! rates are `enum ib_rate` as Linux 6.12 `ib_rate_to_mlx5` accepts them.
+
+use bareverbs::error::Invalid;
+use bareverbs::verbs::*;
+use bareverbs::{Config, Device, Error};
+use bareverbs_model::SimHal;
+
+mod common;
+use common::{region, sge};
+
+fn cap() -> QpCap {
+    QpCap {
+        max_send_wr: 8,
+        max_recv_wr: 8,
+        max_send_sge: 2,
+        max_recv_sge: 2,
+        max_inline_data: 64,
+    }
+}
+
+fn invalid(what: Invalid) -> Error {
+    Error::InvalidArgument { what }
+}
+
+fn path() -> AhAttr {
+    AhAttr {
+        dlid: 1,
+        port_num: 1,
+        ..AhAttr::default()
+    }
+}
+
+#[test]
+fn modify_qp_refuses_every_out_of_range_attribute_before_any_command() {
+    let hal = SimHal::synchronous();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let caps = dev.info().caps;
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(8).unwrap();
+    let mut qp = pd
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap()))
+        .unwrap();
+    qp.to_init(1, 0, AccessFlags::LOCAL_WRITE, 0).unwrap();
+    let rtr = QpAttr {
+        qp_state: QpState::Rtr,
+        path_mtu: Mtu::Mtu1024,
+        dest_qp_num: 5,
+        rq_psn: 0,
+        min_rnr_timer: 12,
+        ah_attr: path(),
+        ..QpAttr::default()
+    };
+    let rtr_mask = QpAttrMask::STATE
+        | QpAttrMask::AV
+        | QpAttrMask::PATH_MTU
+        | QpAttrMask::DEST_QPN
+        | QpAttrMask::RQ_PSN
+        | QpAttrMask::MAX_DEST_RD_ATOMIC
+        | QpAttrMask::MIN_RNR_TIMER;
+    let av = |f: fn(&mut AhAttr)| {
+        let mut a = rtr;
+        f(&mut a.ah_attr);
+        a
+    };
+    let gids = caps.gid_table_len;
+    let cases: Vec<(&str, QpAttr, QpAttrMask, Invalid)> = vec![
+        (
+            "rq_psn 2^24",
+            QpAttr {
+                rq_psn: 1 << 24,
+                ..rtr
+            },
+            rtr_mask,
+            Invalid::Psn,
+        ),
+        (
+            "rq_psn max",
+            QpAttr {
+                rq_psn: u32::MAX,
+                ..rtr
+            },
+            rtr_mask,
+            Invalid::Psn,
+        ),
+        (
+            "dest_qp_num 2^24",
+            QpAttr {
+                dest_qp_num: 1 << 24,
+                ..rtr
+            },
+            rtr_mask,
+            Invalid::DestQpn,
+        ),
+        (
+            "min_rnr_timer 32",
+            QpAttr {
+                min_rnr_timer: 32,
+                ..rtr
+            },
+            rtr_mask,
+            Invalid::MinRnrTimer,
+        ),
+        (
+            "min_rnr_timer 255",
+            QpAttr {
+                min_rnr_timer: 255,
+                ..rtr
+            },
+            rtr_mask,
+            Invalid::MinRnrTimer,
+        ),
+        (
+            "max_dest_rd_atomic past the device",
+            QpAttr {
+                max_dest_rd_atomic: (caps.max_qp_rd_atom + 1).min(255) as u8,
+                ..rtr
+            },
+            rtr_mask,
+            Invalid::MaxDestRdAtomic,
+        ),
+        ("sl 16", av(|a| a.sl = 16), rtr_mask, Invalid::Sl),
+        ("sl 255", av(|a| a.sl = 255), rtr_mask, Invalid::Sl),
+        ("av port 0", av(|a| a.port_num = 0), rtr_mask, Invalid::Port),
+        ("av port 9", av(|a| a.port_num = 9), rtr_mask, Invalid::Port),
+        (
+            "static rate 1",
+            av(|a| a.static_rate = 1),
+            rtr_mask,
+            Invalid::StaticRate,
+        ),
+        (
+            "static rate 23",
+            av(|a| a.static_rate = 23),
+            rtr_mask,
+            Invalid::StaticRate,
+        ),
+        (
+            "static rate 255",
+            av(|a| a.static_rate = 255),
+            rtr_mask,
+            Invalid::StaticRate,
+        ),
+        (
+            "dlid 0 without GRH",
+            av(|a| a.dlid = 0),
+            rtr_mask,
+            Invalid::Dlid,
+        ),
+        (
+            "sgid index past the table",
+            av(|a| {
+                a.is_global = true;
+                a.grh.sgid_index = 255;
+            }),
+            rtr_mask,
+            Invalid::SgidIndex,
+        ),
+    ];
+    let mut n = 0;
+    let before = dev.trace().total();
+    for (name, attr, mask, what) in &cases {
+        assert_eq!(qp.modify(attr, *mask), Err(invalid(*what)), "{name}");
+        n += 1;
+    }
+    assert_eq!(
+        dev.trace().total(),
+        before,
+        "no command for a refused attribute"
+    );
+    assert!(gids <= 255, "the GID case needs a table under 255 entries");
+    // The RTS attributes, from a QP in RTR.
+    qp.modify(&rtr, rtr_mask).unwrap();
+    let rts = QpAttr {
+        qp_state: QpState::Rts,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        sq_psn: 0,
+        max_rd_atomic: 1,
+        ..QpAttr::default()
+    };
+    let rts_mask = QpAttrMask::STATE
+        | QpAttrMask::TIMEOUT
+        | QpAttrMask::RETRY_CNT
+        | QpAttrMask::RNR_RETRY
+        | QpAttrMask::SQ_PSN
+        | QpAttrMask::MAX_QP_RD_ATOMIC;
+    let rts_cases: Vec<(&str, QpAttr, Invalid)> = vec![
+        (
+            "sq_psn 2^24",
+            QpAttr {
+                sq_psn: 1 << 24,
+                ..rts
+            },
+            Invalid::Psn,
+        ),
+        (
+            "timeout 32",
+            QpAttr { timeout: 32, ..rts },
+            Invalid::Timeout,
+        ),
+        (
+            "timeout 255",
+            QpAttr {
+                timeout: 255,
+                ..rts
+            },
+            Invalid::Timeout,
+        ),
+        (
+            "retry_cnt 8",
+            QpAttr {
+                retry_cnt: 8,
+                ..rts
+            },
+            Invalid::RetryCount,
+        ),
+        (
+            "rnr_retry 8",
+            QpAttr {
+                rnr_retry: 8,
+                ..rts
+            },
+            Invalid::RnrRetry,
+        ),
+        (
+            "max_rd_atomic past the device",
+            QpAttr {
+                max_rd_atomic: (caps.max_qp_init_rd_atom + 1).min(255) as u8,
+                ..rts
+            },
+            Invalid::MaxRdAtomic,
+        ),
+    ];
+    let before_rts = dev.trace().total();
+    for (name, attr, what) in &rts_cases {
+        assert_eq!(qp.modify(attr, rts_mask), Err(invalid(*what)), "{name}");
+        n += 1;
+    }
+    assert_eq!(
+        dev.trace().total(),
+        before_rts,
+        "no command for a refused attribute"
+    );
+    // From RESET: the INIT attributes.
+    let mut fresh = pd
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap()))
+        .unwrap();
+    let init = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        pkey_index: 0,
+        ..QpAttr::default()
+    };
+    let init_mask =
+        QpAttrMask::STATE | QpAttrMask::PORT | QpAttrMask::PKEY_INDEX | QpAttrMask::ACCESS_FLAGS;
+    let init_cases: Vec<(&str, QpAttr, Invalid)> = vec![
+        (
+            "port 0",
+            QpAttr {
+                port_num: 0,
+                ..init
+            },
+            Invalid::Port,
+        ),
+        (
+            "port 9",
+            QpAttr {
+                port_num: 9,
+                ..init
+            },
+            Invalid::Port,
+        ),
+        (
+            "pkey_index past the table",
+            QpAttr {
+                pkey_index: caps.pkey_table_len as u16,
+                ..init
+            },
+            Invalid::PkeyIndex,
+        ),
+        (
+            "pkey_index max",
+            QpAttr {
+                pkey_index: u16::MAX,
+                ..init
+            },
+            Invalid::PkeyIndex,
+        ),
+    ];
+    let before_init = dev.trace().total();
+    for (name, attr, what) in &init_cases {
+        assert_eq!(fresh.modify(attr, init_mask), Err(invalid(*what)), "{name}");
+        n += 1;
+    }
+    assert_eq!(dev.trace().total(), before_init);
+    assert_eq!(n, cases.len() + rts_cases.len() + init_cases.len());
+}
+
+#[test]
+fn ud_destinations_and_messages_are_checked() {
+    let hal = SimHal::synchronous();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(8).unwrap();
+    // create_ah: what a hand-built UdDest used to carry to the ring.
+    for (attr, e) in [
+        (AhAttr { sl: 16, ..path() }, invalid(Invalid::AddressVector)),
+        (
+            AhAttr { dlid: 0, ..path() },
+            invalid(Invalid::AddressVector),
+        ),
+        (
+            AhAttr {
+                port_num: 9,
+                ..path()
+            },
+            Error::NoSuchPort { port: 9 },
+        ),
+        (
+            AhAttr {
+                static_rate: 1,
+                ..path()
+            },
+            invalid(Invalid::StaticRate),
+        ),
+    ] {
+        assert_eq!(pd.create_ah(attr).map(|_| ()), Err(e), "{attr:?}");
+    }
+    let ah = pd.create_ah(path()).unwrap();
+    assert_eq!(
+        ah.dest(1 << 24, 1).map(|_| ()),
+        Err(invalid(Invalid::DestQpn))
+    );
+    // A UD message longer than one 4 KiB MTU, by SGEs or inline.
+    let mut ud = pd
+        .create_qp(&QpInitAttr::new(QpType::Ud, &cq, &cq, cap()))
+        .unwrap();
+    ud.to_init(1, 0, AccessFlags::empty(), 0x11).unwrap();
+    ud.to_rtr(0, 0, AhAttr::default(), Mtu::Mtu4096).unwrap();
+    ud.to_rts(0).unwrap();
+    let mr = region(&hal, &pd, 8192, AccessFlags::LOCAL_WRITE);
+    let dest = ah.dest(5, 0x11).unwrap();
+    let long = [sge(&mr, 0, 4096), sge(&mr, 4096, 1)];
+    let wr = SendWr {
+        wr_id: 1,
+        sg_list: &long,
+        inline_data: &[],
+        op: SendOp::Send,
+        flags: SendFlags::SIGNALED,
+        ud: Some(dest),
+    };
+    assert_eq!(
+        ud.post_send(&[wr]).unwrap_err().error,
+        invalid(Invalid::UdMessageTooLong)
+    );
+    let fits = [sge(&mr, 0, 4096)];
+    assert!(ud
+        .post_send(&[SendWr {
+            sg_list: &fits,
+            ..wr
+        }])
+        .is_ok());
+}
