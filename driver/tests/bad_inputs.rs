@@ -366,3 +366,86 @@ fn ud_destinations_and_messages_are_checked() {
         }])
         .is_ok());
 }
+
+#[test]
+fn create_qp_refuses_sizes_that_overflowed() {
+    let hal = SimHal::synchronous();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(8).unwrap();
+    let before = dev.trace().total();
+    for inline in [u32::MAX, u32::MAX - 3, 1 << 20] {
+        let c = QpCap {
+            max_inline_data: inline,
+            ..cap()
+        };
+        let r = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, c));
+        assert!(
+            matches!(
+                r,
+                Err(Error::ExceedsLimit {
+                    limit: bareverbs::error::Limit::InlineData,
+                    ..
+                })
+            ),
+            "max_inline_data {inline}"
+        );
+    }
+    for wr in [u32::MAX, 1 << 30] {
+        let c = QpCap {
+            max_send_wr: wr,
+            ..cap()
+        };
+        assert!(pd
+            .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, c))
+            .is_err());
+    }
+    assert_eq!(dev.trace().total(), before, "no command");
+}
+
+#[test]
+fn sizes_near_the_integer_limits_are_errors_not_panics() {
+    let hal = SimHal::synchronous();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(8).unwrap();
+    let before = dev.trace().total();
+    for cqe in [u32::MAX, u32::MAX / 2 + 1, 1 << 31] {
+        assert!(dev.create_cq(cqe).is_err(), "cqe {cqe}");
+    }
+    for (max_wr, max_sge) in [
+        (u32::MAX, 1),
+        (1, u32::MAX),
+        (u32::MAX, u32::MAX),
+        (1 << 31, 1),
+    ] {
+        let r = pd.create_srq(&SrqInitAttr {
+            attr: SrqAttr {
+                max_wr,
+                max_sge,
+                srq_limit: 0,
+            },
+            srq_context: 0,
+        });
+        assert!(r.is_err(), "srq {max_wr} {max_sge}");
+    }
+    for c in [
+        QpCap {
+            max_send_sge: u32::MAX,
+            ..cap()
+        },
+        QpCap {
+            max_recv_sge: u32::MAX,
+            ..cap()
+        },
+        QpCap {
+            max_recv_wr: u32::MAX,
+            ..cap()
+        },
+    ] {
+        assert!(pd
+            .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, c))
+            .is_err());
+    }
+    assert_eq!(dev.trace().total(), before, "refused before any command");
+}

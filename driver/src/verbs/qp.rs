@@ -375,6 +375,9 @@ impl<'d, H: Hal> Pd<'d, H> {
             QpType::XrcIni => RADDR_ATOMIC + XRC_SEG,
             _ => RADDR_ATOMIC,
         };
+        // Bounded first: `4 + max_inline_data` overflowed for a value near u32::MAX (and in
+        // release builds wrapped to a tiny inline limit the QP then claimed to have).
+        limit(Limit::InlineData, c.max_inline_data, caps.max_sq_desc_size)?;
         let data = (c.max_send_sge * 16).max((4 + c.max_inline_data).div_ceil(16) * 16);
         let wqe = CTRL + headroom + data;
         limit(Limit::InlineData, wqe, caps.max_sq_desc_size)?;
