@@ -12,16 +12,6 @@ use bareverbs_model::SimHal;
 mod common;
 use common::{region, sge};
 
-fn cap() -> QpCap {
-    QpCap {
-        max_send_wr: 8,
-        max_recv_wr: 8,
-        max_send_sge: 2,
-        max_recv_sge: 2,
-        max_inline_data: 64,
-    }
-}
-
 fn invalid(what: Invalid) -> Error {
     Error::InvalidArgument { what }
 }
@@ -42,25 +32,15 @@ fn modify_qp_refuses_every_out_of_range_attribute_before_any_command() {
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(8).unwrap();
     let mut qp = pd
-        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap()))
+        .create_qp(&QpInitAttr::new(
+            QpType::Rc,
+            &cq,
+            &cq,
+            common::cap_with(8, 2, 64),
+        ))
         .unwrap();
     qp.to_init(1, 0, AccessFlags::LOCAL_WRITE, 0).unwrap();
-    let rtr = QpAttr {
-        qp_state: QpState::Rtr,
-        path_mtu: Mtu::Mtu1024,
-        dest_qp_num: 5,
-        rq_psn: 0,
-        min_rnr_timer: 12,
-        ah_attr: path(),
-        ..QpAttr::default()
-    };
-    let rtr_mask = QpAttrMask::STATE
-        | QpAttrMask::AV
-        | QpAttrMask::PATH_MTU
-        | QpAttrMask::DEST_QPN
-        | QpAttrMask::RQ_PSN
-        | QpAttrMask::MAX_DEST_RD_ATOMIC
-        | QpAttrMask::MIN_RNR_TIMER;
+    let (rtr, rtr_mask) = common::rc_rtr(5, path());
     let av = |f: fn(&mut AhAttr)| {
         let mut a = rtr;
         f(&mut a.ah_attr);
@@ -174,21 +154,7 @@ fn modify_qp_refuses_every_out_of_range_attribute_before_any_command() {
     assert!(gids <= 255, "the GID case needs a table under 255 entries");
     // The RTS attributes, from a QP in RTR.
     qp.modify(&rtr, rtr_mask).unwrap();
-    let rts = QpAttr {
-        qp_state: QpState::Rts,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        sq_psn: 0,
-        max_rd_atomic: 1,
-        ..QpAttr::default()
-    };
-    let rts_mask = QpAttrMask::STATE
-        | QpAttrMask::TIMEOUT
-        | QpAttrMask::RETRY_CNT
-        | QpAttrMask::RNR_RETRY
-        | QpAttrMask::SQ_PSN
-        | QpAttrMask::MAX_QP_RD_ATOMIC;
+    let (rts, rts_mask) = common::rc_rts();
     let rts_cases: Vec<(&str, QpAttr, Invalid)> = vec![
         (
             "sq_psn 2^24",
@@ -248,7 +214,12 @@ fn modify_qp_refuses_every_out_of_range_attribute_before_any_command() {
     );
     // From RESET: the INIT attributes.
     let mut fresh = pd
-        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap()))
+        .create_qp(&QpInitAttr::new(
+            QpType::Rc,
+            &cq,
+            &cq,
+            common::cap_with(8, 2, 64),
+        ))
         .unwrap();
     let init = QpAttr {
         qp_state: QpState::Init,
@@ -338,7 +309,12 @@ fn ud_destinations_and_messages_are_checked() {
     );
     // A UD message longer than one 4 KiB MTU, by SGEs or inline.
     let mut ud = pd
-        .create_qp(&QpInitAttr::new(QpType::Ud, &cq, &cq, cap()))
+        .create_qp(&QpInitAttr::new(
+            QpType::Ud,
+            &cq,
+            &cq,
+            common::cap_with(8, 2, 64),
+        ))
         .unwrap();
     ud.to_init(1, 0, AccessFlags::empty(), 0x11).unwrap();
     ud.to_rtr(0, 0, AhAttr::default(), Mtu::Mtu4096).unwrap();
@@ -377,7 +353,7 @@ fn create_qp_refuses_sizes_that_overflowed() {
     for inline in [u32::MAX, u32::MAX - 3, 1 << 20] {
         let c = QpCap {
             max_inline_data: inline,
-            ..cap()
+            ..common::cap_with(8, 2, 64)
         };
         let r = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, c));
         assert!(
@@ -394,7 +370,7 @@ fn create_qp_refuses_sizes_that_overflowed() {
     for wr in [u32::MAX, 1 << 30] {
         let c = QpCap {
             max_send_wr: wr,
-            ..cap()
+            ..common::cap_with(8, 2, 64)
         };
         assert!(pd
             .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, c))
@@ -432,15 +408,15 @@ fn sizes_near_the_integer_limits_are_errors_not_panics() {
     for c in [
         QpCap {
             max_send_sge: u32::MAX,
-            ..cap()
+            ..common::cap_with(8, 2, 64)
         },
         QpCap {
             max_recv_sge: u32::MAX,
-            ..cap()
+            ..common::cap_with(8, 2, 64)
         },
         QpCap {
             max_recv_wr: u32::MAX,
-            ..cap()
+            ..common::cap_with(8, 2, 64)
         },
     ] {
         assert!(pd

@@ -10,16 +10,6 @@ use bareverbs_model::SimHal;
 mod common;
 use common::{connect_pair, region, send_wr, sge};
 
-fn cap() -> QpCap {
-    QpCap {
-        max_send_wr: 8,
-        max_recv_wr: 8,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    }
-}
-
 #[test]
 fn a_cq_dropped_in_use_lives_until_its_last_qp_goes() {
     let hal = SimHal::synchronous();
@@ -30,7 +20,7 @@ fn a_cq_dropped_in_use_lives_until_its_last_qp_goes() {
     let shared = dev.create_cq(8).unwrap();
     let own = dev.create_cq(8).unwrap();
     let cqn = shared.cqn().raw();
-    let init = QpInitAttr::new(QpType::Rc, &shared, &own, cap());
+    let init = QpInitAttr::new(QpType::Rc, &shared, &own, common::cap_with(8, 1, 0));
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect_pair(&mut a, &mut b, AccessFlags::LOCAL_WRITE, Mtu::Mtu1024);
 

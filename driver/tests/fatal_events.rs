@@ -17,16 +17,6 @@ fn up(hal: &SimHal) -> Device<&SimHal> {
     Device::bring_up(hal, Config::default()).unwrap()
 }
 
-fn cap() -> QpCap {
-    QpCap {
-        max_send_wr: 16,
-        max_recv_wr: 16,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    }
-}
-
 fn drain(dev: &Device<&SimHal>) -> Vec<AsyncEvent> {
     dev.poll_events();
     std::iter::from_fn(|| dev.next_event()).collect()
@@ -43,7 +33,7 @@ fn a_qp_that_completes_into_an_overrun_cq_is_fatal_once() {
     let pd = dev.alloc_pd().unwrap();
     let mut scq = dev.create_cq(1).unwrap();
     let rcq = dev.create_cq(64).unwrap();
-    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap());
+    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, common::cap_with(16, 1, 0));
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
@@ -90,7 +80,7 @@ fn a_qp_whose_send_queue_cannot_be_read_is_fatal() {
     let dev = up(&hal);
     let pd = dev.alloc_pd().unwrap();
     let (scq, rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
-    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap());
+    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, common::cap_with(16, 1, 0));
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     let access = AccessFlags::LOCAL_WRITE;
     connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
@@ -118,7 +108,7 @@ fn a_responder_whose_receive_queue_cannot_be_read_is_fatal_and_answers_nothing()
     let dev = up(&hal);
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
-    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap());
+    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, common::cap_with(16, 1, 0));
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     let access = AccessFlags::LOCAL_WRITE;
     connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
@@ -154,7 +144,7 @@ fn an_srq_that_cannot_be_read_raises_srq_err_and_its_qps_go_to_err() {
             srq_context: 0,
         })
         .unwrap();
-    let plain = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap());
+    let plain = QpInitAttr::new(QpType::Rc, &scq, &rcq, common::cap_with(16, 1, 0));
     let on_srq = QpInitAttr {
         srq: Some(&srq),
         ..plain

@@ -5,24 +5,8 @@
 
 use bareverbs::verbs::*;
 use bareverbs::{AsyncEvent, Config, Device};
+use bareverbs_model::rng::Rng;
 use bareverbs_model::SimHal;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn fill(&mut self, b: &mut [u8]) {
-        for x in b {
-            *x = self.next() as u8;
-        }
-    }
-}
 
 fn params() -> (u64, u64) {
     let seed = std::env::var("BAREVERBS_FUZZ_SEED")

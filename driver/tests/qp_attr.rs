@@ -196,21 +196,7 @@ fn an_invalid_request_puts_the_responder_in_err_with_its_event() {
     };
     a.to_init(1, 0, AccessFlags::LOCAL_WRITE, 0).unwrap();
     b.to_init(1, 0, AccessFlags::LOCAL_WRITE, 0).unwrap();
-    let rtr = QpAttr {
-        qp_state: QpState::Rtr,
-        path_mtu: Mtu::Mtu1024,
-        ah_attr: path,
-        max_dest_rd_atomic: 1,
-        min_rnr_timer: 12,
-        ..QpAttr::default()
-    };
-    let m = QpAttrMask::STATE
-        | QpAttrMask::AV
-        | QpAttrMask::PATH_MTU
-        | QpAttrMask::DEST_QPN
-        | QpAttrMask::RQ_PSN
-        | QpAttrMask::MAX_DEST_RD_ATOMIC
-        | QpAttrMask::MIN_RNR_TIMER;
+    let (rtr, m) = common::rc_rtr(0, path);
     a.modify(
         &QpAttr {
             dest_qp_num: bn,
@@ -227,20 +213,7 @@ fn an_invalid_request_puts_the_responder_in_err_with_its_event() {
         m,
     )
     .unwrap();
-    let rts = QpAttr {
-        qp_state: QpState::Rts,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        max_rd_atomic: 1,
-        ..QpAttr::default()
-    };
-    let rm = QpAttrMask::STATE
-        | QpAttrMask::TIMEOUT
-        | QpAttrMask::RETRY_CNT
-        | QpAttrMask::RNR_RETRY
-        | QpAttrMask::SQ_PSN
-        | QpAttrMask::MAX_QP_RD_ATOMIC;
+    let (rts, rm) = common::rc_rts();
     a.modify(&rts, rm).unwrap();
     b.modify(&rts, rm).unwrap();
     let mr = region(

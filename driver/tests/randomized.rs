@@ -12,27 +12,8 @@ use bareverbs_hal::Hal;
 use bareverbs_model::SimHal;
 
 mod common;
+use bareverbs_model::rng::Rng;
 use common::{connect_pair, region};
-
-/// xorshift64*: reproducible without a dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn coin(&mut self) -> bool {
-        self.next() & 1 == 0
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {

@@ -14,16 +14,6 @@ use bareverbs_model::SimHal;
 mod common;
 use common::{connect_pair, region, sge};
 
-fn cap() -> QpCap {
-    QpCap {
-        max_send_wr: 8,
-        max_recv_wr: 8,
-        max_send_sge: 2,
-        max_recv_sge: 2,
-        max_inline_data: 0,
-    }
-}
-
 fn invalid(what: Invalid) -> Error {
     Error::InvalidArgument { what }
 }
@@ -53,7 +43,7 @@ fn inline_flagged_lengths_never_reach_a_ring() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (scq, rcq) = (dev.create_cq(8).unwrap(), dev.create_cq(8).unwrap());
-    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap());
+    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, common::cap_with(8, 2, 0));
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect_pair(&mut a, &mut b, AccessFlags::LOCAL_WRITE, Mtu::Mtu1024);
     let mr = region(&hal, &pd, 4096, AccessFlags::LOCAL_WRITE);

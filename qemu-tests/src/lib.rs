@@ -25,6 +25,7 @@ pub mod page_list;
 pub mod pci;
 pub mod pma;
 pub mod qp;
+pub mod rng;
 pub mod sim_hal;
 pub mod sma;
 pub mod srq;

@@ -8,23 +8,9 @@
 mod common;
 
 use bareverbs_firmware_cmd::DeliveryStatus;
+use bareverbs_model::rng::Rng;
 use bareverbs_model::Drive;
 use common::{bring_up, header, Raw};
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
 
 /// An opcode: mostly from the families the model implements (0x1xx init and pages, 0x2xx
 /// mkeys, 0x3xx EQ, 0x4xx CQ, 0x5xx QP, 0x7xx/0x8xx vports and domains, 0x9xx objects), the

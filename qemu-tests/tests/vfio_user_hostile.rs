@@ -11,6 +11,7 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use bareverbs_model::rng::Rng;
 use bareverbs_model::vfio_user::serve;
 use bareverbs_model::vfio_user_gate::{send_with_fds, Header, HEADER, MAX_MESSAGE};
 use bareverbs_model::ModelConfig;
@@ -227,22 +228,6 @@ fn messages_that_cannot_be_framed_close_the_connection_with_a_reason() {
     assert_eq!(c.read(&mut [0u8; 1]).unwrap_or(0), 0, "closed, no reply");
     assert!(start.elapsed() < Duration::from_secs(15));
     assert!(server.end().is_err());
-}
-
-/// xorshift64*: a seeded, reproducible stream.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
 }
 
 /// A message of a random kind: valid ones, then mutated (sizes, fields, bytes, commands).

@@ -58,6 +58,63 @@ pub fn ud_dest<H: Hal>(pd: &Pd<'_, H>, ah: AhAttr, qpn: u32, qkey: u32) -> UdDes
     pd.create_ah(ah).unwrap().dest(qpn, qkey).unwrap()
 }
 
+/// QP sizes: `wr` work requests and `sge` entries each way, `inline` bytes of inline data.
+#[allow(dead_code)]
+pub fn cap_with(wr: u32, sge: u32, inline: u32) -> QpCap {
+    QpCap {
+        max_send_wr: wr,
+        max_recv_wr: wr,
+        max_send_sge: sge,
+        max_recv_sge: sge,
+        max_inline_data: inline,
+    }
+}
+
+/// An RC QP's INIT → RTR attributes to `dest_qpn` over `path` (MTU 1024, one RDMA read
+/// served, RNR timer 12, PSN 0) and their mask.
+#[allow(dead_code)]
+pub fn rc_rtr(dest_qpn: u32, path: AhAttr) -> (QpAttr, QpAttrMask) {
+    let a = QpAttr {
+        qp_state: QpState::Rtr,
+        path_mtu: Mtu::Mtu1024,
+        dest_qp_num: dest_qpn,
+        ah_attr: path,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 12,
+        ..QpAttr::default()
+    };
+    let m = QpAttrMask::STATE
+        | QpAttrMask::AV
+        | QpAttrMask::PATH_MTU
+        | QpAttrMask::DEST_QPN
+        | QpAttrMask::RQ_PSN
+        | QpAttrMask::MAX_DEST_RD_ATOMIC
+        | QpAttrMask::MIN_RNR_TIMER;
+    (a, m)
+}
+
+/// An RC QP's RTR → RTS attributes (IB's defaults: timeout 14, retries 7, one RDMA read in
+/// flight, PSN 0) and their mask.
+#[allow(dead_code)]
+pub fn rc_rts() -> (QpAttr, QpAttrMask) {
+    let a = QpAttr {
+        qp_state: QpState::Rts,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        sq_psn: 0,
+        max_rd_atomic: 1,
+        ..QpAttr::default()
+    };
+    let m = QpAttrMask::STATE
+        | QpAttrMask::TIMEOUT
+        | QpAttrMask::RETRY_CNT
+        | QpAttrMask::RNR_RETRY
+        | QpAttrMask::SQ_PSN
+        | QpAttrMask::MAX_QP_RD_ATOMIC;
+    (a, m)
+}
+
 /// `len` bytes at `off` in `mr`.
 pub fn sge<H: Hal>(mr: &Mr<'_, '_, H>, off: u64, len: u32) -> Sge {
     Sge {
