@@ -523,9 +523,20 @@ impl<H: Hal> Device<H> {
 
     fn shutdown(&mut self) -> Result<(), StepError> {
         if self.ctl.get_mut().cmd.wedged {
-            // No command can be trusted: the device may write anything it was given.
+            // No command can be trusted: the device may write anything it was given, so it
+            // all stays allocated (leaked), and the caller hears how much firmware kept. A
+            // function reset through the HAL (`Hal::function_reset`) makes the device forget
+            // it; a new bring-up can follow.
+            let count = self.ctl.get_mut().pages.given();
             self.abandon();
-            return Ok(());
+            return Err(StepError {
+                step: Step::ReclaimPages,
+                error: if count > 0 {
+                    Error::PagesNotReturned { count }
+                } else {
+                    Error::CommandInterfaceWedged
+                },
+            });
         }
         let mut first: Option<StepError> = None;
         let mut note = |r: Result<(), StepError>| {

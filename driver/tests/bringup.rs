@@ -457,3 +457,40 @@ fn dropping_a_device_tears_it_down() {
     }
     assert_clean(&hal);
 }
+
+#[test]
+fn a_wedged_device_reports_what_it_kept_and_recovers_after_a_function_reset() {
+    // A command that never completes wedges the command interface: teardown cannot return
+    // the pages firmware holds and says how many (they stay leaked, never freed), the HAL's
+    // function reset makes the device forget them, and a new bring-up on the same HAL works
+    // (the old device's objects cannot outlive it: they borrow it).
+    let hal = SimHal::synchronous();
+    let m = hal.model();
+    let dev = Device::bring_up(&hal, quick()).unwrap();
+    let held = dev.pages_given();
+    assert!(held > 0);
+    m.set_faults(|f| *f = Faults::default().stall(0x200));
+    let pd = dev.alloc_pd().unwrap();
+    let dma = bareverbs_hal::Hal::dma_alloc(&&hal, 4096, 4096)
+        .unwrap()
+        .share();
+    assert!(pd
+        .reg_mr(dma, bareverbs::verbs::AccessFlags::LOCAL_WRITE)
+        .is_err());
+    assert_eq!(dev.alloc_pd().err(), Some(Error::CommandInterfaceWedged));
+    drop(pd);
+    let e = dev.teardown().unwrap_err();
+    assert_eq!(
+        (e.step, e.error),
+        (Step::ReclaimPages, Error::PagesNotReturned { count: held })
+    );
+    assert_eq!(m.pages_held(), held, "firmware still holds them");
+    m.set_faults(|f| *f = Faults::default());
+    bareverbs_hal::Hal::function_reset(&&hal).unwrap();
+    assert_eq!(m.pages_held(), 0, "the reset made the device forget them");
+    let dev = Device::bring_up(&hal, quick()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    drop(pd);
+    dev.teardown().unwrap();
+    assert_eq!(m.pages_held(), 0);
+}

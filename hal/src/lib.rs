@@ -70,6 +70,28 @@ pub unsafe trait Hal {
     fn relax(&self) {
         core::hint::spin_loop();
     }
+
+    /// Resets the function (a PCI function-level reset or the platform's equivalent): the
+    /// device forgets every object and page and stops all DMA, so a new bring-up can follow
+    /// a device whose command interface stopped answering. Memory the driver leaked then
+    /// stays leaked (it is never freed while the device might have written it).
+    ///
+    /// # Errors
+    /// [`ResetError::Unsupported`] where the platform cannot reset the function (the
+    /// default), [`ResetError::Failed`] when the reset did not complete.
+    fn function_reset(&self) -> Result<(), ResetError> {
+        Err(ResetError::Unsupported)
+    }
+}
+
+/// Why [`Hal::function_reset`] did not reset the function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum ResetError {
+    /// The platform has no way to reset the function.
+    Unsupported,
+    /// The reset was attempted and failed (an OS error number where there is one).
+    Failed(i32),
 }
 
 // SAFETY: forwards every method to `T`, which upholds the contract.
@@ -99,5 +121,9 @@ unsafe impl<T: Hal> Hal for &T {
 
     fn relax(&self) {
         (**self).relax()
+    }
+
+    fn function_reset(&self) -> Result<(), ResetError> {
+        (**self).function_reset()
     }
 }

@@ -167,6 +167,12 @@ unsafe impl Hal for SimHal {
         self.mem.domain()
     }
 
+    /// The model's function-level reset (`Hca::reset`).
+    fn function_reset(&self) -> Result<(), bareverbs_hal::ResetError> {
+        self.shared.lock().reset();
+        Ok(())
+    }
+
     fn now(&self) -> Instant {
         Instant(self.shared.clock.now_ns())
     }

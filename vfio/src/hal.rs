@@ -396,6 +396,12 @@ unsafe impl Hal for VfioHal {
     fn delay(&self, d: Duration) {
         clock::delay(d)
     }
+
+    /// `VFIO_DEVICE_RESET`.
+    fn function_reset(&self) -> Result<(), bareverbs_hal::ResetError> {
+        sys::device_reset(&self.device)
+            .map_err(|e| bareverbs_hal::ResetError::Failed(e.raw_os_error().unwrap_or(0)))
+    }
 }
 
 impl std::fmt::Debug for VfioHal {
@@ -429,6 +435,18 @@ mod tests {
                     .any(|p| c.starts_with(p))
             })
             .collect()
+    }
+
+    #[test]
+    fn a_function_reset_is_vfio_device_reset_on_the_device_fd() {
+        fake::reset();
+        let hal = open().unwrap();
+        bareverbs_hal::Hal::function_reset(&hal).unwrap();
+        assert!(
+            vfio_calls().last().unwrap().starts_with("VFIO_DEVICE_RESET "),
+            "{:?}",
+            vfio_calls().last()
+        );
     }
 
     #[test]

@@ -300,4 +300,11 @@ unsafe impl Hal for VfioUserHal {
     fn delay(&self, d: Duration) {
         std::thread::sleep(d);
     }
+
+    /// The vfio-user DEVICE_RESET message.
+    fn function_reset(&self) -> Result<(), bareverbs_hal::ResetError> {
+        lock(&self.client)
+            .reset()
+            .map_err(|_| bareverbs_hal::ResetError::Failed(0))
+    }
 }

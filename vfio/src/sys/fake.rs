@@ -479,6 +479,13 @@ pub(crate) fn group_get_device_fd(group: &File, name: &CStr) -> io::Result<File>
     })
 }
 
+pub(crate) fn device_reset(device: &File) -> io::Result<()> {
+    with(|f| {
+        let line = format!("VFIO_DEVICE_RESET {}", f.name(device));
+        f.call("VFIO_DEVICE_RESET", line)
+    })
+}
+
 pub(crate) fn device_get_info(device: &File) -> io::Result<vfio_device_info> {
     with(|f| {
         let line = format!("VFIO_DEVICE_GET_INFO {}", f.name(device));

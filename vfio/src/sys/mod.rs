@@ -49,6 +49,9 @@ pub(crate) const VFIO_DEVICE_GET_REGION_INFO: u32 = vfio_io(8);
 pub(crate) const VFIO_DEVICE_GET_IRQ_INFO: u32 = vfio_io(9);
 /// Device: `vfio_irq_set` (with trailing data).
 pub(crate) const VFIO_DEVICE_SET_IRQS: u32 = vfio_io(10);
+/// Device: reset the function (no argument).
+#[cfg_attr(test, allow(dead_code))]
+pub(crate) const VFIO_DEVICE_RESET: u32 = vfio_io(11);
 /// Type1 container: `vfio_iommu_type1_info` (+ capability chain).
 pub(crate) const VFIO_IOMMU_GET_INFO: u32 = vfio_io(12);
 /// Type1 container: `vfio_iommu_type1_dma_map`.

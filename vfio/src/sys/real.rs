@@ -175,6 +175,12 @@ pub(crate) fn group_get_device_fd(group: &File, name: &CStr) -> io::Result<File>
     Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
+/// `VFIO_DEVICE_RESET`: the kernel resets the function (FLR or the device's other method).
+pub(crate) fn device_reset(device: &File) -> io::Result<()> {
+    // SAFETY: VFIO_DEVICE_RESET takes no argument, so the kernel touches no user memory.
+    cvt(unsafe { libc::ioctl(device.as_raw_fd(), super::VFIO_DEVICE_RESET as _) }).map(drop)
+}
+
 /// `VFIO_DEVICE_GET_INFO`.
 pub(crate) fn device_get_info(device: &File) -> io::Result<vfio_device_info> {
     let mut info = vfio_device_info {
