@@ -443,7 +443,10 @@ mod tests {
         let hal = open().unwrap();
         bareverbs_hal::Hal::function_reset(&hal).unwrap();
         assert!(
-            vfio_calls().last().unwrap().starts_with("VFIO_DEVICE_RESET "),
+            vfio_calls()
+                .last()
+                .unwrap()
+                .starts_with("VFIO_DEVICE_RESET "),
             "{:?}",
             vfio_calls().last()
         );
