@@ -112,6 +112,11 @@ pub struct Faults {
     pub health_stalled: bool,
     /// Every BAR read returns all ones and writes are dropped (surprise removal).
     pub removed: bool,
+    /// Send doorbells to ignore, from now on (a doorbell lost on the bus); the work they
+    /// announced waits for the next doorbell, which carries the count in the doorbell record.
+    pub lose_doorbells: u32,
+    /// Completions to drop instead of writing, from now on (a CQE lost).
+    pub lose_cqes: u32,
 }
 
 impl Faults {

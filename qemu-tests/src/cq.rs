@@ -72,6 +72,11 @@ impl Hca {
         let Some(cq) = self.cqs.get(&cqn).cloned() else {
             return false;
         };
+        if self.cfg.faults.lose_cqes > 0 {
+            self.cfg.faults.lose_cqes -= 1;
+            log::warn!("model: a CQE for CQ {cqn:#x} lost (injected)");
+            return true;
+        }
         let ci = match self.dma.read_be32(cq.dbr) {
             Ok(v) => v & 0x00ff_ffff,
             Err(f) => {

@@ -259,6 +259,11 @@ enum Outcome {
 impl Hca {
     /// Send doorbell (BlueFlame register): the low dword carries `qpn << 8 | ds`.
     pub(crate) fn sq_doorbell(&mut self, uar: u32, val: u64) {
+        if self.cfg.faults.lose_doorbells > 0 {
+            self.cfg.faults.lose_doorbells -= 1;
+            log::warn!("model: send doorbell {val:#x} lost (injected)");
+            return;
+        }
         let qpn = (val as u32) >> 8;
         let Some(qp) = self.qps.get(&qpn) else { return };
         if qp.uar != uar {
