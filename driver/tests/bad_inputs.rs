@@ -425,3 +425,153 @@ fn sizes_near_the_integer_limits_are_errors_not_panics() {
     }
     assert_eq!(dev.trace().total(), before, "refused before any command");
 }
+
+/// A signaled request `op` over `sg`.
+fn swr(sg: &[Sge], op: SendOp) -> SendWr<'_> {
+    SendWr {
+        wr_id: 1,
+        sg_list: sg,
+        inline_data: &[],
+        op,
+        flags: SendFlags::SIGNALED,
+        ud: None,
+    }
+}
+
+#[test]
+fn posting_and_object_verbs_refuse_what_the_device_cannot_take() {
+    let hal = SimHal::synchronous();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(8).unwrap();
+    let init = |t| QpInitAttr::new(t, &cq, &cq, common::cap_with(8, 2, 64));
+    let mut rc = pd.create_qp(&init(QpType::Rc)).unwrap();
+    let mut peer = pd.create_qp(&init(QpType::Rc)).unwrap();
+    let mut ud = pd.create_qp(&init(QpType::Ud)).unwrap();
+    let mr = region(&hal, &pd, 8192, AccessFlags::LOCAL_WRITE);
+    let one = [sge(&mr, 0, 8)];
+    // One entry past the send and receive lists the QP got (requests round up to whole
+    // segments, so the QP may hold more than asked).
+    let many = |n: u32| {
+        (0..=n)
+            .map(|k| sge(&mr, 8 * u64::from(k), 8))
+            .collect::<Vec<_>>()
+    };
+    let too_many_send = many(rc.cap().max_send_sge);
+    let too_many_recv = many(peer.cap().max_recv_sge);
+    // One byte past the inline room the QP got (its request rounded up to whole segments).
+    let big = vec![0u8; rc.cap().max_inline_data as usize + 1];
+    let write = SendOp::RdmaWrite {
+        remote_addr: mr.addr(),
+        rkey: mr.rkey().raw(),
+    };
+    // A send on a QP in RESET: its state is the refusal.
+    assert_eq!(
+        rc.post_send(&[swr(&one, SendOp::Send)]).unwrap_err().error,
+        invalid(Invalid::QpState)
+    );
+    common::connect_pair(&mut rc, &mut peer, AccessFlags::LOCAL_WRITE, Mtu::Mtu1024);
+    ud.to_init(1, 0, AccessFlags::empty(), 1).unwrap();
+    ud.to_rtr(0, 0, AhAttr::default(), Mtu::Mtu4096).unwrap();
+    ud.to_rts(0).unwrap();
+    let ah = pd.create_ah(path()).unwrap();
+    let dest = ah.dest(1, 1).unwrap();
+    let before = dev.trace().total();
+    let inline = SendWr {
+        inline_data: &big,
+        flags: SendFlags::INLINE,
+        ..swr(&[], SendOp::Send)
+    };
+    // (name, on the UD QP, request, refusal)
+    let sends = [
+        (
+            "an SGE past max_send_sge",
+            false,
+            swr(&too_many_send, SendOp::Send),
+            Invalid::TooManySge,
+        ),
+        (
+            "inline data past the QP's room",
+            false,
+            inline,
+            Invalid::InlineTooLarge,
+        ),
+        (
+            "a destination on a connected QP",
+            false,
+            SendWr {
+                ud: Some(dest),
+                ..swr(&one, SendOp::Send)
+            },
+            Invalid::Destination,
+        ),
+        (
+            "a UD send without a destination",
+            true,
+            swr(&one, SendOp::Send),
+            Invalid::Destination,
+        ),
+        (
+            "an RDMA WRITE on UD",
+            true,
+            SendWr {
+                ud: Some(dest),
+                ..swr(&one, write)
+            },
+            Invalid::OpcodeForQpType,
+        ),
+    ];
+    for (name, on_ud, w, what) in sends {
+        let qp = if on_ud { &mut ud } else { &mut rc };
+        let r = qp.post_send(&[w]).map_err(|e| e.error);
+        assert_eq!(r, Err(invalid(what)), "{name}");
+    }
+    // A receive with more SGEs than max_recv_sge.
+    let e = peer
+        .post_recv(&[RecvWr {
+            wr_id: 1,
+            sg_list: &too_many_recv,
+        }])
+        .unwrap_err();
+    assert_eq!(e.error, invalid(Invalid::TooManySge));
+    // Multicast on a connected QP, with a unicast GID, with LIDs outside 0xC000-0xFFFE.
+    let mgid = [0xff, 0x12, 0x40, 0x1b, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+    let mut ucast = mgid;
+    ucast[0] = 0xfe;
+    assert_eq!(
+        rc.attach_mcast(&mgid, 0xc001),
+        Err(invalid(Invalid::MulticastQpType))
+    );
+    assert_eq!(
+        ud.attach_mcast(&ucast, 0xc001),
+        Err(invalid(Invalid::MulticastGid))
+    );
+    for lid in [0x0001, 0xbfff, 0xffff] {
+        assert_eq!(
+            ud.attach_mcast(&mgid, lid),
+            Err(invalid(Invalid::MulticastLid))
+        );
+    }
+    assert_eq!(dev.trace().total(), before, "no command for any of them");
+    // Objects: a CQ on a completion vector the channel lacks; an MR with remote write but no
+    // local write.
+    let ch = dev.create_comp_channel().unwrap();
+    let with_vector = CqInitAttr {
+        channel: Some(&ch),
+        comp_vector: 1,
+        ..CqInitAttr::new(8)
+    };
+    assert_eq!(
+        dev.create_cq_with(&with_vector).err(),
+        Some(invalid(Invalid::CompVector))
+    );
+    let Err((e, _)) = pd.reg_mr(
+        bareverbs_hal::Hal::dma_alloc(&&hal, 64, 64)
+            .unwrap()
+            .share(),
+        AccessFlags::REMOTE_WRITE,
+    ) else {
+        panic!("remote write without local write registered");
+    };
+    assert_eq!(e, invalid(Invalid::RemoteWriteWithoutLocalWrite));
+}
