@@ -22,7 +22,7 @@ pub use barrier::{dma_rmb, dma_wmb, rmb, wmb};
 pub use clock::{Deadline, Instant};
 pub use dma::{DmaBuf, DmaError, DmaMemory, SharedDma};
 pub use mmio::{Mmio, MmioError, RawMmio};
-pub use ring::{Slot, Slots};
+pub use ring::{Slot, Slots, SlotsMut};
 
 /// What the driver needs from the platform: BAR0, DMA memory and time.
 ///

@@ -46,6 +46,21 @@ impl<M: DmaMemory> SharedDma<M> {
             _dma: PhantomData,
         })
     }
+
+    /// [`SharedDma::slots`] of a region borrowed exclusively: the view may also copy with plain
+    /// stores ([`SlotsMut::copy_in`]).
+    ///
+    /// # Errors
+    /// As [`SharedDma::slots`].
+    pub fn slots_mut<const SIZE: usize>(
+        &mut self,
+        off: usize,
+        count: usize,
+    ) -> Result<SlotsMut<'_, SIZE>, DmaError> {
+        Ok(SlotsMut {
+            slots: self.slots(off, count)?,
+        })
+    }
 }
 
 impl<'a, const SIZE: usize> Slots<'a, SIZE> {
@@ -64,41 +79,57 @@ impl<'a, const SIZE: usize> Slots<'a, SIZE> {
             _dma: PhantomData,
         }
     }
+}
 
+/// A [`Slots`] view of a region borrowed exclusively (`&mut SharedDma`): besides everything a
+/// shared view does, it may copy with plain stores ([`SlotsMut::copy_in`]), since no other
+/// thread can reach the region while it lives.
+pub struct SlotsMut<'a, const SIZE: usize> {
+    slots: Slots<'a, SIZE>,
+}
+
+impl<'a, const SIZE: usize> core::ops::Deref for SlotsMut<'a, SIZE> {
+    type Target = Slots<'a, SIZE>;
+
+    fn deref(&self) -> &Slots<'a, SIZE> {
+        &self.slots
+    }
+}
+
+impl<const SIZE: usize> SlotsMut<'_, SIZE> {
     /// Copies `src` from byte `off` of slot `i` on, into the following slots, wrapping at the
     /// end of the ring — rdma-core's `memcpy` of inline data, which it likewise splits at the
     /// end of the queue.
     ///
-    /// The stores are plain, not volatile, so they move up to 16 bytes each (overlapping
-    /// ones for the last bytes). Bytes past `src` are left as they were.
-    ///
-    /// # Safety
-    /// Plain stores are only sound where nothing else reads or writes these bytes
-    /// meanwhile: the caller promises that the device does not access them until a doorbell
-    /// rung after a write barrier that follows this call (the slots of a send queue past its
-    /// last doorbell), and that no other thread accesses them. A ring the device writes (a
-    /// CQ, an EQ) or reads on its own (a receive queue it may be fetching) does not qualify.
+    /// The stores are plain, not atomic, so they move up to 16 bytes each (overlapping ones
+    /// for the last bytes). Bytes past `src` are left as they were. They are sound because the
+    /// view borrows its region exclusively (`SharedDma::slots_mut`): no other thread can reach
+    /// these bytes meanwhile. The device sees them once the caller's write barrier and
+    /// doorbell publish them — so this is for rings the device reads only when told (a send
+    /// queue past its last doorbell), never for one it writes.
     ///
     /// # Panics
     /// When `off` is not inside the slot or `src` is longer than the ring.
     #[inline(always)]
-    pub unsafe fn copy_in(&self, i: usize, off: usize, src: &[u8]) {
-        let ring = (self.mask + 1) * SIZE;
+    pub fn copy_in(&self, i: usize, off: usize, src: &[u8]) {
+        let (base, mask) = (self.slots.base, self.slots.mask);
+        let ring = (mask + 1) * SIZE;
         assert!(off < SIZE && src.len() <= ring);
-        let start = (i & self.mask) * SIZE + off;
+        let start = (i & mask) * SIZE + off;
         let room = ring - start;
         // SAFETY: start + src.len() <= ring in the first branch; in the second, the first part
         // ends at the ring's end and the rest, src.len() - room <= start bytes (src fits in
         // the ring), starts at its beginning: all inside the span checked by `slots`. `src`
-        // is a shared borrow of other memory, so no span overlaps it. Nothing else accesses
-        // the bytes meanwhile (the caller's promise), so plain stores race with nothing.
+        // is a shared borrow of other memory, so no span overlaps it. No other thread
+        // reaches the bytes meanwhile (the region is borrowed exclusively), so plain stores
+        // race with nothing.
         unsafe {
             if src.len() <= room {
-                copy_chunks(self.base.as_ptr().add(start), src);
+                copy_chunks(base.as_ptr().add(start), src);
             } else {
                 let (first, rest) = src.split_at(room);
-                copy_chunks(self.base.as_ptr().add(start), first);
-                copy_chunks(self.base.as_ptr(), rest);
+                copy_chunks(base.as_ptr().add(start), first);
+                copy_chunks(base.as_ptr(), rest);
             }
         }
     }
@@ -403,13 +434,11 @@ mod tests {
         let src: Vec<u8> = (1..=128u8).collect();
         for len in 0..=128 {
             for start in (0..128).step_by(8) {
-                let d = shared(128);
-                let s = d.slots::<32>(0, 4).unwrap();
-                // SAFETY: heap memory no device and no other thread touches.
-                unsafe {
-                    d.slots::<8>(0, 16).unwrap().copy_in(0, 0, &[0xee; 128]);
-                    s.copy_in(start / 32 + 4, start % 32, &src[..len]);
-                }
+                let mut d = shared(128);
+                d.slots_mut::<8>(0, 16).unwrap().copy_in(0, 0, &[0xee; 128]);
+                d.slots_mut::<32>(0, 4)
+                    .unwrap()
+                    .copy_in(start / 32 + 4, start % 32, &src[..len]);
                 let b = bytes(&d);
                 for (k, &x) in b.iter().enumerate() {
                     let rel = (k + 128 - start) % 128;
@@ -435,9 +464,8 @@ mod tests {
     #[test]
     #[should_panic]
     fn more_bytes_than_the_ring_holds_panic() {
-        let d = shared(64);
-        let s = d.slots::<32>(0, 2).unwrap();
-        // SAFETY: heap memory no device and no other thread touches.
-        unsafe { s.copy_in(0, 0, &[0u8; 65]) };
+        let mut d = shared(64);
+        let s = d.slots_mut::<32>(0, 2).unwrap();
+        s.copy_in(0, 0, &[0u8; 65]);
     }
 }

@@ -6,7 +6,7 @@
 use core::sync::atomic::{AtomicU16, Ordering};
 
 use bareverbs_firmware_cmd::ifc::{fm_ce_se, qp_dbr, wqe_opcode, INLINE_SEG};
-use bareverbs_hal::{dma_wmb, wmb, BarOffset, Hal, Mmio, Slot, Slots};
+use bareverbs_hal::{dma_wmb, wmb, BarOffset, Hal, Mmio, Slot, Slots, SlotsMut};
 
 use crate::error::{Error, Invalid};
 use crate::verbs::post::{sge_refused_lengths, SendFlags, SendOp, SendWr, Sge, UdDest};
@@ -24,7 +24,8 @@ fn invalid(what: Invalid) -> Error {
 /// an XRC initiator's ([`Qp::send_batch_xrc`]): every WQE carries the XRC segment, decided at
 /// compile time so other QPs' requests pay nothing for it.
 pub struct SendBatch<'b, const XRC: bool = false> {
-    sq: Slots<'b, WQEBB>,
+    /// The send queue, borrowed exclusively from the QP (`&mut Qp`).
+    sq: SlotsMut<'b, WQEBB>,
     /// Per WQEBB: the request's `wr_id` at 0 and the WQEBB counter after it at 8.
     book: Slots<'b, 16>,
     /// WQEBB counter up to which the device has completed requests.
@@ -453,7 +454,6 @@ impl<const XRC: bool> SendBatch<'_, XRC> {
     /// `cur` on. Bytes after the data up to the segment's 16-byte end keep what they held: the
     /// device reads the header's byte count (rdma-core leaves them too).
     #[inline(always)]
-    #[allow(unsafe_code)]
     fn write_inline(&self, cur: u16, at: usize, data: &[u8]) {
         let cur = usize::from(cur) + at / WQEBB;
         let at = at % WQEBB;
@@ -469,10 +469,9 @@ impl<const XRC: bool> SendBatch<'_, XRC> {
                 (hdr | u64::from(u32::from_le_bytes(*head)) << 32).to_le_bytes(),
             );
             let pos = at + 8;
-            // SAFETY: these are send-queue slots past the last doorbell: the device reads
-            // them only after this batch's `wmb` and doorbell, and the batch holds the QP
-            // exclusively (`&mut Qp`), so no other thread writes them.
-            unsafe { self.sq.copy_in(cur + pos / WQEBB, pos % WQEBB, rest) };
+            // Send-queue slots past the last doorbell: the device reads them only after this
+            // batch's barrier and doorbell.
+            self.sq.copy_in(cur + pos / WQEBB, pos % WQEBB, rest);
         } else {
             let head = data
                 .iter()
@@ -582,17 +581,26 @@ impl<H: Hal> Qp<'_, '_, H> {
         }
         let dev = self.device();
         let books = dev.books.read();
+        let cap = self.cap();
+        let qpn = self.qpn().raw();
+        let refuse = match self.qp_type() {
+            QpType::Ud => UD | (1 << WRITE) | (1 << READ) | (1 << ATOMIC),
+            QpType::Uc => (1 << READ) | (1 << ATOMIC),
+            _ if !dev.info().caps.ib_atomics => (1 << ATOMIC) | NO_ATOMICS,
+            _ => 0,
+        };
         let (Some((book_sq, sq_tail)), Some(ring), Some(dbr)) = (
-            books.get(&self.qpn().raw()).and_then(|b| b.send_view()),
-            self.buf.as_ref(),
+            books.get(&qpn).and_then(|b| b.send_view()),
+            self.buf.as_mut(),
             self.dbr.as_ref(),
         ) else {
             return Err(Error::NotUp);
         };
         let size = 1u16 << self.log_sq_bbs;
-        // The receive queue, if the QP has one of its own, comes first.
-        let sq = ring.slots::<WQEBB>(self.sq_base, usize::from(size))?;
-        let cap = self.cap();
+        // The receive queue, if the QP has one of its own, comes first. Borrowed mutably:
+        // `&mut Qp` makes the batch the ring's only writer (inline data is copied with plain
+        // stores).
+        let sq = ring.slots_mut::<WQEBB>(self.sq_base, usize::from(size))?;
         let mut b = SendBatch {
             sq,
             book: book_sq,
@@ -600,14 +608,9 @@ impl<H: Hal> Qp<'_, '_, H> {
             cur: self.sq_cur,
             room: 0,
             size,
-            qpn8: self.qpn().raw() << 8,
+            qpn8: qpn << 8,
             fm_ce_se: self.fm_ce_se,
-            refuse: match self.qp_type() {
-                QpType::Ud => UD | (1 << WRITE) | (1 << READ) | (1 << ATOMIC),
-                QpType::Uc => (1 << READ) | (1 << ATOMIC),
-                _ if !dev.info().caps.ib_atomics => (1 << ATOMIC) | NO_ATOMICS,
-                _ => 0,
-            },
+            refuse,
             max_inline: cap.max_inline_data as usize,
             max_sge: cap.max_send_sge as usize,
             last_ctrl: 0,
@@ -655,14 +658,14 @@ mod tests {
     }
 
     fn batch<'b>(
-        sq: &'b SharedDma<Dma>,
+        sq: &'b mut SharedDma<Dma>,
         book: &'b SharedDma<Dma>,
         tail: &'b AtomicU16,
         qp_type: QpType,
         cur: u16,
     ) -> SendBatch<'b> {
         SendBatch {
-            sq: sq.slots(0, 4).unwrap(),
+            sq: sq.slots_mut(0, 4).unwrap(),
             book: book.slots(0, 4).unwrap(),
             tail,
             cur,
@@ -680,7 +683,7 @@ mod tests {
 
     /// An XRC initiator's batch over the same rings.
     fn batch_xrc<'b>(
-        sq: &'b SharedDma<Dma>,
+        sq: &'b mut SharedDma<Dma>,
         book: &'b SharedDma<Dma>,
         tail: &'b AtomicU16,
     ) -> SendBatch<'b, true> {
@@ -702,10 +705,20 @@ mod tests {
         }
     }
 
-    fn ring_bytes(sq: &SharedDma<Dma>) -> [u8; 256] {
+    /// The 4-slot ring's bytes, read through the batch's own view of it.
+    fn ring_bytes(sq: &Slots<'_, WQEBB>) -> [u8; 256] {
         let mut b = [0u8; 256];
-        sq.read_bytes(0, &mut b).unwrap();
+        for (k, x) in b.iter_mut().enumerate() {
+            *x = sq.slot(k / 64).read8(k % 64);
+        }
         b
+    }
+
+    /// Every byte of the 4-slot ring set to `v`, through the batch's own view.
+    fn fill(sq: &Slots<'_, WQEBB>, v: u8) {
+        for k in 0..256 {
+            sq.slot(k / 64).write8(k % 64, v);
+        }
     }
 
     fn wr<'a>(op: SendOp, flags: SendFlags) -> SendWr<'a> {
@@ -725,10 +738,10 @@ mod tests {
             wqe_data_seg, wqe_raddr_seg, wqe_xrc_seg, WqeDataSeg, WqeRaddrSeg, WqeXrcSeg,
         };
         let hal = SimHal::synchronous();
-        let (sq, book) = rings(&hal);
-        sq.fill(0, 256, 0xee).unwrap();
+        let (mut sq, book) = rings(&hal);
         let tail = AtomicU16::new(0);
-        let mut b = batch_xrc(&sq, &book, &tail);
+        let mut b = batch_xrc(&mut sq, &book, &tail);
+        fill(&b.sq, 0xee);
         let sg = [Sge {
             addr: 0x1_0000_2000,
             length: 300,
@@ -744,11 +757,11 @@ mod tests {
         w.sg_list = &sg;
         // No remote SRQ number yet: refused, nothing written.
         assert_eq!(b.post(&w), Err(invalid(Invalid::XrcRemoteSrq)));
-        assert_eq!(ring_bytes(&sq), [0xee; 256]);
+        assert_eq!(ring_bytes(&b.sq), [0xee; 256]);
         assert_eq!(b.set_xrc_srqn(1 << 24), Err(invalid(Invalid::XrcRemoteSrq)));
         b.set_xrc_srqn(0xab_cdef).unwrap();
         b.post(&w).unwrap();
-        let bytes = ring_bytes(&sq);
+        let bytes = ring_bytes(&b.sq);
         let ctrl = View::<WqeCtrlSeg>::new_checked(&bytes[..16]).unwrap();
         // rdma-core 56 qp.c `_mlx5_post_send` (IBV_QPT_XRC_SEND): control, XRC segment,
         // remote address, data: 4 units.
@@ -764,7 +777,7 @@ mod tests {
         assert_eq!(d.get(wqe_data_seg::addr), 0x1_0000_2000);
         // A SEND: control, XRC segment, data.
         b.send(8, SendFlags::SIGNALED, &sg).unwrap();
-        let bytes = ring_bytes(&sq);
+        let bytes = ring_bytes(&b.sq);
         let ctrl = View::<WqeCtrlSeg>::new_checked(&bytes[64..80]).unwrap();
         assert_eq!(ctrl.get(wqe_ctrl_seg::ds), 3);
         let x = View::<WqeXrcSeg>::new_checked(&bytes[80..96]).unwrap();
@@ -776,9 +789,9 @@ mod tests {
     #[test]
     fn a_ud_request_carries_the_address_vector_with_its_grh() {
         let hal = SimHal::synchronous();
-        let (sq, book) = rings(&hal);
+        let (mut sq, book) = rings(&hal);
         let tail = AtomicU16::new(0);
-        let mut b = batch(&sq, &book, &tail, QpType::Ud, 0);
+        let mut b = batch(&mut sq, &book, &tail, QpType::Ud, 0);
         let ud = UdDest {
             ah: AhAttr {
                 dlid: 0xbeef,
@@ -806,7 +819,7 @@ mod tests {
         w.sg_list = &sg;
         w.ud = Some(ud);
         b.post(&w).unwrap();
-        let bytes = ring_bytes(&sq);
+        let bytes = ring_bytes(&b.sq);
         let ctrl = View::<WqeCtrlSeg>::new_checked(&bytes[..16]).unwrap();
         assert_eq!(
             ctrl.get(wqe_ctrl_seg::opcode),
@@ -848,15 +861,15 @@ mod tests {
     #[test]
     fn inline_data_of_every_length_lands_after_its_header_even_across_the_ring_end() {
         let hal = SimHal::synchronous();
-        let (sq, book) = rings(&hal);
+        let (mut sq, book) = rings(&hal);
         let tail = AtomicU16::new(3);
         let data: [u8; 200] = core::array::from_fn(|i| i as u8 ^ 0x5a);
         for len in 0..=200usize {
             // Start in the last WQEBB so that every WQE longer than one wraps.
-            let mut b = batch(&sq, &book, &tail, QpType::Rc, 3);
-            sq.fill(0, 256, 0xee).unwrap();
+            let mut b = batch(&mut sq, &book, &tail, QpType::Rc, 3);
+            fill(&b.sq, 0xee);
             b.send_inline(9, SendFlags::empty(), &data[..len]).unwrap();
-            let raw = ring_bytes(&sq);
+            let raw = ring_bytes(&b.sq);
             // Unroll the ring from WQEBB 3.
             let wqe: [u8; 256] = core::array::from_fn(|i| raw[(192 + i) % 256]);
             let ds = usize::from(wqe[7] & 0x3f);
@@ -873,7 +886,7 @@ mod tests {
                 "len {len}"
             );
         }
-        let mut b = batch(&sq, &book, &tail, QpType::Rc, 3);
+        let mut b = batch(&mut sq, &book, &tail, QpType::Rc, 3);
         assert_eq!(
             b.send_inline(1, SendFlags::empty(), &[0; 201]),
             Err(invalid(Invalid::InlineTooLarge))
@@ -883,17 +896,17 @@ mod tests {
     #[test]
     fn data_segments_continue_into_the_next_wqebbs_and_wrap() {
         let hal = SimHal::synchronous();
-        let (sq, book) = rings(&hal);
+        let (mut sq, book) = rings(&hal);
         let tail = AtomicU16::new(3);
         let sg: [Sge; 8] = core::array::from_fn(|k| Sge {
             addr: 0x1000 * k as u64 + 1,
             length: 10 + k as u32,
             lkey: Lkey::from_raw(0x100 + k as u32),
         });
-        let mut b = batch(&sq, &book, &tail, QpType::Rc, 3);
+        let mut b = batch(&mut sq, &book, &tail, QpType::Rc, 3);
         b.rdma_write(5, SendFlags::SIGNALED, 0xdead_0000, 0x77, &sg)
             .unwrap();
-        let raw = ring_bytes(&sq);
+        let raw = ring_bytes(&b.sq);
         let wqe: [u8; 256] = core::array::from_fn(|i| raw[(192 + i) % 256]);
         assert_eq!(usize::from(wqe[7] & 0x3f), 10);
         assert_eq!(&wqe[16..24], &0xdead_0000u64.to_be_bytes());
@@ -917,9 +930,9 @@ mod tests {
     #[test]
     fn refused_requests_write_nothing() {
         let hal = SimHal::synchronous();
-        let (sq, book) = rings(&hal);
+        let (mut sq, book) = rings(&hal);
         let tail = AtomicU16::new(0);
-        let mut b = batch(&sq, &book, &tail, QpType::Ud, 0);
+        let mut b = batch(&mut sq, &book, &tail, QpType::Ud, 0);
         let read = wr(
             SendOp::RdmaRead {
                 remote_addr: 0,
@@ -933,7 +946,9 @@ mod tests {
             b.post(&wr(SendOp::Send, SendFlags::empty())),
             Err(invalid(Invalid::Destination))
         );
-        let mut rc = batch(&sq, &book, &tail, QpType::Rc, 0);
+        assert!(ring_bytes(&b.sq).iter().all(|&x| x == 0));
+        assert_eq!(b.last_ctrl, 0);
+        let mut rc = batch(&mut sq, &book, &tail, QpType::Rc, 0);
         let mut inline_read = read;
         inline_read.flags = SendFlags::INLINE;
         assert_eq!(
@@ -949,8 +964,8 @@ mod tests {
             SendFlags::empty(),
         );
         assert_eq!(rc.post(&fa), Err(invalid(Invalid::TooManySge)));
-        assert!(ring_bytes(&sq).iter().all(|&x| x == 0));
-        assert_eq!((b.last_ctrl, rc.last_ctrl, rc.cur), (0, 0, 0));
+        assert!(ring_bytes(&rc.sq).iter().all(|&x| x == 0));
+        assert_eq!((rc.last_ctrl, rc.cur), (0, 0));
     }
 
     #[test]
