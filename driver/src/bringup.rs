@@ -124,8 +124,10 @@ impl<H: Hal> Device<H> {
                 srq_users: crate::table::Table::new(),
                 cq_purges: crate::table::Table::new(),
                 cq_orphans: crate::table::Table::new(),
+                fatal: false,
             }),
             purge_epoch: core::sync::atomic::AtomicU32::new(0),
+            fatal: core::sync::atomic::AtomicBool::new(false),
             books: spin::RwLock::new(crate::verbs::book::Books::new()),
             srq_books: spin::RwLock::new(crate::verbs::srq_ring::SrqBooks::new()),
         };

@@ -274,6 +274,9 @@ pub struct Device<H: Hal> {
     /// Bumped when completions of a destroyed or reset QP wait in `Control::cq_purges` for
     /// their CQ's next poll (see `verbs/cq_clean.rs`).
     pub(crate) purge_epoch: core::sync::atomic::AtomicU32,
+    /// Set once a fatal error was reported: posting is refused and CQs complete what was
+    /// posted in software (`verbs/cq_flush.rs`).
+    pub(crate) fatal: core::sync::atomic::AtomicBool,
     /// Receive rings of the SRQs, by SRQ number, for posting and polling.
     pub(crate) srq_books: spin::RwLock<crate::verbs::srq_ring::SrqBooks<H>>,
 }
@@ -306,6 +309,8 @@ pub(crate) struct Control<H: Hal> {
     >,
     /// How many QPs take receives from each SRQ (an SRQ in use cannot be destroyed).
     pub(crate) srq_users: crate::table::Table<u32, { crate::verbs::srq_ring::INLINE_SRQS }>,
+    /// A fatal error was queued as an event; the device enters its error state.
+    pub(crate) fatal: bool,
     /// Completion events of the CQs without a channel, counted per CQ (never dropped).
     pub(crate) cq_events:
         crate::table::Table<crate::verbs::comp_channel::CqEvents, { crate::verbs::cq::CQ_TABLE }>,
@@ -438,7 +443,13 @@ impl<H: Hal> Device<H> {
         if c.health.first_fatal(fatal) {
             c.push_event(AsyncEvent::DeviceFatal);
         }
-        c.service_events(&self.hal)
+        let n = c.service_events(&self.hal);
+        let fatal = c.fatal;
+        drop(c);
+        if fatal {
+            self.enter_error_state();
+        }
+        n
     }
 
     /// The next unread event: a completion event of a CQ without a channel (counted per CQ,
@@ -448,7 +459,14 @@ impl<H: Hal> Device<H> {
         if let Some(e) = self.next_completion() {
             return Some(e);
         }
-        self.ctl.lock().events.pop_front()
+        let mut c = self.ctl.lock();
+        let (e, fatal) = (c.events.pop_front(), c.fatal);
+        drop(c);
+        // A fatal error queued while a command waited (not by `poll_events`).
+        if fatal {
+            self.enter_error_state();
+        }
+        e
     }
 
     /// Asynchronous events (not completion events, which are never dropped) dropped because
@@ -510,7 +528,31 @@ impl<H: Hal> Device<H> {
         if c.health.first_fatal(report.fatal) {
             c.push_event(AsyncEvent::DeviceFatal);
         }
+        let fatal = c.fatal;
+        drop(c);
+        if fatal {
+            self.enter_error_state();
+        }
         report
+    }
+
+    /// True once a fatal error was reported ([`AsyncEvent::DeviceFatal`]): the device is in
+    /// its error state (Linux `MLX5_DEVICE_STATE_INTERNAL_ERROR`). Posts are refused with
+    /// [`Error::DeviceFatal`] and every CQ completes what was posted to its queues with
+    /// [`WcStatus::WrFlushErr`](crate::verbs::WcStatus), in software.
+    pub fn is_fatal(&self) -> bool {
+        self.fatal.load(core::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Enters the error state (once): every CQ's next poll takes the flushing path.
+    fn enter_error_state(&self) {
+        use core::sync::atomic::Ordering;
+        if !self.fatal.swap(true, Ordering::AcqRel) {
+            warn!("mlx5: fatal error; outstanding work completes flushed");
+            // CQs look at the epoch on every poll: moving it sends them to the cold path,
+            // which sees the flag (the hot path pays nothing for it).
+            self.purge_epoch.fetch_add(1, Ordering::Release);
+        }
     }
 }
 
@@ -691,6 +733,7 @@ impl<H: Hal> Control<H> {
     /// Queues `ev` for [`Device::next_event`]; when the queue is full the oldest is dropped
     /// (and counted).
     pub(crate) fn push_event(&mut self, ev: AsyncEvent) {
+        self.fatal |= ev == AsyncEvent::DeviceFatal;
         if self.events.is_full() {
             self.events.pop_front();
             self.events_dropped += 1;

@@ -149,6 +149,11 @@ pub enum Error {
     },
     /// The queue has no room for the request (back-pressure; poll the CQ and retry).
     QueueFull,
+    /// The device had a fatal error ([`AsyncEvent::DeviceFatal`](crate::AsyncEvent)): nothing
+    /// more is posted (Linux mlx5_ib: `-EIO` in `MLX5_DEVICE_STATE_INTERNAL_ERROR`). Polling
+    /// completes what was posted with [`WcStatus::WrFlushErr`](crate::verbs::WcStatus); then
+    /// tear down, reset ([`Hal::function_reset`](bareverbs_hal::Hal)) and bring up again.
+    DeviceFatal,
     /// A QP modification that the transition table refuses; nothing was sent to the device.
     ModifyQp(crate::verbs::qp_state::ModifyError),
 }
@@ -356,6 +361,7 @@ impl fmt::Display for Error {
                 write!(f, "{count} completion events read but not acknowledged")
             }
             Error::QueueFull => f.write_str("work queue full"),
+            Error::DeviceFatal => f.write_str("device in its error state after a fatal error"),
             Error::ModifyQp(e) => e.fmt(f),
         }
     }

@@ -6,7 +6,7 @@
 
 use bareverbs::health::HEALTH_POLL_INTERVAL;
 use bareverbs::verbs::*;
-use bareverbs::{AsyncEvent, Config, Device, FatalSensor};
+use bareverbs::{AsyncEvent, Config, Device, Error, FatalSensor};
 use bareverbs_hal::Hal;
 use bareverbs_model::SimHal;
 
@@ -215,4 +215,138 @@ fn a_fatal_health_sensor_is_a_device_fatal_event_once() {
     hal.model().set_health(0x1, true);
     assert_eq!(dev.check_health().fatal, Some(FatalSensor::FwSyndromeRfr));
     assert_eq!(drain(&dev), [AsyncEvent::DeviceFatal]);
+}
+
+/// A receive request over `sg`.
+fn recv(id: u64, sg: &[Sge]) -> RecvWr<'_> {
+    RecvWr {
+        wr_id: id,
+        sg_list: sg,
+    }
+}
+
+/// Everything `cq` hands back now, polled four at a time.
+fn poll_all(cq: &mut Cq<'_, &SimHal>) -> Vec<Wc> {
+    let mut out = Vec::new();
+    let mut wc = [Wc::EMPTY; 4];
+    loop {
+        match cq.poll(&mut wc) {
+            0 => return out,
+            n => out.extend_from_slice(&wc[..n]),
+        }
+    }
+}
+
+#[test]
+fn after_a_fatal_error_every_outstanding_request_completes_once_flushed_and_a_reset_recovers() {
+    let hal = SimHal::synchronous();
+    let dev = up(&hal);
+    assert_eq!(drain(&dev), []);
+    let pd = dev.alloc_pd().unwrap();
+    let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
+    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, common::cap_with(16, 1, 0));
+    let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
+    let mr = region(&hal, &pd, 4096, access);
+    let srq = pd
+        .create_srq(&SrqInitAttr {
+            attr: SrqAttr {
+                max_wr: 4,
+                max_sge: 1,
+                srq_limit: 0,
+            },
+            srq_context: 0,
+        })
+        .unwrap();
+    let s = [sge(&mr, 0, 8)];
+    let r = [sge(&mr, 1024, 64)];
+    for id in 100..106 {
+        b.post_recv(&[recv(id, &r)]).unwrap();
+    }
+    a.post_recv(&[recv(200, &r)]).unwrap();
+    srq.post_recv(&[recv(300, &r)]).unwrap();
+    // Sends 1 and 2 complete and are polled (receives 100 and 101 too).
+    for id in 1..3 {
+        a.post_send(&[send_wr(id, &s, SendOp::Send)]).unwrap();
+    }
+    assert_eq!(poll_all(&mut scq).len(), 2);
+    assert_eq!(poll_all(&mut rcq).len(), 2);
+    // Send 3 completes on the device (and takes receive 102) but is not polled yet.
+    a.post_send(&[send_wr(3, &s, SendOp::Send)]).unwrap();
+    // The device fails: firmware asks for a reset; it executes no more work.
+    hal.model().set_health(0x1, true);
+    // Posted before the driver knows: an unsignaled send and a signaled one; the device
+    // never runs them.
+    let unsignaled = SendWr {
+        flags: SendFlags::empty(),
+        ..send_wr(4, &s, SendOp::Send)
+    };
+    a.post_send(&[unsignaled, send_wr(5, &s, SendOp::Send)])
+        .unwrap();
+    b.post_recv(&[recv(106, &r)]).unwrap();
+    hal.delay(HEALTH_POLL_INTERVAL);
+    assert_eq!(drain(&dev), [AsyncEvent::DeviceFatal]);
+    assert!(dev.is_fatal());
+
+    // Every request not yet polled completes once, flushed, in its queue's order: the one
+    // the device completed too (its CQE is no longer trusted), and the unsignaled one.
+    let (an, bn) = (a.qpn().raw(), b.qpn().raw());
+    let sends = poll_all(&mut scq);
+    assert_eq!(
+        sends
+            .iter()
+            .map(|w| (w.wr_id, w.qp_num))
+            .collect::<Vec<_>>(),
+        [(3, an), (4, an), (5, an)]
+    );
+    let recvs = poll_all(&mut rcq);
+    let mut got: Vec<_> = recvs.iter().map(|w| (w.qp_num, w.wr_id)).collect();
+    got.sort_unstable();
+    let mut want: Vec<_> = (102..107).map(|id| (bn, id)).collect();
+    want.push((an, 200));
+    want.sort_unstable();
+    assert_eq!(got, want, "the SRQ's receive stays with the SRQ");
+    for w in sends.iter().chain(&recvs) {
+        assert_eq!((w.status, w.vendor_err), (WcStatus::WrFlushErr, 0x05));
+    }
+    assert_eq!(poll_all(&mut scq), [], "each once");
+    assert_eq!(poll_all(&mut rcq), []);
+
+    // Nothing more is posted (mlx5_ib: -EIO).
+    let fatal = |r: Result<(), PostError>| assert_eq!(r.unwrap_err().error, Error::DeviceFatal);
+    fatal(a.post_send(&[send_wr(6, &s, SendOp::Send)]));
+    fatal(b.post_recv(&[recv(107, &r)]));
+    fatal(srq.post_recv(&[recv(301, &r)]));
+    // A CQ made now flushes too (nothing is outstanding on it).
+    let mut late = dev.create_cq(4).unwrap();
+    assert_eq!(poll_all(&mut late), []);
+
+    // Recovery: everything goes, the function is reset, the device comes up again and works.
+    drop((late, a, b, srq));
+    drop(mr);
+    drop((scq, rcq));
+    drop(pd);
+    dev.teardown().unwrap();
+    bareverbs_hal::Hal::function_reset(&&hal).unwrap();
+    let dev = up(&hal);
+    assert!(!dev.is_fatal());
+    let pd = dev.alloc_pd().unwrap();
+    let mut scq = dev.create_cq(4).unwrap();
+    let rcq = dev.create_cq(4).unwrap();
+    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, common::cap_with(4, 1, 0));
+    let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
+    connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
+    let mr = region(&hal, &pd, 4096, access);
+    let s = [sge(&mr, 0, 8)];
+    let write = SendWr {
+        op: SendOp::RdmaWrite {
+            remote_addr: mr.addr() + 2048,
+            rkey: mr.rkey().raw(),
+        },
+        ..send_wr(9, &s, SendOp::Send)
+    };
+    a.post_send(&[write]).unwrap();
+    let w = common::poll_one(&mut scq);
+    assert_eq!((w.wr_id, w.status), (9, WcStatus::Success));
 }

@@ -18,15 +18,19 @@ cargo build --release --locked -q --manifest-path "$top/Cargo.toml" -p bareverbs
 gcc -O2 -march=x86-64 -o "$work/c" "$here/mlx5dv_baseline.c"
 bench="$target/release/wqe_bench"
 
-# count PROGRAM ARGS... : instructions inside the bench_* functions. Collection toggles on
-# entering a matching function; for posts the model's doorbell handler (which plays the
-# hardware) is toggled back off. Polls never ring the doorbell inside bench_*, and a second
-# toggle there would switch collection on during the untimed posts.
+# count PROGRAM MODE ARGS... : instructions inside the mode's bench_* function (bench_c_MODE
+# in the C baseline, bench_MODE with '-' as '_' in ours). Collection toggles on entering that
+# function; the pattern names it exactly, so closures it calls (`bench_x::{{closure}}`, when
+# the compiler does not inline them) are counted with it instead of toggling it off. For posts
+# the model's doorbell handler (which plays the hardware) is toggled back off.
 count() {
-  local out="$work/cg.out" extra=()
+  local out="$work/cg.out" extra=() fn
   case "$2" in driver-post|driver-batch) extra=(--toggle-collect='*SimMmio*try_write64*') ;; esac
+  case "$1" in "$work/c") fn="bench_c_$2" ;; *) fn="*::bench_${2//-/_}" ;; esac
+  # The compiler folds bench_driver_poll_empty into bench_driver_poll (the same code).
+  [ "$2" = driver-poll-empty ] && fn="*::bench_driver_poll"
   valgrind --tool=callgrind --callgrind-out-file="$out" --collect-atstart=no \
-    --toggle-collect='*bench_*' "${extra[@]}" "$@" >/dev/null 2>&1
+    --toggle-collect="$fn" "${extra[@]}" "$@" >/dev/null 2>&1
   awk '/^summary:/ {print $2}' "$out"
 }
 

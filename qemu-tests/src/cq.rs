@@ -67,11 +67,14 @@ impl Cq {
 impl Hca {
     /// Writes `cqe` (64 bytes, `op_own` opcode in bits 7:4 of byte 63 already set) into CQ
     /// `cqn` with the owner bit of its pass, then raises a completion event if the CQ is armed
-    /// for it. Returns false when the CQ is missing or full.
+    /// for it. Returns false when the CQ is missing or full or the device is halted.
     pub fn post_cqe(&mut self, cqn: u32, cqe: [u8; 64], solicited: bool) -> bool {
         let Some(cq) = self.cqs.get(&cqn).cloned() else {
             return false;
         };
+        if self.halted() {
+            return false;
+        }
         if self.cfg.faults.lose_cqes > 0 {
             self.cfg.faults.lose_cqes -= 1;
             log::warn!("model: a CQE for CQ {cqn:#x} lost (injected)");

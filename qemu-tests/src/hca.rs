@@ -320,6 +320,13 @@ impl Hca {
         }
     }
 
+    /// Firmware asked for a reset with a syndrome (`rfr` and `synd`, what Linux's health
+    /// poll takes as fatal): the device has stopped, so it executes no more work and writes no
+    /// more completions until it is reset.
+    pub(crate) fn halted(&self) -> bool {
+        self.health_rfr && self.health_synd != 0
+    }
+
     fn health_dword(&self, off: usize) -> u32 {
         match off {
             0x30 => self.fw_rev_dword(),

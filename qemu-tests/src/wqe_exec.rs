@@ -265,6 +265,10 @@ impl Hca {
             return;
         }
         let qpn = (val as u32) >> 8;
+        if self.halted() {
+            log::warn!("model: send doorbell of QP {qpn:#x} ignored: the device is halted");
+            return;
+        }
         let Some(qp) = self.qps.get(&qpn) else { return };
         if qp.uar != uar {
             log::warn!(

@@ -35,18 +35,50 @@ pub struct Book<H: Hal> {
     pub(crate) sq_tail: AtomicU16,
     /// Receive requests completed.
     pub(crate) rq_tail: AtomicU16,
+    /// WQEBB counter of the last send doorbell and receive requests published: what a
+    /// software flush completes up to (`cq_flush.rs`).
+    pub(crate) sq_head: AtomicU16,
+    pub(crate) rq_head: AtomicU16,
+    /// The CQs the send and the receive queue complete into.
+    pub(crate) cqns: [u32; 2],
 }
 
 impl<H: Hal> Book<H> {
+    /// The book of a new QP: nothing posted.
+    pub(crate) fn new(mem: SharedDma<H::Dma>, log_sq: u8, log_rq: u8, cqns: [u32; 2]) -> Self {
+        Book {
+            mem,
+            log_sq,
+            log_rq,
+            sq_tail: AtomicU16::new(0),
+            rq_tail: AtomicU16::new(0),
+            sq_head: AtomicU16::new(0),
+            rq_head: AtomicU16::new(0),
+            cqns,
+        }
+    }
+
+    /// Everything posted is forgotten (the QP went to RESET).
+    pub(crate) fn reset(&self) {
+        for c in [&self.sq_tail, &self.rq_tail, &self.sq_head, &self.rq_head] {
+            c.store(0, Ordering::Release);
+        }
+    }
+
     /// Bytes of the book of a QP with `1 << log_sq` send WQEBBs and `1 << log_rq` receives.
     pub(crate) fn bytes(log_sq: u8, log_rq: u8) -> usize {
         (16 << log_sq) + (8 << log_rq)
     }
 
-    /// The send half of the book, for one send batch (bounds checked here, once).
+    /// The send half of the book, for one send batch (bounds checked here, once): the
+    /// entries, the tail and the head.
     #[inline]
-    pub(crate) fn send_view(&self) -> Option<(Slots<'_, 16>, &AtomicU16)> {
-        Some((self.mem.slots(0, 1 << self.log_sq).ok()?, &self.sq_tail))
+    pub(crate) fn send_view(&self) -> Option<(Slots<'_, 16>, &AtomicU16, &AtomicU16)> {
+        Some((
+            self.mem.slots(0, 1 << self.log_sq).ok()?,
+            &self.sq_tail,
+            &self.sq_head,
+        ))
     }
 
     /// Views for one post or poll call: the bounds are checked here, once, not per entry.

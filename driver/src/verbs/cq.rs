@@ -158,7 +158,11 @@ impl<H: Hal> Device<H> {
             ci: 0,
             channel: attr.channel,
             context: attr.cq_context,
-            purge_seen: self.purge_epoch.load(Ordering::Acquire),
+            // A CQ made after a fatal error starts on the flushing path.
+            purge_seen: self
+                .purge_epoch
+                .load(Ordering::Acquire)
+                .wrapping_sub(u32::from(self.is_fatal())),
             purges: Purges::new(),
         };
         // A CQ without a channel gets its event counts when first armed.
@@ -395,6 +399,13 @@ impl<H: Hal> Cq<'_, H> {
     #[cold]
     fn poll_purging(&mut self, wc: &mut [Wc]) -> usize {
         let epoch = self.dev.purge_epoch.load(Ordering::Acquire);
+        if self.dev.is_fatal() {
+            // The device writes no more CQEs: what is outstanding completes in software, and
+            // every later poll comes back here.
+            self.purge_seen = epoch.wrapping_sub(1);
+            let books = self.dev.books.read();
+            return crate::verbs::cq_flush::poll_flushed(&books, self.cqn.raw(), wc);
+        }
         self.dev.take_purges(self.cqn.raw(), &mut self.purges);
         let n = self.poll_skipping(wc);
         // Purges the consumer index has not passed yet bring the next poll back here.

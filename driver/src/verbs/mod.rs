@@ -49,6 +49,7 @@ pub(crate) mod book;
 pub mod comp_channel;
 pub mod cq;
 pub(crate) mod cq_clean;
+pub(crate) mod cq_flush;
 pub(crate) mod cq_orphan;
 pub mod mcast;
 pub mod mr;

@@ -236,9 +236,14 @@ impl<H: Hal> Qp<'_, '_, H> {
             return Err(at(0)(invalid(Invalid::NoReceiveQueue)));
         }
         let dev = self.device();
+        if dev.is_fatal() {
+            return Err(at(0)(Error::DeviceFatal));
+        }
         let books = dev.books.read();
-        let (Some(book), Some(ring), Some(dbr)) = (
-            books.get(&self.qpn().raw()).and_then(|b| b.view()),
+        let entry = books.get(&self.qpn().raw());
+        let (Some(entry), Some(book), Some(ring), Some(dbr)) = (
+            entry,
+            entry.and_then(|b| b.view()),
             self.buf.as_ref(),
             self.dbr.as_ref(),
         ) else {
@@ -291,6 +296,8 @@ impl<H: Hal> Qp<'_, '_, H> {
             dma_wmb();
             dbr.write32(qp_dbr::RCV, u32::from(head));
             self.rq_head = head;
+            // What a software flush completes up to, should the device fail.
+            entry.rq_head.store(head, Ordering::Release);
         }
         result
     }

@@ -479,13 +479,7 @@ impl<'d, H: Hal> Pd<'d, H> {
         let [buf, dbr] =
             dev.exec_handing_over::<CreateQp, 2>(&mut i[..ilen], &mut o, [buf, dbr])?;
         let qpn = Qpn(View::<CreateQpOut>::new_checked(&o)?.get32(create_qp_out::qpn));
-        let book = Book {
-            mem: book_mem,
-            log_sq: log_sq_bbs,
-            log_rq,
-            sq_tail: core::sync::atomic::AtomicU16::new(0),
-            rq_tail: core::sync::atomic::AtomicU16::new(0),
-        };
+        let book = Book::new(book_mem, log_sq_bbs, log_rq, [scqn, rcqn]);
         if let Err(e) = register(dev, qpn, book, [scqn, rcqn]) {
             // Another thread filled the table after the check above: the QP goes again.
             if !destroy_unregistered(dev, qpn, [buf, dbr]) {
@@ -567,13 +561,7 @@ pub(crate) fn create_xrc_tgt<'p, 'd, H: Hal>(
     let mut o = [0u8; CreateQpOut::BYTES];
     dev.exec::<CreateQp>(&mut i, &mut o)?;
     let qpn = Qpn(View::<CreateQpOut>::new_checked(&o)?.get32(create_qp_out::qpn));
-    let book = Book {
-        mem: book_mem,
-        log_sq: 0,
-        log_rq: 0,
-        sq_tail: core::sync::atomic::AtomicU16::new(0),
-        rq_tail: core::sync::atomic::AtomicU16::new(0),
-    };
+    let book = Book::new(book_mem, 0, 0, [cqn, cqn]);
     if let Err(e) = register(dev, qpn, book, [cqn, cqn]) {
         let spare = dev.hal.dma_alloc(64, 64)?.share();
         destroy_unregistered(dev, qpn, [mark, spare]);
@@ -945,8 +933,7 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
             self.sq_cur = 0;
             self.rq_head = 0;
             if let Some(b) = dev.books.read().get(&self.qpn.raw()) {
-                b.sq_tail.store(0, core::sync::atomic::Ordering::Release);
-                b.rq_tail.store(0, core::sync::atomic::Ordering::Release);
+                b.reset();
             }
             if let Some(d) = &self.dbr {
                 d.write32(0, 0);

@@ -545,6 +545,7 @@ impl<H: Hal> Qp<'_, '_, H> {
     /// # Errors
     /// [`Error::InvalidArgument`] when the QP is not in RTS or SQD; [`Error::NotUp`] for a QP
     /// whose device is gone. `f` is not run then.
+    #[inline]
     pub fn send_batch<R>(&mut self, f: impl FnOnce(&mut SendBatch<'_>) -> R) -> Result<R, Error> {
         match self.qp_type() {
             // Its requests name their XRC SRQ: `send_batch_xrc`.
@@ -580,6 +581,9 @@ impl<H: Hal> Qp<'_, '_, H> {
             return Err(invalid(Invalid::QpState));
         }
         let dev = self.device();
+        if dev.fatal.load(Ordering::Relaxed) {
+            return Err(Error::DeviceFatal);
+        }
         let books = dev.books.read();
         let cap = self.cap();
         let qpn = self.qpn().raw();
@@ -589,7 +593,7 @@ impl<H: Hal> Qp<'_, '_, H> {
             _ if !dev.info().caps.ib_atomics => (1 << ATOMIC) | NO_ATOMICS,
             _ => 0,
         };
-        let (Some((book_sq, sq_tail)), Some(ring), Some(dbr)) = (
+        let (Some((book_sq, sq_tail, sq_head)), Some(ring), Some(dbr)) = (
             books.get(&qpn).and_then(|b| b.send_view()),
             self.buf.as_mut(),
             self.dbr.as_ref(),
@@ -629,6 +633,8 @@ impl<H: Hal> Qp<'_, '_, H> {
                 .write64(BarOffset(self.bf_register + self.bf_offset), b.last_ctrl);
             self.bf_offset ^= self.bf_half;
             self.sq_cur = b.cur;
+            // What a software flush completes up to, should the device fail.
+            sq_head.store(b.cur, Ordering::Release);
         }
         Ok(r)
     }

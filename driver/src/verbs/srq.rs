@@ -213,13 +213,7 @@ impl<H: Hal> Srq<'_, '_, H> {
     /// [`SrqAttr::max_sge`], [`Invalid::SgeLength`](crate::error::Invalid::SgeLength),
     /// [`Error::QueueFull`]); those before it are posted, none after.
     pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
-        match self.pd.dev.srq_books.read().get(&self.srqn) {
-            Some(b) => b.post(wrs),
-            None => Err(PostError {
-                index: 0,
-                error: Error::NotUp,
-            }),
-        }
+        crate::verbs::srq_ring::post_srq_recv(self.pd.dev, self.srqn, wrs)
     }
 
     /// Modifies the SRQ (`ibv_modify_srq`): [`SrqAttrMask::LIMIT`] arms the limit event with

@@ -11,6 +11,7 @@ use bareverbs_firmware_cmd::ifc::{wqe_srq_next_seg, INVALID_LKEY};
 use bareverbs_hal::{dma_wmb, Hal, SharedDma};
 use bitflags::bitflags;
 
+use crate::device::Device;
 use crate::error::{Error, Invalid};
 use crate::table::Table;
 use crate::verbs::post::{sge_refused, PostError, RecvWr};
@@ -232,5 +233,22 @@ impl<H: Hal> SrqBook<H> {
         self.ring.write16(self.next_at(e.tail), index);
         e.tail = index;
         id
+    }
+}
+
+/// `ibv_post_srq_recv` on SRQ `srqn` of `dev`: refused once the device is in its error state
+/// (mlx5_ib: `-EIO`), else posted through the SRQ's book.
+pub(crate) fn post_srq_recv<H: Hal>(
+    dev: &Device<H>,
+    srqn: u32,
+    wrs: &[RecvWr<'_>],
+) -> Result<(), PostError> {
+    let refused = |error| Err(PostError { index: 0, error });
+    if dev.is_fatal() {
+        return refused(Error::DeviceFatal);
+    }
+    match dev.srq_books.read().get(&srqn) {
+        Some(b) => b.post(wrs),
+        None => refused(Error::NotUp),
     }
 }

@@ -720,13 +720,7 @@ impl<H: Hal> XrcSrq<'_, '_, H> {
     /// [`PostError`] with the index of the first request refused (SGE count,
     /// [`Error::QueueFull`]); those before it are posted.
     pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
-        match self.xrcd.dev.srq_books.read().get(&self.srqn) {
-            Some(b) => b.post(wrs),
-            None => Err(PostError {
-                index: 0,
-                error: Error::NotUp,
-            }),
-        }
+        crate::verbs::srq_ring::post_srq_recv(self.xrcd.dev, self.srqn, wrs)
     }
 
     /// Modifies the SRQ (`ibv_modify_srq`): [`SrqAttrMask::LIMIT`] arms the limit event with

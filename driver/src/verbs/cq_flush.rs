@@ -1,0 +1,98 @@
+//! Completions made in software after a fatal device error (Linux mlx5_ib
+//! `mlx5_ib_poll_sw_comp`, reset-flow support for kernel consumers): once the device is in its
+//! error state it writes no more CQEs, so a poll hands back every request still outstanding on
+//! the CQ's queues with [`WcStatus::WrFlushErr`] — each exactly once — and never reads the
+//! ring again. As in mlx5_ib: send queues first, then receive queues; every send request gets
+//! its completion, signaled or not; requests the device had completed but the CQ had not
+//! polled yet are flushed too (the ring is no longer trusted); receives posted to an SRQ stay
+//! with the SRQ (IBA: an SRQ's requests are not bound to a QP until consumed).
+
+use core::sync::atomic::{AtomicU16, Ordering};
+
+use bareverbs_hal::{Hal, Slots};
+
+use crate::verbs::book::Books;
+use crate::verbs::wc::{Wc, WcStatus};
+
+/// `vendor_err` of a software flush: the flush syndrome (mlx5_ib
+/// `MLX5_CQE_SYNDROME_WR_FLUSH_ERR`).
+const FLUSH_SYNDROME: u32 = 0x05;
+
+/// Fills `wc` with flushed completions of the requests outstanding on the queues that complete
+/// into CQ `cqn`; returns how many.
+pub(crate) fn poll_flushed<H: Hal>(books: &Books<H>, cqn: u32, wc: &mut [Wc]) -> usize {
+    let mut n = 0;
+    for (&qpn, b) in books.iter().filter(|(_, b)| b.cqns[0] == cqn) {
+        let Some(v) = b.view() else { continue };
+        n += flush_send(qpn, v.sq, &b.sq_tail, &b.sq_head, &mut wc[n..]);
+    }
+    for (&qpn, b) in books.iter().filter(|(_, b)| b.cqns[1] == cqn) {
+        let Some(v) = b.view() else { continue };
+        n += flush_recv(qpn, v.rq, &b.rq_tail, &b.rq_head, &mut wc[n..]);
+    }
+    n
+}
+
+/// A flushed completion of QP `qpn`'s request `wr_id`.
+fn flushed(qpn: u32, wr_id: u64) -> Wc {
+    Wc {
+        wr_id,
+        status: WcStatus::WrFlushErr,
+        vendor_err: FLUSH_SYNDROME,
+        qp_num: qpn,
+        ..Wc::EMPTY
+    }
+}
+
+/// The send requests from `tail` to `head`, one completion each (the book holds each request's
+/// `wr_id` at its first WQEBB and the counter after it).
+fn flush_send(
+    qpn: u32,
+    sq: Slots<'_, 16>,
+    tail: &AtomicU16,
+    head: &AtomicU16,
+    wc: &mut [Wc],
+) -> usize {
+    let end = head.load(Ordering::Acquire);
+    let mut at = tail.load(Ordering::Acquire);
+    let mut n = 0;
+    while at != end && n < wc.len() {
+        let e = sq.slot(usize::from(at));
+        let wr_id = e.read_ne64(0);
+        let next = e.read_ne16(8);
+        // A request takes 1..=(end - at) WQEBBs; anything else is not a request this driver
+        // wrote: the rest is given up rather than walked.
+        let step = next.wrapping_sub(at);
+        let next = if step == 0 || step > end.wrapping_sub(at) {
+            end
+        } else {
+            next
+        };
+        wc[n] = flushed(qpn, wr_id);
+        n += 1;
+        // The `wr_id` is read before the space is handed back (as `BookView::complete_send`).
+        tail.store(next, Ordering::Release);
+        at = next;
+    }
+    n
+}
+
+/// The receive requests from `tail` to `head`, one completion each.
+fn flush_recv(
+    qpn: u32,
+    rq: Slots<'_, 8>,
+    tail: &AtomicU16,
+    head: &AtomicU16,
+    wc: &mut [Wc],
+) -> usize {
+    let end = head.load(Ordering::Acquire);
+    let mut at = tail.load(Ordering::Acquire);
+    let mut n = 0;
+    while at != end && n < wc.len() {
+        wc[n] = flushed(qpn, rq.slot(usize::from(at)).read_ne64(0));
+        n += 1;
+        at = at.wrapping_add(1);
+        tail.store(at, Ordering::Release);
+    }
+    n
+}
