@@ -54,6 +54,8 @@ impl Hca {
     /// Executes every pending command whose time has come.
     pub fn run_due(&mut self) {
         self.sync_faults();
+        // CQEs and EQEs held back by injected faults, once due.
+        self.release_late();
         // Send queues that waited on a receiver or a busy HCA get another go.
         for qpn in std::mem::take(&mut self.stalled_sqs) {
             self.run_sq(qpn);

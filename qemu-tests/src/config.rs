@@ -117,6 +117,22 @@ pub struct Faults {
     pub lose_doorbells: u32,
     /// Completions to drop instead of writing, from now on (a CQE lost).
     pub lose_cqes: u32,
+    /// Completions to write [`Faults::late_by`] late, from now on; the CQ's later ones wait
+    /// behind them (`late.rs`).
+    pub late_cqes: u32,
+    /// Events to drop instead of writing, from now on (an EQE lost).
+    pub lose_eqes: u32,
+    /// Events to write [`Faults::late_by`] late, from now on; the EQ's later ones wait
+    /// behind them.
+    pub late_eqes: u32,
+    /// How late a late CQE or EQE is, on the model's clock (0: at the next tick).
+    pub late_by: Duration,
+    /// The next completion overruns its CQ, whatever room it has (CQ error, then the QP
+    /// that completes into it is fatal, as a real overrun).
+    pub overrun_cq: bool,
+    /// The next event overruns its EQ, whatever room it has: it is dropped and the EQ marked
+    /// overrun, as a real overrun.
+    pub overrun_eq: bool,
 }
 
 impl Faults {

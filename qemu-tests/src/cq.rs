@@ -69,10 +69,7 @@ impl Hca {
     /// `cqn` with the owner bit of its pass, then raises a completion event if the CQ is armed
     /// for it. Returns false when the CQ is missing or full or the device is halted.
     pub fn post_cqe(&mut self, cqn: u32, cqe: [u8; 64], solicited: bool) -> bool {
-        let Some(cq) = self.cqs.get(&cqn).cloned() else {
-            return false;
-        };
-        if self.halted() {
+        if !self.cqs.contains_key(&cqn) || self.halted() {
             return false;
         }
         if self.cfg.faults.lose_cqes > 0 {
@@ -80,6 +77,18 @@ impl Hca {
             log::warn!("model: a CQE for CQ {cqn:#x} lost (injected)");
             return true;
         }
+        if self.hold_cqe(cqn, cqe, solicited) {
+            return true;
+        }
+        self.write_cqe(cqn, cqe, solicited)
+    }
+
+    /// [`Hca::post_cqe`] once no fault holds the CQE back: the overrun check, the write, the
+    /// event.
+    pub(crate) fn write_cqe(&mut self, cqn: u32, cqe: [u8; 64], solicited: bool) -> bool {
+        let Some(cq) = self.cqs.get(&cqn).cloned() else {
+            return false;
+        };
         let ci = match self.dma.read_be32(cq.dbr) {
             Ok(v) => v & 0x00ff_ffff,
             Err(f) => {
@@ -97,7 +106,11 @@ impl Hca {
             return false;
         }
         let used = (cq.producer.wrapping_sub(ci)) & 0x00ff_ffff;
-        if used >= cq.nent() && !cq.oi {
+        let forced = std::mem::take(&mut self.cfg.faults.overrun_cq);
+        if forced {
+            log::warn!("model: CQ {cqn:#x} overrun (injected)");
+        }
+        if (used >= cq.nent() && !cq.oi) || forced {
             if let Some(cq) = self.cqs.get_mut(&cqn) {
                 cq.overrun = true;
             }

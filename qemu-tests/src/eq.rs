@@ -69,10 +69,28 @@ impl Hca {
 
     /// Writes an EQE into EQ `eqn`: data first, the owner byte last, then an interrupt if armed.
     pub(crate) fn post_eqe(&mut self, eqn: u8, ty: u8, sub_type: u8, data: [u8; 28]) -> bool {
+        if !self.eqs.contains_key(&eqn) {
+            return false;
+        }
+        if self.cfg.faults.lose_eqes > 0 {
+            self.cfg.faults.lose_eqes -= 1;
+            log::warn!("model: an EQE ({ty:#x}) for EQ {eqn} lost (injected)");
+            return true;
+        }
+        if self.hold_eqe(eqn, ty, sub_type, data) {
+            return true;
+        }
+        self.write_eqe(eqn, ty, sub_type, data)
+    }
+
+    /// [`Hca::post_eqe`] once no fault holds the EQE back: the overrun check, the write, the
+    /// interrupt.
+    pub(crate) fn write_eqe(&mut self, eqn: u8, ty: u8, sub_type: u8, data: [u8; 28]) -> bool {
         let Some(eq) = self.eqs.get(&eqn) else {
             return false;
         };
-        if eq.unconsumed() >= eq.nent() {
+        let forced = std::mem::take(&mut self.cfg.faults.overrun_eq);
+        if eq.unconsumed() >= eq.nent() || forced {
             log::warn!("model: EQ {eqn} overrun, event {ty:#x} dropped");
             if let Some(eq) = self.eqs.get_mut(&eqn) {
                 eq.overrun = true;

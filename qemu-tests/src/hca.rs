@@ -116,6 +116,8 @@ pub struct Hca {
     pub(crate) mcgs: BTreeMap<[u8; 16], std::collections::BTreeSet<u32>>,
     /// Send queues waiting to be run again (receiver not ready, or its HCA busy).
     pub(crate) stalled_sqs: BTreeSet<u32>,
+    /// CQEs and EQEs held back by injected faults (`late.rs`).
+    pub(crate) late: crate::late::LateQueue,
     /// UMR work requests executed, and refused with an error completion.
     pub(crate) umrs: (u64, u64),
     /// QPs, CQs and SRQs created with a non-zero `page_offset`.
@@ -183,6 +185,7 @@ impl Hca {
             pkeys: BTreeMap::new(),
             alias_guids: BTreeMap::new(),
             stalled_sqs: BTreeSet::new(),
+            late: crate::late::LateQueue::default(),
             umrs: (0, 0),
             offset_queues: 0,
             fabric: None,

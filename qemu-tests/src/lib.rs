@@ -19,6 +19,7 @@ pub mod exec;
 pub mod fabric;
 pub mod guest_memory;
 pub mod hca;
+mod late;
 pub mod memory;
 pub mod mkey;
 pub mod page_list;
