@@ -228,6 +228,11 @@ impl Hca {
         self.fabric = fabric;
     }
 
+    /// The faults still armed (counts not yet met go down as they strike).
+    pub fn faults(&self) -> &crate::config::Faults {
+        &self.cfg.faults
+    }
+
     /// Life-cycle state.
     pub fn state(&self) -> HcaState {
         self.state
