@@ -72,3 +72,124 @@ fn random_cqes_poll_without_panicking() {
     polled += cq.poll(&mut wc) as u64;
     assert!(posted > 0 && polled <= posted, "{polled} of {posted}");
 }
+
+/// Bring-up, a few verbs and teardown; the first error ends it.
+fn scenario(hal: &SimHal) -> Result<(), bareverbs::Error> {
+    use bareverbs::config::Timeouts;
+    use bareverbs_hal::Hal;
+    use std::time::Duration;
+    let cfg = Config {
+        timeouts: Timeouts {
+            command: Duration::from_millis(50),
+            ..Timeouts::default()
+        },
+        ..Config::default()
+    };
+    let dev = Device::bring_up(hal, cfg).map_err(|e| e.error)?;
+    dev.query_port(1)?;
+    dev.query_gid(1, 0)?;
+    let pd = dev.alloc_pd()?;
+    let mut cq = dev.create_cq(16)?;
+    let cap = QpCap {
+        max_send_wr: 4,
+        max_recv_wr: 4,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let mut qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap))?;
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let mr = pd
+        .reg_mr(hal.dma_alloc(4096, 4096)?.share(), access)
+        .map_err(|(e, _)| e)?;
+    let qpn = qp.qpn().raw();
+    let path = AhAttr {
+        dlid: 1,
+        port_num: 1,
+        ..AhAttr::default()
+    };
+    qp.to_init(1, 0, access, 0)?;
+    qp.to_rtr(qpn, 0, path, Mtu::Mtu1024)?;
+    qp.to_rts(0)?;
+    qp.query_qp(QpAttrMask::all())?;
+    let sg = [Sge {
+        addr: mr.addr(),
+        length: 8,
+        lkey: mr.lkey(),
+    }];
+    let wr = SendWr {
+        wr_id: 1,
+        sg_list: &sg,
+        inline_data: &[],
+        op: SendOp::RdmaWrite {
+            remote_addr: mr.addr() + 64,
+            rkey: mr.rkey().raw(),
+        },
+        flags: SendFlags::SIGNALED,
+        ud: None,
+    };
+    qp.post_send(&[wr]).map_err(|e| e.error)?;
+    cq.poll(&mut [Wc::EMPTY; 4]);
+    pd.create_ah(path)?;
+    drop(qp);
+    drop(mr);
+    drop(cq);
+    drop(pd);
+    dev.teardown().map_err(|e| e.error)
+}
+
+#[test]
+fn random_command_outputs_are_refused_or_used_without_panicking() {
+    use bareverbs_model::config::{CommandFault, FaultAction, Faults, ModelConfig};
+    use bareverbs_model::sim_hal::Drive;
+    let (seed, _) = params();
+    let rounds: u64 = std::env::var("BAREVERBS_FUZZ_OUTPUTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100);
+    let mut r = Rng(seed ^ 0x0707 | 1);
+    // The commands the scenario sends, each with how many of its kind came before it.
+    let healthy = SimHal::synchronous();
+    scenario(&healthy).unwrap();
+    let mut seen = std::collections::HashMap::new();
+    let cmds: Vec<(u16, u16, u32)> = healthy
+        .model()
+        .trace()
+        .iter()
+        .map(|t| {
+            let n = seen.entry((t.opcode.0, t.op_mod)).or_insert(0u32);
+            *n += 1;
+            (t.opcode.0, t.op_mod, *n - 1)
+        })
+        .collect();
+    let (mut refused, mut survived) = (0u64, 0u64);
+    for _ in 0..rounds {
+        let (opcode, op_mod, skip) = cmds[r.below(cmds.len() as u64) as usize];
+        let faults = Faults {
+            commands: vec![CommandFault {
+                opcode,
+                op_mod: Some(op_mod),
+                skip,
+                times: Some(1),
+                action: FaultAction::Garble(r.next()),
+            }],
+            ..Faults::default()
+        };
+        let hal = SimHal::new(
+            ModelConfig {
+                faults,
+                ..ModelConfig::default()
+            },
+            Drive::Synchronous,
+        );
+        match scenario(&hal) {
+            Ok(()) => survived += 1,
+            Err(_) => refused += 1,
+        }
+    }
+    println!(
+        "{rounds} garbled outputs over {} commands: {refused} refused, {survived} ran through",
+        cmds.len()
+    );
+    assert!(refused > 0, "some garbage must be refused");
+}

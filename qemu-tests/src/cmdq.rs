@@ -134,18 +134,22 @@ impl Hca {
             return fail(d);
         }
 
+        let mut garble = None;
         if !resumed {
             if let Some(action) = self.injected(opcode, op_mod) {
-                return match action {
-                    FaultAction::Stall => Outcome::Stall,
-                    FaultAction::Delivery(d) => fail(d),
-                    FaultAction::Status(s, syndrome) => Outcome::Done(
-                        DeliveryStatus::Ok,
-                        error_output(outlen, s, syndrome),
-                        opcode,
-                        op_mod,
-                    ),
-                };
+                match action {
+                    FaultAction::Stall => return Outcome::Stall,
+                    FaultAction::Delivery(d) => return fail(d),
+                    FaultAction::Status(s, syndrome) => {
+                        return Outcome::Done(
+                            DeliveryStatus::Ok,
+                            error_output(outlen, s, syndrome),
+                            opcode,
+                            op_mod,
+                        )
+                    }
+                    FaultAction::Garble(seed) => garble = Some(seed),
+                }
             }
             if let Some((op, n)) = self.cfg.faults.pages_before {
                 if op == opcode && !self.pages_before_done {
@@ -159,8 +163,14 @@ impl Hca {
         }
 
         let mut out = vec![0u8; outlen];
-        if let Err(f) = self.exec(opcode, op_mod, &input, &mut out) {
-            out = error_output(outlen, f.status, f.syndrome);
+        match self.exec(opcode, op_mod, &input, &mut out) {
+            Err(f) => out = error_output(outlen, f.status, f.syndrome),
+            Ok(()) => {
+                if let (Some(seed), Some(rest)) = (garble, out.get_mut(8..)) {
+                    log::warn!("model: output of {opcode:#x} garbled (injected)");
+                    crate::rng::Rng(seed).fill(rest);
+                }
+            }
         }
         Outcome::Done(DeliveryStatus::Ok, out, opcode, op_mod)
     }

@@ -94,6 +94,9 @@ pub enum FaultAction {
     Delivery(DeliveryStatus),
     /// Never complete: the entry stays owned by hardware.
     Stall,
+    /// Execute it, then overwrite everything after the status and syndrome of a successful
+    /// output with bytes from this seed (garbage a driver's output parsers must survive).
+    Garble(u64),
 }
 
 /// Faults the model injects. Everything defaults to a healthy device.
