@@ -207,18 +207,18 @@ impl GuestMemory {
         let mut done = 0usize;
         let mut pieces = Vec::new();
         while done < len {
-            let at = iova + done as u64;
+            // Checked: the address comes from the guest (a WQE, a command), any value.
+            let at = iova.checked_add(done as u64).ok_or(fault)?;
             let (&base, w) = inner.windows.range(..=at).next_back().ok_or(fault)?;
-            if at >= base + w.size || (kind == DmaKind::Write && !w.writable) {
+            // Offsets into the window, not its end: a window may end at the last address.
+            let into = at - base;
+            if into >= w.size || (kind == DmaKind::Write && !w.writable) {
                 return Err(fault);
             }
-            let n = ((base + w.size - at) as usize).min(len - done);
+            let n = ((w.size - into) as usize).min(len - done);
             let fm = inner.files.get(&w.file).ok_or(fault)?;
             // In bounds of the file: map() checked offset + size <= file length.
-            let p = fm
-                .ptr
-                .as_ptr()
-                .wrapping_add((w.offset + (at - base)) as usize);
+            let p = fm.ptr.as_ptr().wrapping_add((w.offset + into) as usize);
             pieces.push((p, done, n));
             done += n;
         }
@@ -296,6 +296,23 @@ mod tests {
         )
         .unwrap();
         assert!(sealed.set_len(0).is_err(), "the seal holds");
+    }
+
+    #[test]
+    fn a_window_at_the_top_of_the_address_space_neither_overflows_nor_wraps() {
+        let f = memfd(0x10000);
+        let g = GuestMemory::new();
+        g.bus_master().store(true, Ordering::Release);
+        let top = u64::MAX - 0xfff;
+        g.map(top, 0x1000, 0, Some(f.try_clone().unwrap()), true)
+            .unwrap();
+        g.write(u64::MAX - 1, &[7, 8]).unwrap();
+        let mut b = [0u8; 2];
+        g.read(u64::MAX - 1, &mut b).unwrap();
+        assert_eq!(b, [7, 8]);
+        // Past the last byte: a fault, not an overflow or a wrap to address 0.
+        assert!(g.write(u64::MAX - 1, &[1, 2, 3, 4]).is_err());
+        assert!(g.read(u64::MAX, &mut b).is_err());
     }
 
     #[test]

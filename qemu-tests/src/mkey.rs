@@ -81,7 +81,7 @@ impl Mkey {
             Translation::Physical => Ok(vec![(va, len)]),
             Translation::Mtt { log_page, pages } => {
                 let page = 1u64 << log_page;
-                let mut out = Vec::new();
+                let mut out: Vec<(u64, u64)> = Vec::new();
                 let mut at = va - self.start + (self.start & (page - 1));
                 let mut left = len;
                 while left > 0 {
@@ -92,9 +92,12 @@ impl Mkey {
                         .ok_or(KeyFault::Bounds)?;
                     let off = at & (page - 1);
                     let n = (page - off).min(left);
+                    // Entries come from the guest (aligned, any value): a piece ending at the
+                    // top of the address space does not continue into the next.
+                    let here = base.checked_add(off).ok_or(KeyFault::Bounds)?;
                     match out.last_mut() {
-                        Some((a, l)) if *a + *l == base + off => *l += n,
-                        _ => out.push((base + off, n)),
+                        Some((a, l)) if a.checked_add(*l) == Some(here) => *l += n,
+                        _ => out.push((here, n)),
                     }
                     at += n;
                     left -= n;

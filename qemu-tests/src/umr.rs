@@ -168,11 +168,13 @@ impl Hca {
             // `get_octo_len` = (pages + 1) / 2 octowords: a one-page MR gets one octoword
             // and a four-octoword load. The table therefore holds whole 64-byte units.
             let units = (k.xlt_octowords as usize).next_multiple_of(UMR_UNIT_OCTOWORDS);
-            if at + list.len() > units * (UMR_OCTOWORD / MTT_BYTES) {
+            // `at` comes from the WQE: any value.
+            let end = at.checked_add(list.len()).ok_or(synd::LOCAL_QP_OP)?;
+            if end > units * (UMR_OCTOWORD / MTT_BYTES) {
                 return Err(synd::LOCAL_QP_OP);
             }
-            if pages.len() < at + list.len() {
-                pages.resize(at + list.len(), NOT_PRESENT);
+            if pages.len() < end {
+                pages.resize(end, NOT_PRESENT);
             }
             for (slot, e) in pages[at..].iter_mut().zip(list) {
                 // Linux mlx5_ib: MLX5_IB_MTT_PRESENT = read | write in the entry's low bits.
@@ -268,8 +270,10 @@ impl Hca {
             .map(|e| u64::from_be_bytes(e.try_into().unwrap_or([0; 8])))
             .collect();
         // Octowords hold two MTT entries each.
-        let first = usize::try_from(at * (UMR_OCTOWORD / MTT_BYTES) as u64)
-            .map_err(|_| synd::LOCAL_QP_OP)?;
+        let first = at
+            .checked_mul((UMR_OCTOWORD / MTT_BYTES) as u64)
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or(synd::LOCAL_QP_OP)?;
         Ok(Some((first, list)))
     }
 

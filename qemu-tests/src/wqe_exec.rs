@@ -560,7 +560,13 @@ impl Hca {
                 break;
             }
             let pieces = self
-                .key_range(s.lkey, pd, s.addr + skip, n as u64, |r| r.local_write)
+                .key_range(
+                    s.lkey,
+                    pd,
+                    s.addr.checked_add(skip).ok_or(synd::LOCAL_PROT)?,
+                    n as u64,
+                    |r| r.local_write,
+                )
                 .map_err(|_| synd::LOCAL_PROT)?;
             for (a, l) in pieces {
                 self.dma

@@ -604,7 +604,7 @@ fn rdma_core_vfio_short_init_hca_and_mtt_enable_bits() {
 
     let buf = raw.hal.dma_alloc(8192, 4096).unwrap().share();
     let base = buf.iova().0;
-    let mkey = |pg_access: bool, entries: [u64; 2]| {
+    let mkey_at = |pg_access: bool, start: u64, len: u64, entries: [u64; 2]| {
         let mut b = header(0x200, 0, CreateMkeyIn::BYTES + 16);
         let mut v = ViewMut::<CreateMkeyIn>::new_checked(&mut b).unwrap();
         v.set(create_mkey_in::pg_access, pg_access)
@@ -615,8 +615,8 @@ fn rdma_core_vfio_short_init_hca_and_mtt_enable_bits() {
             .set(mkc::lw, 1u8)
             .set(mkc::pd, pd)
             .set(mkc::qpn, MKC_QPN_NONE)
-            .set(mkc::start_addr, 0x7f12_3456_0000u64)
-            .set(mkc::len, 8192u64)
+            .set(mkc::start_addr, start)
+            .set(mkc::len, len)
             .set(mkc::translations_octword_size, 1u32)
             .set(mkc::log_page_size, 12u8);
         for (k, e) in entries.into_iter().enumerate() {
@@ -628,6 +628,8 @@ fn rdma_core_vfio_short_init_hca_and_mtt_enable_bits() {
             .get32(create_mkey_out::mkey_index);
         (Raw::status(&out), index)
     };
+    let mkey =
+        |pg_access: bool, entries: [u64; 2]| mkey_at(pg_access, 0x7f12_3456_0000, 8192, entries);
     let rw = mtt_perm::RW;
     // Present pages: accepted, translated to the addresses without the enable bits.
     let (st, index) = mkey(true, [base | rw, (base + 4096) | rw]);
@@ -662,5 +664,22 @@ fn rdma_core_vfio_short_init_hca_and_mtt_enable_bits() {
     assert_eq!(
         k.translate(0x7f12_3456_1000, 8),
         Ok(vec![(base + 0x1000, 8)])
+    );
+    // Numbers at the edge of 64 bits: a length that, with the start's offset in its page,
+    // overflows is refused (the page count overflowed); a page entry at the top of the
+    // address space translates without running past it.
+    assert_eq!(
+        mkey_at(true, 0x7f12_3456_0ff8, u64::MAX, [base | rw, base | rw])
+            .0
+             .0,
+        CmdStatus::BadParameter
+    );
+    let top = u64::MAX - 0xfff;
+    let (st, index) = mkey_at(true, 0x7f12_3456_0000, 8192, [top | rw, base | rw]);
+    assert_eq!(st, (CmdStatus::Ok, 0));
+    let k = raw.hal.model().with(|h| h.mkey(index).cloned()).unwrap();
+    assert_eq!(
+        k.translate(0x7f12_3456_0ff8, 16),
+        Ok(vec![(top + 0xff8, 8), (base, 8)])
     );
 }

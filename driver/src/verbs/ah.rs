@@ -34,7 +34,7 @@ impl<H: Hal> Device<H> {
             return Err(Error::ExceedsLimit {
                 limit: crate::error::Limit::GidIndex,
                 requested: index.into(),
-                max: u64::from(caps.gid_table_len) - 1,
+                max: u64::from(caps.gid_table_len).saturating_sub(1),
             });
         }
         let mut i = [0u8; QueryHcaVportGidIn::BYTES];

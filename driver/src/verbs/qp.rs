@@ -283,8 +283,11 @@ impl<'c, 'd, H: Hal> QpInitAttr<'c, 'd, H> {
     }
 }
 
+/// log2 of the power of two at least `n` (32 past the largest u32 power of two).
 fn log2_ceil(n: u32) -> u8 {
-    n.max(1).next_power_of_two().trailing_zeros() as u8
+    n.max(1)
+        .checked_next_power_of_two()
+        .map_or(32, |p| p.trailing_zeros() as u8)
 }
 
 fn st(t: QpType) -> Result<u8, Error> {
@@ -308,6 +311,77 @@ fn limit(limit: Limit, requested: u32, max: u32) -> Result<(), Error> {
         });
     }
     Ok(())
+}
+
+/// log2 of the most WQEBBs (or receive WQEs) one queue holds: the driver's counters are 16
+/// bits wide, as mlx5's WQE counter.
+const MAX_LOG_WQ: u8 = 15;
+
+/// A QP's queue sizes, from what was asked and the device's limits.
+#[derive(Debug, PartialEq, Eq)]
+struct Geometry {
+    /// Bytes of a send WQE's data part (SGEs or inline data with its header).
+    data: u32,
+    bbs_per_wr: u32,
+    log_sq_bbs: u8,
+    rq_shift: u8,
+    log_rq: u8,
+}
+
+/// The queue sizes of a QP of `qp_type` asking for `c` (receive sizes already 0 when it has
+/// no receive queue), checked against `caps`. The device's numbers are checked as little as
+/// the caller's: nothing here can overflow, whatever either holds.
+fn geometry(caps: &crate::caps::Caps, qp_type: QpType, c: &QpCap) -> Result<Geometry, Error> {
+    limit(
+        Limit::QpWr,
+        c.max_send_wr.max(c.max_recv_wr),
+        caps.max_qp_wr,
+    )?;
+    limit(
+        Limit::Sge,
+        c.max_send_sge.max(c.max_recv_sge),
+        // (Saturating: the device's numbers are checked as little as the caller's.)
+        (caps.max_sq_desc_size / 16).saturating_sub(4),
+    )?;
+    // Send WQE: control, then address segments, then data segments or inline data.
+    let headroom = match qp_type {
+        QpType::Ud => UD_AV,
+        // The XRC segment before RC's (Linux 6.12 qp.c `sq_overhead`, IB_QPT_XRC_INI).
+        QpType::XrcIni => RADDR_ATOMIC + XRC_SEG,
+        _ => RADDR_ATOMIC,
+    };
+    // Bounded first: `4 + max_inline_data` overflowed for a value near u32::MAX (and in
+    // release builds wrapped to a tiny inline limit the QP then claimed to have).
+    limit(Limit::InlineData, c.max_inline_data, caps.max_sq_desc_size)?;
+    let data = c.max_send_sge.saturating_mul(16).max(
+        c.max_inline_data
+            .saturating_add(4)
+            .div_ceil(16)
+            .saturating_mul(16),
+    );
+    let wqe = data.saturating_add(CTRL + headroom);
+    limit(Limit::InlineData, wqe, caps.max_sq_desc_size)?;
+    let bbs_per_wr = wqe.div_ceil(WQEBB);
+    let log_sq_bbs = log2_ceil(c.max_send_wr.max(1).saturating_mul(bbs_per_wr));
+    let rq_wqe = 1u32 << log2_ceil(c.max_recv_sge.max(1).saturating_mul(16)).min(31);
+    limit(Limit::Sge, rq_wqe, caps.max_rq_desc_size)?;
+    let rq_shift = rq_wqe.trailing_zeros() as u8;
+    let log_rq = log2_ceil(c.max_recv_wr.max(1));
+    // The driver counts WQEs in 16 bits (as mlx5's WQE counter): at most 2^15 a queue,
+    // whatever the device claims.
+    limit(
+        Limit::QpWr,
+        1u32.checked_shl(u32::from(log_sq_bbs.max(log_rq)))
+            .unwrap_or(u32::MAX),
+        caps.max_qp_wr.min(1 << MAX_LOG_WQ),
+    )?;
+    Ok(Geometry {
+        data,
+        bbs_per_wr,
+        log_sq_bbs,
+        rq_shift,
+        log_rq,
+    })
 }
 
 impl<'d, H: Hal> Pd<'d, H> {
@@ -358,36 +432,13 @@ impl<'d, H: Hal> Pd<'d, H> {
         } else {
             attr.cap
         };
-        limit(
-            Limit::QpWr,
-            c.max_send_wr.max(c.max_recv_wr),
-            caps.max_qp_wr,
-        )?;
-        limit(
-            Limit::Sge,
-            c.max_send_sge.max(c.max_recv_sge),
-            caps.max_sq_desc_size / 16 - 4,
-        )?;
-        // Send WQE: control, then address segments, then data segments or inline data.
-        let headroom = match attr.qp_type {
-            QpType::Ud => UD_AV,
-            // The XRC segment before RC's (Linux 6.12 qp.c `sq_overhead`, IB_QPT_XRC_INI).
-            QpType::XrcIni => RADDR_ATOMIC + XRC_SEG,
-            _ => RADDR_ATOMIC,
-        };
-        // Bounded first: `4 + max_inline_data` overflowed for a value near u32::MAX (and in
-        // release builds wrapped to a tiny inline limit the QP then claimed to have).
-        limit(Limit::InlineData, c.max_inline_data, caps.max_sq_desc_size)?;
-        let data = (c.max_send_sge * 16).max((4 + c.max_inline_data).div_ceil(16) * 16);
-        let wqe = CTRL + headroom + data;
-        limit(Limit::InlineData, wqe, caps.max_sq_desc_size)?;
-        let bbs_per_wr = wqe.div_ceil(WQEBB);
-        let log_sq_bbs = log2_ceil(c.max_send_wr.max(1) * bbs_per_wr);
-        let rq_wqe = (c.max_recv_sge.max(1) * 16).next_power_of_two();
-        limit(Limit::Sge, rq_wqe, caps.max_rq_desc_size)?;
-        let rq_shift = rq_wqe.trailing_zeros() as u8;
-        let log_rq = log2_ceil(c.max_recv_wr.max(1));
-        limit(Limit::QpWr, 1 << log_sq_bbs.max(log_rq), caps.max_qp_wr)?;
+        let Geometry {
+            data,
+            bbs_per_wr,
+            log_sq_bbs,
+            rq_shift,
+            log_rq,
+        } = geometry(&caps, attr.qp_type, &c)?;
         let rq_bytes = if no_rq {
             0
         } else {
@@ -491,7 +542,7 @@ impl<'d, H: Hal> Pd<'d, H> {
             max_send_wr: (1u32 << log_sq_bbs) / bbs_per_wr,
             max_recv_wr: if no_rq { 0 } else { 1 << log_rq },
             max_send_sge: c.max_send_sge.max(data / 16),
-            max_recv_sge: if no_rq { 0 } else { rq_wqe / 16 },
+            max_recv_sge: if no_rq { 0 } else { (1u32 << rq_shift) / 16 },
             max_inline_data: data - 4,
         };
         Ok(Qp {
@@ -1249,5 +1300,75 @@ impl<H: Hal> Drop for Qp<'_, '_, H> {
                 x.leak();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::caps::Caps;
+
+    fn cap(wr: u32, sge: u32, inline: u32) -> QpCap {
+        QpCap {
+            max_send_wr: wr,
+            max_recv_wr: wr,
+            max_send_sge: sge,
+            max_recv_sge: sge,
+            max_inline_data: inline,
+        }
+    }
+
+    #[test]
+    fn queue_sizes_never_overflow_whatever_the_device_or_the_caller_says() {
+        let numbers = [
+            0,
+            1,
+            15,
+            16,
+            63,
+            64,
+            1 << 15,
+            1 << 16,
+            1 << 31,
+            u32::MAX - 1,
+            u32::MAX,
+        ];
+        let mut ok = 0;
+        for &dev in &numbers {
+            let caps = Caps {
+                max_qp_wr: dev,
+                max_sq_desc_size: dev,
+                max_rq_desc_size: dev,
+                ..Caps::default()
+            };
+            for &n in &numbers {
+                for t in [QpType::Rc, QpType::Ud, QpType::XrcIni] {
+                    for c in [cap(n, 1, 0), cap(1, n, 0), cap(1, 1, n), cap(n, n, n)] {
+                        if let Ok(g) = geometry(&caps, t, &c) {
+                            ok += 1;
+                            // What it gave fits the driver's 16-bit counters and the device.
+                            assert!(g.log_sq_bbs <= MAX_LOG_WQ && g.log_rq <= MAX_LOG_WQ);
+                            assert!(1u32 << g.log_sq_bbs >= c.max_send_wr.max(1));
+                            assert!(g.data + CTRL <= caps.max_sq_desc_size);
+                        }
+                    }
+                }
+            }
+        }
+        assert!(ok > 0);
+        // A device that claims every size: still at most 2^15 WQEBBs a queue.
+        let huge = Caps {
+            max_qp_wr: u32::MAX,
+            max_sq_desc_size: u32::MAX,
+            max_rq_desc_size: u32::MAX,
+            ..Caps::default()
+        };
+        assert!(matches!(
+            geometry(&huge, QpType::Rc, &cap(1 << 16, 1, 0)),
+            Err(Error::ExceedsLimit {
+                limit: Limit::QpWr,
+                ..
+            })
+        ));
     }
 }

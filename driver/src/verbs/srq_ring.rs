@@ -70,11 +70,25 @@ pub(crate) fn srq_geometry(caps: &crate::caps::Caps, attr: &SrqAttr) -> Result<(
             caps.max_srq_wr,
         ));
     }
-    let max_sge_dev = caps.max_rq_desc_size / 16 - 1;
+    let max_sge_dev = (caps.max_rq_desc_size / 16).saturating_sub(1);
     if attr.max_sge > max_sge_dev {
         return Err(exceeds(crate::error::Limit::Sge, attr.max_sge, max_sge_dev));
     }
-    let stride = (16 * (1 + attr.max_sge.max(1))).next_power_of_two();
+    // Saturating and checked: the device's numbers may be as large as the caller's.
+    let Some(stride) = attr
+        .max_sge
+        .max(1)
+        .saturating_add(1)
+        .saturating_mul(16)
+        .checked_next_power_of_two()
+    else {
+        return Err(exceeds(crate::error::Limit::Sge, attr.max_sge, max_sge_dev));
+    };
+    // The driver counts an SRQ's WQEs in 16 bits (as mlx5's WQE counter).
+    let most = (1u32 << 15) - 1;
+    if attr.max_wr > most {
+        return Err(exceeds(crate::error::Limit::QpWr, attr.max_wr, most));
+    }
     let log_size = (attr.max_wr + 1).next_power_of_two().trailing_zeros() as u8;
     Ok((log_size, stride.trailing_zeros() as u8))
 }
@@ -250,5 +264,46 @@ pub(crate) fn post_srq_recv<H: Hal>(
     match dev.srq_books.read().get(&srqn) {
         Some(b) => b.post(wrs),
         None => refused(Error::NotUp),
+    }
+}
+
+#[cfg(test)]
+mod geometry_tests {
+    use super::*;
+    use crate::caps::Caps;
+
+    #[test]
+    fn srq_sizes_never_overflow_whatever_the_device_or_the_caller_says() {
+        let numbers = [
+            0,
+            1,
+            15,
+            16,
+            1 << 15,
+            1 << 16,
+            1 << 31,
+            u32::MAX - 1,
+            u32::MAX,
+        ];
+        for &dev in &numbers {
+            let caps = Caps {
+                max_srq_wr: dev,
+                max_rq_desc_size: dev,
+                ..Caps::default()
+            };
+            for &max_wr in &numbers {
+                for &max_sge in &numbers {
+                    let attr = SrqAttr {
+                        max_wr,
+                        max_sge,
+                        srq_limit: 0,
+                    };
+                    if let Ok((log_size, log_stride)) = srq_geometry(&caps, &attr) {
+                        assert!(log_size <= 15 && (1u32 << log_size) > max_wr);
+                        assert!(1u64 << log_stride >= 16 * (1 + u64::from(max_sge.max(1))));
+                    }
+                }
+            }
+        }
     }
 }

@@ -62,7 +62,11 @@ impl Hca {
                 let need = if free {
                     0
                 } else {
-                    ((start & (page - 1)) + len).div_ceil(page) as usize
+                    // Any 64-bit length: the page count is computed without overflowing.
+                    let Some(span) = (start & (page - 1)).checked_add(len) else {
+                        return Err(bad_param(syndrome::OUT_OF_RANGE));
+                    };
+                    span.div_ceil(page) as usize
                 };
                 let octwords = c.get32(mkc::translations_octword_size) as usize;
                 if octwords * 2 < need {
