@@ -17,7 +17,8 @@ pub fn dma_wmb() {
 /// doorbell. x86: `sfence`, which also drains write-combining buffers.
 #[inline(always)]
 pub fn wmb() {
-    #[cfg(target_arch = "x86_64")]
+    // (Miri runs no assembly; the SeqCst fence below is what it checks the ordering by.)
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     // SAFETY: `sfence` has no operands and only orders stores; SSE is baseline on x86_64.
     unsafe {
         core::arch::asm!("sfence", options(nostack, preserves_flags))
@@ -37,7 +38,7 @@ pub fn dma_rmb() {
 /// Orders an MMIO read before later reads. x86: `lfence`.
 #[inline(always)]
 pub fn rmb() {
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     // SAFETY: `lfence` has no operands and only orders loads.
     unsafe {
         core::arch::asm!("lfence", options(nostack, preserves_flags))
