@@ -72,15 +72,9 @@ fn path() -> AhAttr {
     }
 }
 
-fn wr<'a>(sg: &'a [Sge], op: SendOp) -> SendWr<'a> {
-    SendWr {
-        wr_id: 1,
-        sg_list: sg,
-        inline_data: &[],
-        op,
-        flags: SendFlags::SIGNALED,
-        ud: None,
-    }
+/// A signaled request `op` over `sg`.
+fn wr(sg: &[Sge], op: SendOp) -> SendWr<'_> {
+    common::send_wr(1, sg, op)
 }
 
 fn recv(sg: &[Sge]) -> [RecvWr<'_>; 1] {

@@ -428,14 +428,7 @@ fn sizes_near_the_integer_limits_are_errors_not_panics() {
 
 /// A signaled request `op` over `sg`.
 fn swr(sg: &[Sge], op: SendOp) -> SendWr<'_> {
-    SendWr {
-        wr_id: 1,
-        sg_list: sg,
-        inline_data: &[],
-        op,
-        flags: SendFlags::SIGNALED,
-        ud: None,
-    }
+    common::send_wr(1, sg, op)
 }
 
 #[test]

@@ -45,19 +45,11 @@ impl Hca {
     /// Whether the CQE for `cqn` is held instead of written now: an injected late CQE, or
     /// one behind an earlier held CQE of the same CQ.
     pub(crate) fn hold_cqe(&mut self, cqn: u32, cqe: [u8; 64], solicited: bool) -> bool {
-        let behind = self.late.held.iter().rev().find_map(|h| match h {
-            Held::Cqe { due_ns, cqn: c, .. } if *c == cqn => Some(*due_ns),
-            _ => None,
-        });
-        let due_ns = match behind {
-            Some(due) => due,
-            None if self.cfg.faults.late_cqes > 0 => {
-                self.cfg.faults.late_cqes -= 1;
-                log::warn!("model: a CQE for CQ {cqn:#x} held back (injected)");
-                self.now_ns() + self.late_by_ns()
-            }
-            None => return false,
+        let same = |h: &Held| matches!(h, Held::Cqe { cqn: c, .. } if *c == cqn);
+        let Some(due_ns) = self.hold_until(same, |f| &mut f.late_cqes) else {
+            return false;
         };
+        log::warn!("model: a CQE for CQ {cqn:#x} held back");
         self.late.held.push_back(Held::Cqe {
             due_ns,
             cqn,
@@ -69,19 +61,11 @@ impl Hca {
 
     /// As [`Hca::hold_cqe`] for an EQE of EQ `eqn`.
     pub(crate) fn hold_eqe(&mut self, eqn: u8, ty: u8, sub_type: u8, data: [u8; 28]) -> bool {
-        let behind = self.late.held.iter().rev().find_map(|h| match h {
-            Held::Eqe { due_ns, eqn: e, .. } if *e == eqn => Some(*due_ns),
-            _ => None,
-        });
-        let due_ns = match behind {
-            Some(due) => due,
-            None if self.cfg.faults.late_eqes > 0 => {
-                self.cfg.faults.late_eqes -= 1;
-                log::warn!("model: an EQE ({ty:#x}) for EQ {eqn} held back (injected)");
-                self.now_ns() + self.late_by_ns()
-            }
-            None => return false,
+        let same = |h: &Held| matches!(h, Held::Eqe { eqn: e, .. } if *e == eqn);
+        let Some(due_ns) = self.hold_until(same, |f| &mut f.late_eqes) else {
+            return false;
         };
+        log::warn!("model: an EQE ({ty:#x}) for EQ {eqn} held back");
         self.late.held.push_back(Held::Eqe {
             due_ns,
             eqn,
@@ -90,6 +74,25 @@ impl Hca {
             data,
         });
         true
+    }
+
+    /// When an entry of a queue is due if it is held: behind the queue's last held entry
+    /// (`same` picks them), or late by `Faults::late_by` when `armed` counts one more late
+    /// entry (taking it); `None` to write it now.
+    fn hold_until(
+        &mut self,
+        same: impl Fn(&Held) -> bool,
+        armed: impl FnOnce(&mut crate::config::Faults) -> &mut u32,
+    ) -> Option<u64> {
+        if let Some(h) = self.late.held.iter().rev().find(|h| same(h)) {
+            return Some(h.due_ns());
+        }
+        let left = armed(&mut self.cfg.faults);
+        if *left == 0 {
+            return None;
+        }
+        *left -= 1;
+        Some(self.now_ns().saturating_add(self.late_by_ns()))
     }
 
     /// Writes the held entries that are due, in the order they were produced.
