@@ -7,6 +7,7 @@
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::collections::BTreeMap;
 use std::ptr::NonNull;
+use std::sync::atomic::{fence, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bareverbs_hal::{DmaDomain, DmaError, DmaMemory, Iova};
@@ -186,21 +187,29 @@ impl HostMemory {
 }
 
 impl AddressSpace for HostMemory {
+    // The driver reaches the same memory with atomic loads and stores (`SharedDma`), from
+    // other threads when the model runs on its engine thread: the device side is atomic too
+    // (byte-wide; a volatile access racing with an atomic one is a data race, which Miri
+    // caught). Each access is ordered as a device orders its DMA: a read completes before what
+    // follows it (acquire), a write comes after everything before it (release), so an owner
+    // byte written after an entry's body publishes that body to a driver that acquires it.
     fn read(&self, iova: u64, dst: &mut [u8]) -> Result<(), DmaFault> {
         self.with_region(iova, dst.len(), DmaKind::Read, |p| {
             for (i, d) in dst.iter_mut().enumerate() {
-                // SAFETY: in bounds of the region (with_region); volatile because the driver
-                // may write concurrently.
-                *d = unsafe { p.add(i).read_volatile() };
+                // SAFETY: in bounds of the region (with_region), which is only ever accessed
+                // atomically while shared (the driver's `SharedDma` accessors, these).
+                *d = unsafe { AtomicU8::from_ptr(p.add(i)) }.load(Ordering::Relaxed);
             }
+            fence(Ordering::Acquire);
         })
     }
 
     fn write(&self, iova: u64, src: &[u8]) -> Result<(), DmaFault> {
         self.with_region(iova, src.len(), DmaKind::Write, |p| {
+            fence(Ordering::Release);
             for (i, s) in src.iter().enumerate() {
-                // SAFETY: in bounds of the region (with_region); volatile, as above.
-                unsafe { p.add(i).write_volatile(*s) };
+                // SAFETY: as in `read`.
+                unsafe { AtomicU8::from_ptr(p.add(i)) }.store(*s, Ordering::Relaxed);
             }
         })
     }

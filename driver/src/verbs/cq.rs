@@ -488,6 +488,9 @@ impl<H: Hal> Cq<'_, H> {
         ) {
             return 0;
         }
+        // ORDERING: the owner byte before the first entry's QPN, read next (free on x86; a
+        // fence where loads may pass loads, and what makes it ordered under Miri).
+        dma_rmb();
         let books = self.dev.books.read();
         // The consumer index lives in a register for the call.
         let start = self.ci;
