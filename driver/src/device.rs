@@ -359,36 +359,27 @@ impl<H: Hal> Device<H> {
     /// filled in from `C`), `output` receives its output. While waiting, page requests from
     /// firmware are served on the page slot.
     ///
-    /// # Safety
-    /// A command sent behind the driver's back can break what its safe API relies on. The
-    /// caller promises that the command
-    /// - changes, destroys or names (as a CQ, PD, key, SRQ, UAR or EQ of a new object) no
-    ///   object the driver created (its QPs, CQs, SRQs, PDs, MRs, AHs, EQs, UAR, pages), and
-    ///   none that a driver object is built on;
-    /// - points the device only at memory that stays mapped for the device, and that Rust
-    ///   does not otherwise use, for as long as the device may access it (until the object
-    ///   using it is destroyed, including when that never succeeds);
-    /// - does not change the device's global state (`TEARDOWN_HCA`, `DISABLE_HCA`,
-    ///   `MANAGE_PAGES`, `SET_HCA_CAP`, `SET_ISSI`, ...).
-    ///
-    /// Objects the caller creates this way are the caller's to destroy.
+    /// A command sent behind the driver's back can break what its safe API relies on, so it
+    /// takes a [`RawCommands`](bareverbs_hal::RawCommands): only `unsafe` code makes one, and
+    /// its `promise` states the contract every command sent with it keeps.
     ///
     /// ```compile_fail,E0133
     /// use bareverbs::{Config, Device};
     /// use bareverbs_firmware_cmd::commands::DestroyQp as C;
+    /// use bareverbs_hal::RawCommands;
     /// let hal = bareverbs_model::SimHal::synchronous();
     /// let dev = Device::bring_up(&hal, Config::default()).unwrap();
-    /// let _ = dev.exec_raw::<C>(&mut [0u8; 16], &mut [0u8; 16]); // needs `unsafe`
+    /// let promise = RawCommands::promise(); // needs `unsafe`
+    /// let _ = dev.exec_raw::<C>(&promise, &mut [0u8; 16], &mut [0u8; 16]);
     /// ```
     ///
     /// # Errors
     /// [`Error::Command`] with opcode, status and syndrome when firmware refuses it;
     /// [`Error::CommandTimeout`] (or [`Error::DeviceGone`]) when it never completes, after
     /// which the command interface stays unusable ([`Error::CommandInterfaceWedged`]).
-    // `unsafe` for the contract above only: the body is the safe `exec`.
-    #[allow(unsafe_code)]
-    pub unsafe fn exec_raw<C: Command>(
+    pub fn exec_raw<C: Command>(
         &self,
+        _promise: &bareverbs_hal::RawCommands,
         input: &mut [u8],
         output: &mut [u8],
     ) -> Result<(), Error> {

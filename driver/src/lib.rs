@@ -18,7 +18,7 @@
 //! assert_eq!(hal.model().pages_held(), 0);
 //! ```
 #![cfg_attr(not(test), no_std)]
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 #[macro_use]
 mod fmt;

@@ -13,6 +13,7 @@ pub mod barrier;
 pub mod clock;
 pub mod dma;
 pub mod mmio;
+pub mod raw_commands;
 pub mod ring;
 
 use core::time::Duration;
@@ -22,6 +23,7 @@ pub use barrier::{dma_rmb, dma_wmb, rmb, wmb};
 pub use clock::{Deadline, Instant};
 pub use dma::{DmaBuf, DmaError, DmaMemory, SharedDma};
 pub use mmio::{Mmio, MmioError, RawMmio};
+pub use raw_commands::RawCommands;
 pub use ring::{Slot, Slots, SlotsMut};
 
 /// What the driver needs from the platform: BAR0, DMA memory and time.

@@ -154,7 +154,10 @@ pub fn exec<C: bareverbs_firmware_cmd::commands::Command>(
     // SAFETY: the tests' raw commands create, change and destroy objects of their own (and
     // query the driver's), point the device at memory they keep until the end of the test,
     // and never change the device's global state.
-    unsafe { dev.exec_raw::<C>(i, &mut o) }.map(|()| o)
+    // SAFETY: the tests' raw commands make objects of their own next to the driver's and
+    // destroy them; they touch nothing the driver made.
+    let promise = unsafe { bareverbs_hal::RawCommands::promise() };
+    dev.exec_raw::<C>(&promise, i, &mut o).map(|()| o)
 }
 
 /// RST2INIT of QP `qpn` on port 1, then INIT2RTR with the context `rtr` fills in, sent as
