@@ -360,8 +360,9 @@ impl<H: Hal> Device<H> {
     /// firmware are served on the page slot.
     ///
     /// A command sent behind the driver's back can break what its safe API relies on, so it
-    /// takes a [`RawCommands`](bareverbs_hal::RawCommands): only `unsafe` code makes one, and
-    /// its `promise` states the contract every command sent with it keeps.
+    /// takes a [`RawCommands`](bareverbs_hal::RawCommands): only a caller that takes on the
+    /// safety contract of its `promise` can make one, and that contract states what every
+    /// command sent with it keeps.
     ///
     /// ```compile_fail,E0133
     /// use bareverbs::{Config, Device};
@@ -369,7 +370,7 @@ impl<H: Hal> Device<H> {
     /// use bareverbs_hal::RawCommands;
     /// let hal = bareverbs_model::SimHal::synchronous();
     /// let dev = Device::bring_up(&hal, Config::default()).unwrap();
-    /// let promise = RawCommands::promise(); // needs `unsafe`
+    /// let promise = RawCommands::promise(); // E0133: the caller must take on its contract
     /// let _ = dev.exec_raw::<C>(&promise, &mut [0u8; 16], &mut [0u8; 16]);
     /// ```
     ///
