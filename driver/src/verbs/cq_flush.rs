@@ -9,7 +9,7 @@
 
 use core::sync::atomic::{AtomicU16, Ordering};
 
-use bareverbs_hal::{Hal, Slots};
+use bareverbs_hal::Hal;
 
 use crate::verbs::book::Books;
 use crate::verbs::wc::{Wc, WcStatus};
@@ -24,11 +24,18 @@ pub(crate) fn poll_flushed<H: Hal>(books: &Books<H>, cqn: u32, wc: &mut [Wc]) ->
     let mut n = 0;
     for (&qpn, b) in books.iter().filter(|(_, b)| b.cqns[0] == cqn) {
         let Some(v) = b.view() else { continue };
-        n += flush_send(qpn, v.sq, &b.sq_tail, &b.sq_head, &mut wc[n..]);
+        // The book holds each send request's `wr_id` at its first WQEBB and the counter
+        // after it.
+        let entry = |at: u16| {
+            let e = v.sq.slot(usize::from(at));
+            (e.read_ne64(0), e.read_ne16(8))
+        };
+        n += flush(qpn, &b.sq_tail, &b.sq_head, entry, &mut wc[n..]);
     }
     for (&qpn, b) in books.iter().filter(|(_, b)| b.cqns[1] == cqn) {
         let Some(v) = b.view() else { continue };
-        n += flush_recv(qpn, v.rq, &b.rq_tail, &b.rq_head, &mut wc[n..]);
+        let entry = |at: u16| (v.rq.slot(usize::from(at)).read_ne64(0), at.wrapping_add(1));
+        n += flush(qpn, &b.rq_tail, &b.rq_head, entry, &mut wc[n..]);
     }
     n
 }
@@ -44,23 +51,21 @@ fn flushed(qpn: u32, wr_id: u64) -> Wc {
     }
 }
 
-/// The send requests from `tail` to `head`, one completion each (the book holds each request's
-/// `wr_id` at its first WQEBB and the counter after it).
-fn flush_send(
+/// The requests of one queue from `tail` to `head`, one completion each; `entry(at)` is the
+/// `wr_id` of the request at `at` and where the next one starts.
+fn flush(
     qpn: u32,
-    sq: Slots<'_, 16>,
     tail: &AtomicU16,
     head: &AtomicU16,
+    entry: impl Fn(u16) -> (u64, u16),
     wc: &mut [Wc],
 ) -> usize {
     let end = head.load(Ordering::Acquire);
     let mut at = tail.load(Ordering::Acquire);
     let mut n = 0;
     while at != end && n < wc.len() {
-        let e = sq.slot(usize::from(at));
-        let wr_id = e.read_ne64(0);
-        let next = e.read_ne16(8);
-        // A request takes 1..=(end - at) WQEBBs; anything else is not a request this driver
+        let (wr_id, next) = entry(at);
+        // A request takes 1..=(end - at) entries; anything else is not a request this driver
         // wrote: the rest is given up rather than walked.
         let step = next.wrapping_sub(at);
         let next = if step == 0 || step > end.wrapping_sub(at) {
@@ -73,26 +78,6 @@ fn flush_send(
         // The `wr_id` is read before the space is handed back (as `BookView::complete_send`).
         tail.store(next, Ordering::Release);
         at = next;
-    }
-    n
-}
-
-/// The receive requests from `tail` to `head`, one completion each.
-fn flush_recv(
-    qpn: u32,
-    rq: Slots<'_, 8>,
-    tail: &AtomicU16,
-    head: &AtomicU16,
-    wc: &mut [Wc],
-) -> usize {
-    let end = head.load(Ordering::Acquire);
-    let mut at = tail.load(Ordering::Acquire);
-    let mut n = 0;
-    while at != end && n < wc.len() {
-        wc[n] = flushed(qpn, rq.slot(usize::from(at)).read_ne64(0));
-        n += 1;
-        at = at.wrapping_add(1);
-        tail.store(at, Ordering::Release);
     }
     n
 }
