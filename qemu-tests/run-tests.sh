@@ -30,10 +30,14 @@ step "Miri over hal (DMA accessors, ring views: no data race, no out-of-bounds a
 rustup toolchain install nightly --profile minimal --component miri,rust-src >/dev/null 2>&1
 MIRIFLAGS="-Zmiri-disable-weak-memory-emulation" cargo +nightly miri test --locked -p bareverbs-hal
 
-step "Miri over the driver: its unit tests, and a device's life against the model (bring-up, RC and SRQ traffic, a fatal error's software flush, reset, bring-up again, teardown)"
+step "Miri over the driver: its unit tests, a device's life against the model (bring-up, RC and SRQ traffic, a fatal error's software flush, reset, bring-up again, teardown), and three threads (poster, poller, the model)"
 MIRIFLAGS="-Zmiri-disable-weak-memory-emulation" cargo +nightly miri test --locked -p bareverbs --lib
 MIRIFLAGS="-Zmiri-disable-weak-memory-emulation" cargo +nightly miri test --locked -p bareverbs \
   --test fatal_events after_a_fatal_error
+# Threads: a poster, a poller and the model on its engine thread (data races between the
+# driver's atomics and the device side).
+MIRIFLAGS="-Zmiri-disable-weak-memory-emulation" cargo +nightly miri test --locked -p bareverbs \
+  --test randomized one_thread_posts_while_another_polls
 
 step "no_std crates for x86_64-unknown-none (default, log, defmt, alloc)"
 cargo build --locked --target x86_64-unknown-none -p bareverbs-hal -p bareverbs-firmware-cmd -p bareverbs
