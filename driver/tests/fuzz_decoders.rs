@@ -9,14 +9,8 @@ use bareverbs_model::rng::Rng;
 use bareverbs_model::SimHal;
 
 fn params() -> (u64, u64) {
-    let seed = std::env::var("BAREVERBS_FUZZ_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0xdec0_de00_5eed_0001);
-    let n = std::env::var("BAREVERBS_FUZZ_ENTRIES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(20_000);
+    let seed = bareverbs_model::rng::env_or("BAREVERBS_FUZZ_SEED", 0xdec0_de00_5eed_0001);
+    let n = bareverbs_model::rng::env_or("BAREVERBS_FUZZ_ENTRIES", 20_000);
     (seed, n)
 }
 
@@ -143,10 +137,7 @@ fn random_command_outputs_are_refused_or_used_without_panicking() {
     use bareverbs_model::config::{CommandFault, FaultAction, Faults, ModelConfig};
     use bareverbs_model::sim_hal::Drive;
     let (seed, _) = params();
-    let rounds: u64 = std::env::var("BAREVERBS_FUZZ_OUTPUTS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(100);
+    let rounds: u64 = bareverbs_model::rng::env_or("BAREVERBS_FUZZ_OUTPUTS", 100);
     let mut r = Rng(seed ^ 0x0707 | 1);
     // The commands the scenario sends, each with how many of its kind came before it.
     let healthy = SimHal::synchronous();

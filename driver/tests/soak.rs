@@ -16,7 +16,7 @@ use std::time::Duration;
 use bareverbs::verbs::*;
 use bareverbs::{AsyncEvent, Config, Device};
 use bareverbs_hal::Hal;
-use bareverbs_model::rng::Rng;
+use bareverbs_model::rng::{env_or, Rng};
 use bareverbs_model::SimHal;
 
 mod common;
@@ -38,13 +38,6 @@ const QKEY: u32 = 0x5157;
 /// `SLOTS` slots per pair.
 const AREA: u64 = 3 * SLOTS * SLOT;
 const REMOTE: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_WRITE);
-
-fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// What a posted request is, to check its completion against.
 #[derive(Clone, Debug)]

@@ -33,3 +33,13 @@ impl Rng {
         }
     }
 }
+
+/// A seeded run's knob: the number in environment variable `name` (a seed, a count), or
+/// `default` when it is unset or not a number. The test command runs the defaults; long runs
+/// by hand set the variables.
+pub fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}

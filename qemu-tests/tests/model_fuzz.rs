@@ -24,14 +24,8 @@ fn opcode(r: &mut Rng) -> u16 {
 
 #[test]
 fn random_commands_are_answered_and_the_device_survives() {
-    let seed = std::env::var("BAREVERBS_FUZZ_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0xc0ff_ee00_d15e_a5e5);
-    let n: u64 = std::env::var("BAREVERBS_FUZZ_COMMANDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2000);
+    let seed = bareverbs_model::rng::env_or("BAREVERBS_FUZZ_SEED", 0xc0ff_ee00_d15e_a5e5);
+    let n: u64 = bareverbs_model::rng::env_or("BAREVERBS_FUZZ_COMMANDS", 2000);
     let mut r = Rng(seed | 1);
     let mut raw = Raw::new(Drive::Synchronous);
     let mut pages = bring_up(&raw);

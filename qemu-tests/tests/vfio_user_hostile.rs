@@ -346,14 +346,8 @@ fn fuzz(seed: u64, messages: u64) -> (u64, u64) {
 
 #[test]
 fn fuzzed_messages_never_panic_or_hang_the_server() {
-    let seed = std::env::var("BAREVERBS_FUZZ_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed_b4a3_e7e2_b5e5);
-    let messages = std::env::var("BAREVERBS_FUZZ_MESSAGES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3000);
+    let seed = bareverbs_model::rng::env_or("BAREVERBS_FUZZ_SEED", 0x5eed_b4a3_e7e2_b5e5);
+    let messages = bareverbs_model::rng::env_or("BAREVERBS_FUZZ_MESSAGES", 3000);
     let (sent, conns) = fuzz(seed, messages);
     eprintln!("fuzz: seed {seed:#x}: {sent} messages over {conns} connections, no panic");
     assert_eq!(sent, messages);
