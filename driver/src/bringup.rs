@@ -315,9 +315,10 @@ impl<H: Hal> Device<H> {
         self.query_cap(hca_cap_op_mod::CUR, &mut set)?;
         let atomic = cap_view(&set)?.get(cmd_hca_cap::atomic) != 0;
         let max_v = cap_view(&max)?;
-        let (max_qp, max_drain, max_release, max_ports) = (
+        let (max_qp, max_drain, max_dct, max_release, max_ports) = (
             max_v.get(cmd_hca_cap::log_max_qp),
             max_v.get(cmd_hca_cap::drain_sigerr),
+            max_v.get(cmd_hca_cap::dct),
             max_v.get(cmd_hca_cap::release_all_pages),
             max_v.get(cmd_hca_cap::num_vhca_ports),
         );
@@ -334,6 +335,7 @@ impl<H: Hal> Device<H> {
             .set(cmd_hca_cap::log_max_qp, max_qp.min(18))
             .set(cmd_hca_cap::cmdif_checksum, 0u8)
             .set(cmd_hca_cap::drain_sigerr, max_drain)
+            .set(cmd_hca_cap::dct, max_dct)
             .set(cmd_hca_cap::uar_4k, 0u8)
             .set(cmd_hca_cap::log_uar_page_sz, 0u8)
             .set(cmd_hca_cap::release_all_pages, max_release)
@@ -409,10 +411,17 @@ impl<H: Hal> Device<H> {
             .async_eq_log_size
             .clamp(EventQueue::<H>::log_size_for(0), crate::eq::MAX_LOG_SIZE)
             .min(self.info.caps.log_max_eq_size);
+        // With DC, the DCT events too (Linux eq.c `gather_async_events_mask` adds
+        // DCT_DRAINED; the key-violation event is for `Dct::arm_key_violation`).
+        let dct = if self.info.caps.dc {
+            (1 << event_type::DCT_DRAINED) | (1 << event_type::DCT_KEY_VIOLATION)
+        } else {
+            0
+        };
         let eq = self.create_eq(
             uar,
             log_size,
-            ASYNC_EVENT_MASK | (1 << event_type::PAGE_REQUEST),
+            ASYNC_EVENT_MASK | (1 << event_type::PAGE_REQUEST) | dct,
         )?;
         self.ctl.get_mut().eq = Some(eq);
         Ok(())

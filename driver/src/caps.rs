@@ -99,6 +99,20 @@ pub struct Caps {
     pub fast_teardown: bool,
     /// SET_DRIVER_VERSION supported.
     pub driver_version: bool,
+    /// DC transport: DC initiators and targets (`dct`).
+    pub dc: bool,
+    /// Small messages may land in the CQE (`sctr_data_cqe`); a DCI's requester data too
+    /// (`dc_req_sctr_data_cqe`).
+    pub scatter_to_cqe: bool,
+    /// DCI requester data may land in a 64-byte CQE.
+    pub dc_req_scatter_to_cqe: bool,
+    /// Packet-based end-to-end credits for RC (`qp_packet_based`).
+    pub qp_packet_based: bool,
+    /// log2 of the most concurrent streams a DCI may have (`log_max_dci_stream_channels`; 0:
+    /// no DCI streams).
+    pub log_max_dci_stream_channels: u8,
+    /// log2 of the most errored streams a DCI tolerates (`log_max_dci_errored_streams`).
+    pub log_max_dci_errored_streams: u8,
 }
 
 fn pow2(log: u64) -> u32 {
@@ -153,6 +167,12 @@ impl Caps {
             device_frequency_khz: g(c::device_frequency_khz) as u32,
             fast_teardown: g(c::fast_teardown) != 0,
             driver_version: g(c::driver_version) != 0,
+            dc: g(c::dct) != 0,
+            scatter_to_cqe: g(c::sctr_data_cqe) != 0,
+            dc_req_scatter_to_cqe: g(c::dc_req_sctr_data_cqe) != 0,
+            qp_packet_based: g(c::qp_packet_based) != 0,
+            log_max_dci_stream_channels: g(c::log_max_dci_stream_channels) as u8,
+            log_max_dci_errored_streams: g(c::log_max_dci_errored_streams) as u8,
         }
     }
 

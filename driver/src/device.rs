@@ -134,6 +134,18 @@ pub enum AsyncEvent {
     /// `IBV_EVENT_DEVICE_FATAL`: an INTERNAL_ERROR event, or the first fatal health sensor
     /// that [`Device::poll_events`] or [`Device::check_health`] reads.
     DeviceFatal,
+    /// A DCT finished draining (DCT_DRAINED); [`Dct::destroy`](crate::verbs::Dct::destroy)
+    /// waits for it and takes it from the queue.
+    DctDrained {
+        /// The DCT.
+        dctn: u32,
+    },
+    /// A request with a wrong access key reached a DCT armed with
+    /// [`Dct::arm_key_violation`](crate::verbs::Dct::arm_key_violation) (DCT_KEY_VIOLATION).
+    DctKeyViolation {
+        /// The DCT.
+        dctn: u32,
+    },
     /// Any other event, with its raw type and subtype.
     Other {
         /// Event type.
@@ -177,6 +189,16 @@ impl AsyncEvent {
             event_type::SRQ_CATAS_ERROR => AsyncEvent::SrqErr { srqn: obj },
             event_type::SRQ_RQ_LIMIT => AsyncEvent::SrqLimitReached { srqn: obj },
             event_type::INTERNAL_ERROR => AsyncEvent::DeviceFatal,
+            event_type::DCT_DRAINED | event_type::DCT_KEY_VIOLATION => {
+                let at = 0x20 + EQE_DCT_DCTN;
+                let dctn = u32::from_be_bytes([eqe[at], eqe[at + 1], eqe[at + 2], eqe[at + 3]])
+                    & 0xff_ffff;
+                if ty == event_type::DCT_DRAINED {
+                    AsyncEvent::DctDrained { dctn }
+                } else {
+                    AsyncEvent::DctKeyViolation { dctn }
+                }
+            }
             event_type::PORT_CHANGE => match sub {
                 port_change_subtype::ACTIVE => AsyncEvent::PortActive { port },
                 port_change_subtype::DOWN | port_change_subtype::INITIALIZED => {
@@ -459,6 +481,28 @@ impl<H: Hal> Device<H> {
             self.enter_error_state();
         }
         e
+    }
+
+    /// Takes `ev` out of the event queue, if it is there.
+    pub(crate) fn take_event(&self, ev: AsyncEvent) -> bool {
+        let mut c = self.ctl.lock();
+        let Some(at) = c.events.iter().position(|e| *e == ev) else {
+            return false;
+        };
+        // The queue keeps its order: the events before `at` go round to the back.
+        for _ in 0..at {
+            if let Some(e) = c.events.pop_front() {
+                let _ = c.events.push_back(e);
+            }
+        }
+        c.events.pop_front();
+        let rest = c.events.len() - at;
+        for _ in 0..rest {
+            if let Some(e) = c.events.pop_front() {
+                let _ = c.events.push_back(e);
+            }
+        }
+        true
     }
 
     /// Asynchronous events (not completion events, which are never dropped) dropped because

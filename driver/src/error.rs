@@ -156,6 +156,15 @@ pub enum Error {
     DeviceFatal,
     /// A QP modification that the transition table refuses; nothing was sent to the device.
     ModifyQp(crate::verbs::qp_state::ModifyError),
+    /// A mask bit or flag of the mlx5 direct-verbs attributes this device or driver cannot
+    /// honour ([`Pd::create_qp_dv`](crate::verbs::Pd::create_qp_dv)); nothing was sent to
+    /// the device.
+    DvRefused {
+        /// What was asked for.
+        feature: crate::verbs::dv::DvFeature,
+        /// Why it cannot be.
+        why: crate::verbs::dv::DvRefusal,
+    },
 }
 
 /// What made a verbs argument invalid.
@@ -264,6 +273,18 @@ pub enum Invalid {
     NoReceiveQueue,
     /// An XRC target QP number the domain has not registered.
     UnknownXrcQp,
+    /// A DC target without an SRQ to receive through.
+    DctWithoutSrq,
+    /// A DCI request without a DC destination ([`SendBatch::set_dc_addr`]), or one on a QP
+    /// that is not a DCI.
+    ///
+    /// [`SendBatch::set_dc_addr`]: crate::verbs::SendBatch::set_dc_addr
+    DcDestination,
+    /// A DCI stream id past the DCI's streams (stream 0 only without streams).
+    DciStream,
+    /// A DCT transition other than RESET → INIT → RTR (Linux `mlx5_ib_modify_dct`), or a
+    /// mask that is not exactly what that transition takes.
+    DctTransition,
 }
 
 /// A device limit.
@@ -363,6 +384,7 @@ impl fmt::Display for Error {
             Error::QueueFull => f.write_str("work queue full"),
             Error::DeviceFatal => f.write_str("device in its error state after a fatal error"),
             Error::ModifyQp(e) => e.fmt(f),
+            Error::DvRefused { feature, why } => write!(f, "mlx5dv {feature:?}: {why}"),
         }
     }
 }

@@ -907,7 +907,8 @@ fn special_qps_and_rq_types() {
         let e = refused(create(qpc_st::UD, pdn, rq_type));
         assert_eq!(e, CmdStatus::BadParameter, "rq_type {rq_type}");
     }
-    // Unknown service types (DCI, raw, sniffer...) stay refused.
+    // Unknown service types (raw, sniffer...) stay refused, and so does a DCI with a
+    // receive queue of its own (a DCI receives nothing: `rq_type` SRQ).
     for st in [
         qpc_st::XRC,
         qpc_st::MLX,

@@ -48,6 +48,7 @@ read_only!(
     QueryMkey,
     QuerySrq,
     QueryXrcSrq,
+    QueryDct,
     QueryRmp,
 );
 
@@ -138,6 +139,11 @@ commands! {
         DESTROY_XRC_SRQ = 0x706, DestroyXrcSrq: DestroyXrcSrqIn => DestroyXrcSrqOut;
         QUERY_XRC_SRQ = 0x707, QueryXrcSrq: QueryXrcSrqIn => QueryXrcSrqOut;
         ARM_XRC_SRQ = 0x708, ArmXrcSrq: ArmXrcSrqIn => ArmXrcSrqOut;
+        CREATE_DCT = 0x710, CreateDct: CreateDctIn => CreateDctOut;
+        DESTROY_DCT = 0x711, DestroyDct: DestroyDctIn => DestroyDctOut;
+        DRAIN_DCT = 0x712, DrainDct: DrainDctIn => DrainDctOut;
+        QUERY_DCT = 0x713, QueryDct: QueryDctIn => QueryDctOut;
+        ARM_DCT_FOR_KEY_VIOLATION = 0x714, ArmDctForKeyViolation: ArmDctIn => ArmDctOut;
         QUERY_VPORT_STATE = 0x750, QueryVportState: QueryVportStateIn => QueryVportStateOut;
         QUERY_HCA_VPORT_CONTEXT = 0x762, QueryHcaVportContext: QueryHcaVportContextIn => QueryHcaVportContextOut;
         QUERY_HCA_VPORT_GID = 0x764, QueryHcaVportGid: QueryHcaVportGidIn => QueryHcaVportGidOut;
@@ -163,11 +169,6 @@ commands! {
         GEN_EQE = 0x304;
         CREATE_PSV = 0x600;
         DESTROY_PSV = 0x601;
-        CREATE_DCT = 0x710;
-        DESTROY_DCT = 0x711;
-        DRAIN_DCT = 0x712;
-        QUERY_DCT = 0x713;
-        ARM_DCT_FOR_KEY_VIOLATION = 0x714;
         MODIFY_VPORT_STATE = 0x751;
         QUERY_ESW_VPORT_CONTEXT = 0x752;
         QUERY_NIC_VPORT_CONTEXT = 0x754;

@@ -107,6 +107,19 @@ pub fn general_caps(cfg: &ModelConfig) -> (Vec<u8>, Vec<u8>) {
             (c::device_frequency_khz, 156_250),
             (c::num_of_uars_per_page, 1),
             (c::num_vhca_ports, u64::from(cfg.num_ports)),
+            // DC (Linux `handle_hca_cap` turns `dct` on when supported), with DCI streams as
+            // ConnectX-7 reports them.
+            (c::dct, 1),
+            (c::log_max_dct_connections, 10),
+            (c::log_max_dci_stream_channels, 4),
+            (c::log_max_dci_errored_streams, 2),
+            (c::max_wqe_sz_sq_dc, 1024),
+            (c::log_max_ra_req_dc, 4),
+            (c::log_max_ra_res_dc, 4),
+            // Scatter to CQE, for RC and for DC requesters.
+            (c::sctr_data_cqe, 1),
+            (c::dc_req_sctr_data_cqe, 1),
+            (c::qp_packet_based, u64::from(cfg.qp_packet_based)),
         ];
         for &(f, val) in values {
             v.set(f, val);
@@ -120,7 +133,8 @@ pub fn general_caps(cfg: &ModelConfig) -> (Vec<u8>, Vec<u8>) {
         // no 4K UARs, a conservative QP count.
         v.set(c::cmdif_checksum, 1u8)
             .set(c::uar_4k, 0u8)
-            .set(c::log_max_qp, 17u8);
+            .set(c::log_max_qp, 17u8)
+            .set(c::dct, 0u8);
         v.set(c::drain_sigerr, 0u8).set(c::num_vhca_ports, 1u8);
     }
     (max, cur)

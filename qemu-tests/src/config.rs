@@ -44,6 +44,10 @@ pub struct ModelConfig {
     /// (`supported_atomic_req_8b_endianness_mode_1`); without it a driver gets big-endian
     /// atomics, which Linux reports as no atomics at all.
     pub atomic_host_endianness: bool,
+    /// RC QPs may use packet-based end-to-end credits (`cmd_hca_cap.qp_packet_based`). The
+    /// model keeps the QP context's `req_e2e_credit_mode` and reports it; it models no
+    /// credits, message- or packet-based.
+    pub qp_packet_based: bool,
     /// Faults to inject.
     pub faults: Faults,
 }
@@ -65,6 +69,7 @@ impl Default for ModelConfig {
             bar0_size: 32 << 20,
             msix_vectors: 64,
             atomic_host_endianness: true,
+            qp_packet_based: false,
             faults: Faults::default(),
         }
     }

@@ -31,6 +31,14 @@ pub enum ServiceType {
     Qp1,
     /// The kernel's memory-registration QP (`MLX5_QP_ST_REG_UMR`): executes UMR WQEs only.
     RegUmr,
+    /// DC initiator (`MLX5_QP_ST_DCI`): RC's operations, each request addressed on its own
+    /// (an address vector, the target DCT's number and its access key in the WQE's datagram
+    /// segment).
+    Dci,
+    /// DC target: not a QP to the device (CREATE_DCT, `exec/dct.rs`), kept among the QPs
+    /// because requests are addressed to its number and it answers as an RC responder
+    /// receiving through its SRQ.
+    Dct,
 }
 
 impl ServiceType {
@@ -45,10 +53,13 @@ impl ServiceType {
             ServiceType::Qp0 => qpc_st::QP0,
             ServiceType::Qp1 => qpc_st::QP1,
             ServiceType::RegUmr => qpc_st::REG_UMR,
+            ServiceType::Dci => qpc_st::DCI,
+            ServiceType::Dct => qpc_st::DCT,
         }
     }
 
-    /// The service type of `qpc.st` value `st`, if the model has it.
+    /// The service type of `qpc.st` value `st`, if CREATE_QP may make it (a DCT comes from
+    /// CREATE_DCT only).
     pub fn from_raw(st: u8) -> Option<Self> {
         [
             ServiceType::Rc,
@@ -58,14 +69,18 @@ impl ServiceType {
             ServiceType::Qp0,
             ServiceType::Qp1,
             ServiceType::RegUmr,
+            ServiceType::Dci,
         ]
         .into_iter()
         .find(|t| t.raw() == st)
     }
 
-    /// Reliable: acknowledged, retransmitted, errors move the QP to ERR (RC and XRC).
+    /// Reliable: acknowledged, retransmitted, errors move the QP to ERR (RC, XRC and DC).
     pub fn reliable(self) -> bool {
-        matches!(self, ServiceType::Rc | ServiceType::Xrc)
+        matches!(
+            self,
+            ServiceType::Rc | ServiceType::Xrc | ServiceType::Dci | ServiceType::Dct
+        )
     }
 }
 
@@ -196,6 +211,46 @@ pub struct Qp {
     pub transport_retries: u64,
     /// COMM_EST was raised for this stay in RTR.
     pub comm_est: bool,
+    /// A DCT's own state (`exec/dct.rs`); `None` for every other QP.
+    pub dct: Option<DctState>,
+    /// A DCI's streams (`None` for every other QP).
+    pub dci: Option<DciStreams>,
+    /// Requester scatter to CQE: `qpc.cs_req` (`MLX5_REQ_SCAT_DATA32_CQE`, or 0).
+    pub cs_req: u8,
+    /// Responder scatter to CQE: `qpc.cs_res` (`MLX5_RES_SCAT_DATA32_CQE`, or 0).
+    pub cs_res: u8,
+    /// `qpc.req_e2e_credit_mode` (1: packet-based credits). Kept and reported; the model
+    /// models no credits.
+    pub e2e_credit_mode: u8,
+}
+
+/// A DCI's streams (`qpc.log_num_dci_stream_channels`, `log_num_dci_errored_streams`; both 0
+/// for a DCI created without streams, which then has one stream and goes to ERR at its first
+/// error). rdma-core's mlx5dv_dci_stream_id_reset(3): an error in a stream flushes only that
+/// stream's requests, which run in order; the others go on; the DCI moves to ERR once the
+/// streams in error reach `2^log_errored`; RTS2RTS with the QPC extension's
+/// `dci_stream_channel_id` takes a stream out of error.
+#[derive(Clone, Debug, Default)]
+pub struct DciStreams {
+    /// log2 of the streams.
+    pub log_channels: u8,
+    /// log2 of the streams that may be in error at once, short of ERR.
+    pub log_errored: u8,
+    /// The streams in error.
+    pub errored: std::collections::BTreeSet<u16>,
+}
+
+/// What a DC target has beyond an RC responder's context.
+#[derive(Clone, Debug, Default)]
+pub struct DctState {
+    /// The key requests must carry (`dctc.dc_access_key`).
+    pub access_key: u64,
+    /// `dctc.state`: active, draining, drained.
+    pub state: u8,
+    /// Requests dropped for a wrong key (`dctc.dc_access_key_violation_count`).
+    pub key_violations: u32,
+    /// ARM_DCT_FOR_KEY_VIOLATION ran: the next violation raises DCT_KEY_VIOLATION, once.
+    pub armed: bool,
 }
 
 impl Qp {

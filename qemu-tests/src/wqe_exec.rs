@@ -44,7 +44,7 @@
 use bareverbs_firmware_cmd::ifc::{
     cqe64, eqe_qp_srq, event_type, fm_ce_se, make_op_own, wqe_data_seg, wqe_opcode,
     wqe_srq_next_seg, wqe_xrc_seg, Cqe64, CqeOpcode, EqeQpSrq, WqeDataSeg, WqeSrqNextSeg,
-    WqeXrcSeg, INLINE_SEG,
+    WqeXrcSeg, EQE_DCT_DCTN, INLINE_SEG,
 };
 use bareverbs_firmware_cmd::layout::{Layout, View, ViewMut};
 
@@ -63,6 +63,7 @@ pub(crate) mod synd {
     pub const REMOTE_ACCESS: u8 = 0x13;
     pub const TRANSPORT_RETRY_EXC: u8 = 0x15;
     pub const RNR_RETRY_EXC: u8 = 0x16;
+    pub const WR_FLUSH: u8 = 0x05;
 }
 
 /// `srqn_uidx` of a CQE (`mlx5_cqe64.srqn`, bits 23:0).
@@ -146,6 +147,10 @@ struct SendWqe {
     sges: Vec<Sge>,
     /// The XRC segment's `xrc_srqn` (XRC initiator QPs).
     xrc_srqn: Option<u32>,
+    /// DCI: the address vector's DC access key (the first 8 bytes of `mlx5_av`, where UD has
+    /// its Q_Key) and the control segment's stream (`dci_stream_channel_id`).
+    dc_key: u64,
+    dci_stream: u16,
 }
 
 /// The global route of a UD address vector (`mlx5_av` bytes 26–47).
@@ -196,6 +201,8 @@ pub(crate) struct Request {
     pkts: u32,
     /// XRC: the XRC SRQ at the target the request is for (the XRCETH's XRCSRQ).
     xrc_srqn: Option<u32>,
+    /// DC: the access key the DCT must hold.
+    dc_key: u64,
 }
 
 /// The responder's answer.
@@ -254,6 +261,8 @@ enum Outcome {
     Failed(u8),
     /// Leave it queued (receiver not ready, retries left).
     Wait,
+    /// Completed with WR_FLUSH_ERR already (a DCI stream in error): the queue goes on.
+    Flushed,
 }
 
 impl Hca {
@@ -330,10 +339,19 @@ impl Hca {
                     return;
                 }
             };
-            match self.execute(&qp, &w) {
+            let outcome = match self.dci_stream_check(&qp, &w) {
+                Some(o) => o,
+                None => self.execute(&qp, &w),
+            };
+            match outcome {
                 Outcome::Wait => {
                     self.stalled_sqs.insert(qpn);
                     return;
+                }
+                Outcome::Flushed => {
+                    if let Some(q) = self.qps.get_mut(&qpn) {
+                        q.sq_consumed = q.sq_consumed.wrapping_add(w.bbs);
+                    }
                 }
                 Outcome::Done(bytes) => {
                     if let Some(q) = self.qps.get_mut(&qpn) {
@@ -356,11 +374,48 @@ impl Hca {
                     if let Some(q) = self.qps.get_mut(&qpn) {
                         q.sq_consumed = q.sq_consumed.wrapping_add(w.bbs);
                     }
+                    if self.dci_stream_failed(&qp, &w, s) {
+                        continue;
+                    }
                     self.complete_send_error(&qp, w.wqe_index, w.opcode, s);
                     return;
                 }
             }
         }
+    }
+
+    /// A DCI request's stream before it runs: `Some` outcome when it must not run — its
+    /// stream is in error (flushed: WR_FLUSH_ERR, and the send queue goes on) or past the
+    /// DCI's streams (a local QP operation error).
+    fn dci_stream_check(&mut self, qp: &Qp, w: &SendWqe) -> Option<Outcome> {
+        let d = qp.dci.as_ref()?;
+        if u32::from(w.dci_stream) >= 1u32 << d.log_channels {
+            return Some(Outcome::Failed(synd::LOCAL_QP_OP));
+        }
+        if d.errored.contains(&w.dci_stream) {
+            self.send_error_cqe(qp, w.wqe_index, w.opcode, synd::WR_FLUSH);
+            return Some(Outcome::Flushed);
+        }
+        None
+    }
+
+    /// After request `w` of DCI `qp` failed with `syndrome`: its stream is in error. While
+    /// fewer streams than the DCI tolerates are, only the error completion is written and
+    /// the send queue goes on (true); at the limit the DCI goes to ERR as any RC QP (false).
+    fn dci_stream_failed(&mut self, qp: &Qp, w: &SendWqe, syndrome: u8) -> bool {
+        let Some(d) = self.qps.get_mut(&qp.qpn).and_then(|q| q.dci.as_mut()) else {
+            return false;
+        };
+        d.errored.insert(w.dci_stream);
+        if d.errored.len() >= 1usize << d.log_errored {
+            return false;
+        }
+        if let Some(q) = self.qps.get_mut(&qp.qpn) {
+            q.rnr_tries = 0;
+            q.retry_tries = 0;
+        }
+        self.send_error_cqe(qp, w.wqe_index, w.opcode, syndrome);
+        true
     }
 
     pub(crate) fn complete_send_error(
@@ -370,13 +425,7 @@ impl Hca {
         opcode: u8,
         syndrome: u8,
     ) {
-        let mut c = [0u8; 64];
-        c[0x37] = syndrome;
-        c[0x38..0x3c].copy_from_slice(&((u32::from(opcode) << 24) | qp.qpn).to_be_bytes());
-        c[0x3c..0x3e].copy_from_slice(&wqe_index.to_be_bytes());
-        set_srqn_uidx(&mut c, self.cqe_srqn_uidx(qp, None));
-        c[0x3f] = make_op_own(CqeOpcode::ReqErr.into(), 0);
-        self.post_cqe(qp.cqn_snd, c, false);
+        self.send_error_cqe(qp, wqe_index, opcode, syndrome);
         // A send error stops only the send queue of an unreliable QP (SQE); RC goes to ERR.
         // The UMR QP goes to ERR too: Linux 6.12 umr.c `mlx5r_umr_recover` expects only
         // WR_FLUSH_ERR after a failed UMR and resets the QP.
@@ -384,8 +433,23 @@ impl Hca {
             ServiceType::Uc | ServiceType::Ud | ServiceType::Qp0 | ServiceType::Qp1 => {
                 self.qp_to_sqe(qp.qpn)
             }
-            ServiceType::Rc | ServiceType::Xrc | ServiceType::RegUmr => self.qp_to_error(qp.qpn),
+            ServiceType::Rc
+            | ServiceType::Xrc
+            | ServiceType::RegUmr
+            | ServiceType::Dci
+            | ServiceType::Dct => self.qp_to_error(qp.qpn),
         }
+    }
+
+    /// The requester error CQE of WQE `wqe_index` (`opcode`) of `qp`.
+    fn send_error_cqe(&mut self, qp: &Qp, wqe_index: u16, opcode: u8, syndrome: u8) {
+        let mut c = [0u8; 64];
+        c[0x37] = syndrome;
+        c[0x38..0x3c].copy_from_slice(&((u32::from(opcode) << 24) | qp.qpn).to_be_bytes());
+        c[0x3c..0x3e].copy_from_slice(&wqe_index.to_be_bytes());
+        set_srqn_uidx(&mut c, self.cqe_srqn_uidx(qp, None));
+        c[0x3f] = make_op_own(CqeOpcode::ReqErr.into(), 0);
+        self.post_cqe(qp.cqn_snd, c, false);
     }
 
     fn read_send_wqe(&mut self, qp: &Qp) -> Result<SendWqe, WqeFault> {
@@ -431,6 +495,8 @@ impl Hca {
             inline: None,
             sges: Vec::new(),
             xrc_srqn: None,
+            dc_key: 0,
+            dci_stream: u16::from_be_bytes([raw[9], raw[10]]),
         };
         let mut off = 16;
         // An XRC initiator's WQEs carry the XRC segment right after the control segment
@@ -441,7 +507,11 @@ impl Hca {
             w.xrc_srqn = Some(seg.get32(wqe_xrc_seg::xrc_srqn) & 0xff_ffff);
             off += WqeXrcSeg::BYTES;
         }
-        if qp.st == ServiceType::Ud {
+        if matches!(qp.st, ServiceType::Ud | ServiceType::Dci) {
+            // A DCI's address vector holds the DC access key where UD's holds the Q_Key
+            // (rdma-core 56 mlx5dv.h `struct mlx5_wqe_av`: `key.dc_key`), and the target DCT's
+            // number in `dqp_dct` (qp.c `mlx5_send_wr_set_dc_addr`).
+            w.dc_key = be64(off);
             w.ud_qkey = be32(off);
             w.ud_dqpn = be32(off + 8) & 0x00ff_ffff;
             w.ud_sl = raw[off + 12] & 0xf;
@@ -460,14 +530,17 @@ impl Hca {
                 });
             }
             off += 48;
-        } else if matches!(
-            opcode,
-            wqe_opcode::RDMA_WRITE
-                | wqe_opcode::RDMA_WRITE_IMM
-                | wqe_opcode::RDMA_READ
-                | wqe_opcode::ATOMIC_CS
-                | wqe_opcode::ATOMIC_FA
-        ) {
+        }
+        if qp.st != ServiceType::Ud
+            && matches!(
+                opcode,
+                wqe_opcode::RDMA_WRITE
+                    | wqe_opcode::RDMA_WRITE_IMM
+                    | wqe_opcode::RDMA_READ
+                    | wqe_opcode::ATOMIC_CS
+                    | wqe_opcode::ATOMIC_FA
+            )
+        {
             w.raddr = be64(off);
             w.rkey = be32(off + 8);
             off += 16;
@@ -843,7 +916,7 @@ impl Hca {
             matches!(
                 r.state,
                 QpState::Rtr | QpState::Rts | QpState::Sqe | QpState::Sqd
-            ) && r.st == req.st
+            ) && (r.st == req.st || (req.st == ServiceType::Dci && r.st == ServiceType::Dct))
         }) else {
             return if rc {
                 Response::NoQp
@@ -851,6 +924,9 @@ impl Hca {
                 Response::Dropped
             };
         };
+        if req.st == ServiceType::Dci {
+            return self.respond_at_dct(&r, req);
+        }
         if req.st == ServiceType::Ud {
             if r.qkey == req.qkey {
                 let _ = self.deliver(&r, req, false, None);
@@ -896,6 +972,34 @@ impl Hca {
             }
         }
         resp
+    }
+
+    /// A DC request at DCT `r`: executed as an RC responder would, through the DCT's SRQ, CQ,
+    /// PD and remote-access enables, once its access key matches. A wrong key is dropped
+    /// without an answer, so the requester retries until `retry_count` runs out
+    /// (IBV_WC_RETRY_EXC_ERR); the DCT counts it (`dc_access_key_violation_count`) and, when
+    /// armed (ARM_DCT_FOR_KEY_VIOLATION), raises DCT_KEY_VIOLATION once. Public sources do not
+    /// say what hardware answers a wrong key with; dropping it is what keeps the key secret
+    /// from a prober. A DCT serves many initiators, so neither a bad request nor a PSN it has
+    /// not seen moves it to ERR: each DC message stands alone here.
+    fn respond_at_dct(&mut self, r: &Qp, req: &Request) -> Response {
+        let Some(d) = r.dct.as_ref() else {
+            return Response::NoQp;
+        };
+        if d.access_key != req.dc_key {
+            let mut raise = false;
+            if let Some(d) = self.qps.get_mut(&r.qpn).and_then(|q| q.dct.as_mut()) {
+                d.key_violations = d.key_violations.wrapping_add(1);
+                raise = std::mem::take(&mut d.armed);
+            }
+            if raise {
+                let mut data = [0u8; 28];
+                data[EQE_DCT_DCTN..EQE_DCT_DCTN + 4].copy_from_slice(&r.qpn.to_be_bytes());
+                self.post_event(event_type::DCT_KEY_VIOLATION, 0, data);
+            }
+            return Response::NoQp;
+        }
+        self.execute_request(r, req, false)
     }
 
     /// Executes `req` at responder QP `r` (`duplicate`: an RC request seen before).
@@ -1174,7 +1278,7 @@ impl Hca {
             }
             (_, wqe_opcode::SEND | wqe_opcode::SEND_IMM) => Kind::Send,
             (
-                ServiceType::Rc | ServiceType::Uc | ServiceType::Xrc,
+                ServiceType::Rc | ServiceType::Uc | ServiceType::Xrc | ServiceType::Dci,
                 wqe_opcode::RDMA_WRITE | wqe_opcode::RDMA_WRITE_IMM,
             ) => Kind::Write,
             (st, wqe_opcode::RDMA_READ) if st.reliable() => Kind::Read,
@@ -1199,7 +1303,7 @@ impl Hca {
             },
             _ => Vec::new(),
         };
-        let (dlid, dst_qpn, sl) = if qp.st == ServiceType::Ud {
+        let (dlid, dst_qpn, sl) = if matches!(qp.st, ServiceType::Ud | ServiceType::Dci) {
             (w.ud_rlid, w.ud_dqpn, w.ud_sl)
         } else {
             (qp.rlid, qp.remote_qpn, qp.sl)
@@ -1240,6 +1344,7 @@ impl Hca {
                 packets(kind, msg_len, qp.mtu)
             },
             xrc_srqn: w.xrc_srqn,
+            dc_key: w.dc_key,
         };
         loop {
             let Some(resp) = self.route(dlid, &req) else {
@@ -1388,6 +1493,11 @@ mod tests {
             retry_tries: 0,
             transport_retries: 0,
             comm_est: false,
+            dct: None,
+            dci: None,
+            cs_req: 0,
+            cs_res: 0,
+            e2e_credit_mode: 0,
         }
     }
 
@@ -1415,6 +1525,7 @@ mod tests {
             grh: None,
             pkts: 1,
             xrc_srqn: None,
+            dc_key: 0,
         }
     }
 

@@ -11,7 +11,7 @@ use bareverbs_hal::Hal;
 use crate::device::{input, Device};
 use crate::error::{Error, Invalid};
 use crate::verbs::pd::Pd;
-use crate::verbs::post::UdDest;
+use crate::verbs::post::{DcDest, UdDest};
 use crate::verbs::qp::{AhAttr, GlobalRoute};
 use crate::verbs::wc::{Wc, WcFlags};
 
@@ -186,6 +186,24 @@ impl<H: Hal> Ah<'_, '_, H> {
             ah: self.attr,
             remote_qpn,
             remote_qkey,
+        })
+    }
+
+    /// A DC target through this AH (`mlx5dv_wr_set_dc_addr`'s `ah`, `remote_dctn`,
+    /// `remote_dc_key`).
+    ///
+    /// # Errors
+    /// [`Invalid::DestQpn`] for a DCT number wider than 24 bits.
+    pub fn dc_dest(&self, remote_dctn: u32, remote_dc_key: u64) -> Result<DcDest, Error> {
+        if remote_dctn > 0xff_ffff {
+            return Err(Error::InvalidArgument {
+                what: Invalid::DestQpn,
+            });
+        }
+        Ok(DcDest {
+            ah: self.attr,
+            dctn: remote_dctn,
+            dc_key: remote_dc_key,
         })
     }
 }

@@ -51,6 +51,8 @@ pub mod cq;
 pub(crate) mod cq_clean;
 pub(crate) mod cq_flush;
 pub(crate) mod cq_orphan;
+pub mod dct;
+pub mod dv;
 pub mod mcast;
 pub mod mr;
 pub mod pd;
@@ -69,10 +71,15 @@ pub use ah::Ah;
 pub use book::MAX_QPS;
 pub use comp_channel::{CompChannel, CqEvent, CHANNEL_CQS};
 pub use cq::{Cq, CqInitAttr};
+pub use dct::{Dct, DctStatus, DCT_DRAIN_TIMEOUT};
+pub use dv::{
+    DcInitAttr, DcType, DciStreams, DvFeature, DvQp, DvQpCreateFlags, DvQpInitAttr,
+    DvQpInitAttrMask, DvRefusal, DvSendOpsFlags,
+};
 pub use mcast::MAX_QP_MCGS;
 pub use mr::{AccessFlags, Lkey, Mr};
 pub use pd::{Pd, TransportDomain};
-pub use post::{PostError, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, UD_MAX_MESSAGE};
+pub use post::{DcDest, PostError, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, UD_MAX_MESSAGE};
 pub use qp::{AhAttr, GlobalRoute, MigState, Mtu, Qp, QpAttr, QpCap, QpInitAttr, QpInitInfo};
 pub use qp_state::{QpAttrMask, QpState, QpType};
 pub use send_batch::SendBatch;

@@ -140,6 +140,36 @@ impl UdDest {
     }
 }
 
+/// A DC target as a DC initiator's requests address it (`mlx5dv_wr_set_dc_addr`): its
+/// address vector, its DCT number and its access key. Only [`Ah::dc_dest`] makes one, so its
+/// address vector passed `create_ah`'s checks and its number fits 24 bits.
+///
+/// [`Ah::dc_dest`]: crate::verbs::Ah::dc_dest
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct DcDest {
+    pub(crate) ah: AhAttr,
+    pub(crate) dctn: u32,
+    pub(crate) dc_key: u64,
+}
+
+impl DcDest {
+    /// The address vector.
+    pub fn ah(&self) -> AhAttr {
+        self.ah
+    }
+
+    /// The target's DCT number.
+    pub fn dctn(&self) -> u32 {
+        self.dctn
+    }
+
+    /// The access key the requests carry.
+    pub fn dc_key(&self) -> u64 {
+        self.dc_key
+    }
+}
+
 /// The longest UD message: one packet of the largest IB MTU, 4096 bytes (UD messages are
 /// single packets, IBA 9.8.3; mlx5_ib gives UD QPs the 4 KiB MTU).
 pub const UD_MAX_MESSAGE: usize = 4096;

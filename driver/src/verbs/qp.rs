@@ -258,6 +258,21 @@ pub struct Qp<'p, 'd, H: Hal> {
     context: u64,
     /// Multicast groups it is attached to (`verbs/mcast.rs`).
     pub(crate) mcgs: heapless::Vec<[u8; 16], { crate::verbs::mcast::MAX_QP_MCGS }>,
+    /// What the mlx5 direct-verbs attributes added (`verbs/dv.rs`).
+    pub(crate) dv: QpExtras,
+}
+
+/// What [`Pd::create_qp_dv`](crate::verbs::Pd::create_qp_dv) adds to a QP's context: all
+/// zero for [`Pd::create_qp`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct QpExtras {
+    /// DCI streams: log2 of the concurrent and of the errored streams (`None`: one stream).
+    pub(crate) dci_streams: Option<(u8, u8)>,
+    /// `qpc.cs_req` and `qpc.cs_res`: requester and responder scatter to CQE.
+    pub(crate) cs_req: u8,
+    pub(crate) cs_res: u8,
+    /// `qpc.req_e2e_credit_mode`: packet-based credits.
+    pub(crate) packet_credits: bool,
 }
 
 impl<'c, 'd, H: Hal> QpInitAttr<'c, 'd, H> {
@@ -296,6 +311,7 @@ fn st(t: QpType) -> Result<u8, Error> {
         QpType::Uc => Ok(qpc_st::UC),
         QpType::Ud => Ok(qpc_st::UD),
         QpType::XrcIni | QpType::XrcTgt => Ok(qpc_st::XRC),
+        QpType::Driver => Ok(qpc_st::DCI),
         _ => Err(Error::InvalidArgument {
             what: Invalid::UnsupportedQpType,
         }),
@@ -348,6 +364,9 @@ fn geometry(caps: &crate::caps::Caps, qp_type: QpType, c: &QpCap) -> Result<Geom
         QpType::Ud => UD_AV,
         // The XRC segment before RC's (Linux 6.12 qp.c `sq_overhead`, IB_QPT_XRC_INI).
         QpType::XrcIni => RADDR_ATOMIC + XRC_SEG,
+        // A DCI's requests carry the address vector and RC's segments (rdma-core 56
+        // `_sq_overhead`, IBV_QPT_DRIVER).
+        QpType::Driver => UD_AV + RADDR_ATOMIC,
         _ => RADDR_ATOMIC,
     };
     // Bounded first: `4 + max_inline_data` overflowed for a value near u32::MAX (and in
@@ -392,6 +411,22 @@ impl<'d, H: Hal> Pd<'d, H> {
     /// [`Error::ExceedsLimit`] for sizes past the device's, [`Error::InvalidArgument`] for an
     /// unsupported type or CQs of another device, a DMA or command error.
     pub fn create_qp(&self, attr: &QpInitAttr<'_, 'd, H>) -> Result<Qp<'_, 'd, H>, Error> {
+        // A driver QP's kind comes from the direct-verbs attributes: `create_qp_dv`.
+        if attr.qp_type == QpType::Driver {
+            return Err(Error::InvalidArgument {
+                what: Invalid::UnsupportedQpType,
+            });
+        }
+        self.create_qp_with(attr, QpExtras::default())
+    }
+
+    /// [`create_qp`](Self::create_qp) with the context additions `dv`; a [`QpType::Driver`]
+    /// QP is a DC initiator.
+    pub(crate) fn create_qp_with(
+        &self,
+        attr: &QpInitAttr<'_, 'd, H>,
+        dv: QpExtras,
+    ) -> Result<Qp<'_, 'd, H>, Error> {
         let dev = self.dev;
         if !core::ptr::eq(attr.send_cq.device(), dev) || !core::ptr::eq(attr.recv_cq.device(), dev)
         {
@@ -401,8 +436,10 @@ impl<'d, H: Hal> Pd<'d, H> {
         }
         let caps = dev.info().caps;
         let st = st(attr.qp_type)?;
-        // An XRC target belongs to its domain: `Xrcd::create_tgt_qp`.
-        let ini = attr.qp_type == QpType::XrcIni;
+        // An XRC target belongs to its domain: `Xrcd::create_tgt_qp`. An XRC initiator and a
+        // DCI receive nothing: both get the placeholder SRQ (Linux 6.12 qp.c `get_rx_type`
+        // gives both MLX5_SRQ_RQ).
+        let ini = matches!(attr.qp_type, QpType::XrcIni | QpType::Driver);
         if attr.qp_type == QpType::XrcTgt {
             return Err(Error::InvalidArgument {
                 what: Invalid::UnsupportedQpType,
@@ -514,6 +551,16 @@ impl<'d, H: Hal> Pd<'d, H> {
                     .set(qpc::xrcd, srq.xrcdn())
                     .set(qpc::user_index, crate::verbs::xrc::CQE_V0_UIDX);
             }
+            {
+                let mut c = v.sub(create_qp_in::qpc);
+                c.set(qpc::cs_req, dv.cs_req)
+                    .set(qpc::cs_res, dv.cs_res)
+                    .set(qpc::req_e2e_credit_mode, u8::from(dv.packet_credits));
+                if let Some((concurrent, errored)) = dv.dci_streams {
+                    c.set(qpc::log_num_dci_stream_channels, concurrent)
+                        .set(qpc::log_num_dci_errored_streams, errored);
+                }
+            }
             if let Some(d) = &xrc.defaults {
                 v.sub(create_qp_in::qpc)
                     .set(qpc::rq_type, qpc_rq_type::SRQ_RQ)
@@ -576,6 +623,7 @@ impl<'d, H: Hal> Pd<'d, H> {
             sq_sig_all: attr.sq_sig_all,
             context: attr.qp_context,
             mcgs: heapless::Vec::new(),
+            dv,
         })
     }
 }
@@ -663,10 +711,11 @@ pub(crate) fn xrc_tgt_from_parts<'p, 'd, H: Hal>(
         sq_sig_all: false,
         context: 0,
         mcgs: heapless::Vec::new(),
+        dv: QpExtras::default(),
     }
 }
 
-fn qp_count_exceeded() -> Error {
+pub(crate) fn qp_count_exceeded() -> Error {
     let max = INLINE_QPS as u64;
     Error::ExceedsLimit {
         limit: Limit::QpCount,
@@ -675,8 +724,29 @@ fn qp_count_exceeded() -> Error {
     }
 }
 
+/// Takes a destroyed QP's book and its uses of its CQs out of the tables.
+pub(crate) fn unregister<H: Hal>(dev: &Device<H>, qpn: u32, cqns: [u32; 2]) {
+    dev.books.write().remove(&qpn);
+    let mut ctl = dev.ctl.lock();
+    for cqn in cqns {
+        match ctl.cq_users.get_mut(&cqn) {
+            Some(n) if *n > 1 => *n -= 1,
+            // The last use goes, and so does its entry: the table holds CQs in use only.
+            Some(_) => {
+                ctl.cq_users.remove(&cqn);
+            }
+            None => {}
+        }
+    }
+}
+
 /// Enters a created QP's book and its uses of its CQs, all or nothing.
-fn register<H: Hal>(dev: &Device<H>, qpn: Qpn, book: Book<H>, cqns: [u32; 2]) -> Result<(), Error> {
+pub(crate) fn register<H: Hal>(
+    dev: &Device<H>,
+    qpn: Qpn,
+    book: Book<H>,
+    cqns: [u32; 2],
+) -> Result<(), Error> {
     if dev.books.write().insert(qpn.raw(), book).is_err() {
         return Err(qp_count_exceeded());
     }
@@ -1178,18 +1248,8 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
         input::<DestroyQp>(&mut i)?.set(destroy_qp_in::qpn, self.qpn.raw());
         let mut o = [0u8; DestroyQpOut::BYTES];
         dev.exec::<DestroyQp>(&mut i, &mut o)?;
-        dev.books.write().remove(&self.qpn.raw());
+        unregister(dev, self.qpn.raw(), [self.cqns.0, self.cqns.1]);
         let mut ctl = dev.ctl.lock();
-        for cqn in [self.cqns.0, self.cqns.1] {
-            match ctl.cq_users.get_mut(&cqn) {
-                Some(n) if *n > 1 => *n -= 1,
-                // The last use goes, and so does its entry: the table holds CQs in use only.
-                Some(_) => {
-                    ctl.cq_users.remove(&cqn);
-                }
-                None => {}
-            }
-        }
         if let Some(srqn) = self.srqn.take() {
             crate::verbs::srq::remove_user(&mut ctl, srqn);
         }

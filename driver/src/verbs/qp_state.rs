@@ -114,6 +114,13 @@ pub enum QpType {
     XrcIni = 9,
     /// XRC target, the receiving side (`IBV_QPT_XRC_RECV`, kernel `IB_QPT_XRC_TGT`).
     XrcTgt = 10,
+    /// A driver-specific QP (`IBV_QPT_DRIVER`), whose kind the mlx5 direct-verbs attributes
+    /// give ([`Pd::create_qp_dv`](crate::verbs::Pd::create_qp_dv)). As a [`Qp`](crate::verbs::Qp)
+    /// it is a DC initiator (DCI): RC's operations, each request addressed to a DC target of
+    /// its own choosing; a DC target is a [`Dct`](crate::verbs::Dct). The kernel's
+    /// transition table has no row for it (mlx5_ib skips `ib_modify_qp_is_ok` for DCIs); the
+    /// row here holds what rdma-core's and UCX's DC code pass.
+    Driver = 0xff,
 }
 
 impl QpType {
@@ -160,6 +167,7 @@ impl QpType {
             QpType::RawPacket => "RAW_PACKET",
             QpType::XrcIni => "XRC_INI",
             QpType::XrcTgt => "XRC_TGT",
+            QpType::Driver => "DRIVER",
         }
     }
 }
@@ -456,6 +464,7 @@ struct PerType {
     raw_packet: Attrs,
     xrc_ini: Attrs,
     xrc_tgt: Attrs,
+    dci: Attrs,
 }
 
 impl PerType {
@@ -469,6 +478,7 @@ impl PerType {
         raw_packet: NONE,
         xrc_ini: NONE,
         xrc_tgt: NONE,
+        dci: NONE,
     };
 
     const fn get(&self, t: QpType) -> Attrs {
@@ -481,6 +491,7 @@ impl PerType {
             QpType::RawPacket => self.raw_packet,
             QpType::XrcIni => self.xrc_ini,
             QpType::XrcTgt => self.xrc_tgt,
+            QpType::Driver => self.dci,
         }
     }
 }
@@ -536,6 +547,7 @@ const TABLE: [[Option<PerType>; 7]; 7] = {
         raw_packet: req(PORT),
         xrc_ini: req(m!(PKEY | PORT | ACCESS)),
         xrc_tgt: req(m!(PKEY | PORT | ACCESS)),
+        dci: req(m!(PKEY | PORT)),
     });
 
     t[Init as usize][Init as usize] = Some(PerType {
@@ -547,6 +559,7 @@ const TABLE: [[Option<PerType>; 7]; 7] = {
         raw_packet: NONE,
         xrc_ini: opt(m!(PKEY | PORT | ACCESS)),
         xrc_tgt: opt(m!(PKEY | PORT | ACCESS)),
+        dci: opt(m!(PKEY | PORT)),
     });
 
     t[Init as usize][Rtr as usize] = Some(PerType {
@@ -564,6 +577,7 @@ const TABLE: [[Option<PerType>; 7]; 7] = {
             m!(AV | MTU | DEST_QPN | RQ_PSN | DEST_RD_ATOMIC | RNR_TIMER),
             m!(ALT | ACCESS | PKEY),
         ),
+        dci: both(MTU, m!(AV | PKEY)),
     });
 
     t[Rtr as usize][Rts as usize] = Some(PerType {
@@ -584,6 +598,7 @@ const TABLE: [[Option<PerType>; 7]; 7] = {
             m!(TIMEOUT | SQ_PSN),
             m!(CUR | ALT | ACCESS | RNR_TIMER | MIG),
         ),
+        dci: both(m!(TIMEOUT | RETRY | RNR_RETRY | SQ_PSN | RD_ATOMIC), CUR),
     });
 
     t[Rts as usize][Rts as usize] = Some(PerType {
@@ -595,6 +610,7 @@ const TABLE: [[Option<PerType>; 7]; 7] = {
         raw_packet: opt(RATE),
         xrc_ini: opt(m!(CUR | ACCESS | ALT | MIG)),
         xrc_tgt: opt(m!(CUR | ACCESS | ALT | MIG | RNR_TIMER)),
+        dci: opt(CUR),
     });
 
     t[Rts as usize][Sqd as usize] = Some(PerType {
@@ -606,6 +622,7 @@ const TABLE: [[Option<PerType>; 7]; 7] = {
         raw_packet: NONE,
         xrc_ini: opt(SQD_NOTIFY),
         xrc_tgt: opt(SQD_NOTIFY),
+        dci: opt(SQD_NOTIFY),
     });
 
     t[Sqd as usize][Rts as usize] = Some(PerType {
@@ -617,6 +634,7 @@ const TABLE: [[Option<PerType>; 7]; 7] = {
         raw_packet: NONE,
         xrc_ini: opt(m!(CUR | ALT | ACCESS | MIG)),
         xrc_tgt: opt(m!(CUR | ALT | ACCESS | RNR_TIMER | MIG)),
+        dci: opt(CUR),
     });
 
     t[Sqd as usize][Sqd as usize] = Some(PerType {
@@ -656,6 +674,7 @@ const TABLE: [[Option<PerType>; 7]; 7] = {
             | PKEY
             | RNR_TIMER
             | MIG)),
+        dci: opt(m!(PKEY | TIMEOUT | RETRY | RNR_RETRY | RD_ATOMIC)),
     });
 
     t[Sqe as usize][Rts as usize] = Some(PerType {

@@ -9,7 +9,7 @@ use bareverbs_firmware_cmd::ifc::{fm_ce_se, qp_dbr, wqe_opcode, INLINE_SEG};
 use bareverbs_hal::{dma_wmb, wmb, BarOffset, Hal, Mmio, Slot, Slots, SlotsMut};
 
 use crate::error::{Error, Invalid};
-use crate::verbs::post::{sge_refused_lengths, SendFlags, SendOp, SendWr, Sge, UdDest};
+use crate::verbs::post::{sge_refused_lengths, DcDest, SendFlags, SendOp, SendWr, Sge, UdDest};
 use crate::verbs::qp::Qp;
 use crate::verbs::qp_state::{QpState, QpType};
 
@@ -21,9 +21,10 @@ fn invalid(what: Invalid) -> Error {
 }
 
 /// Send requests being written into one QP's send queue; see [`Qp::send_batch`]. With `XRC`,
-/// an XRC initiator's ([`Qp::send_batch_xrc`]): every WQE carries the XRC segment, decided at
-/// compile time so other QPs' requests pay nothing for it.
-pub struct SendBatch<'b, const XRC: bool = false> {
+/// an XRC initiator's ([`Qp::send_batch_xrc`]): every WQE carries the XRC segment; with `DC`,
+/// a DC initiator's ([`Qp::send_batch_dc`]): every WQE carries the address vector of its DC
+/// target. Both are decided at compile time so other QPs' requests pay nothing for them.
+pub struct SendBatch<'b, const XRC: bool = false, const DC: bool = false> {
     /// The send queue, borrowed exclusively from the QP (`&mut Qp`).
     sq: SlotsMut<'b, WQEBB>,
     /// Per WQEBB: the request's `wr_id` at 0 and the WQEBB counter after it at 8.
@@ -53,6 +54,10 @@ pub struct SendBatch<'b, const XRC: bool = false> {
     last_ctrl: u64,
     /// With `XRC`: the XRC segment's remote SRQ number ([`NO_SRQN`] until set).
     xrc_srqn: u32,
+    /// With `DC`: the target and stream the next requests go to (`None` until set).
+    dc: Option<(DcDest, u16)>,
+    /// With `DC`: streams the DCI has (1 without DCI streams).
+    dci_streams: u32,
 }
 
 /// The error for a data segment length with bit 31 set ([`sge_refused_lengths`]), out of
@@ -133,7 +138,33 @@ impl SendBatch<'_, true> {
     }
 }
 
-impl<const XRC: bool> SendBatch<'_, XRC> {
+impl SendBatch<'_, false, true> {
+    /// Addresses the following requests of this batch to DC target `dest` on stream 0
+    /// (`mlx5dv_wr_set_dc_addr`); it stays for every later request until set again. Requests
+    /// are refused until it is set.
+    #[inline]
+    pub fn set_dc_addr(&mut self, dest: &DcDest) {
+        self.dc = Some((*dest, 0));
+    }
+
+    /// [`set_dc_addr`](Self::set_dc_addr) on DCI stream `stream_id`
+    /// (`mlx5dv_wr_set_dc_addr_stream`): requests of one stream run in order, and an error
+    /// in one stream leaves the others running.
+    ///
+    /// # Errors
+    /// [`Invalid::DciStream`] for a stream past the DCI's (`1 << log_num_concurent`; only
+    /// stream 0 without DCI streams).
+    #[inline]
+    pub fn set_dc_addr_stream(&mut self, dest: &DcDest, stream_id: u16) -> Result<(), Error> {
+        if u32::from(stream_id) >= self.dci_streams {
+            return Err(invalid(Invalid::DciStream));
+        }
+        self.dc = Some((*dest, stream_id));
+        Ok(())
+    }
+}
+
+impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
     /// Checks `wr` against the QP and writes it into the ring (`ibv_post_send` for one
     /// request). Nothing is written for a refused request.
     ///
@@ -351,9 +382,23 @@ impl<const XRC: bool> SendBatch<'_, XRC> {
         if XRC && self.xrc_srqn == NO_SRQN {
             return Err(invalid(Invalid::XrcRemoteSrq));
         }
+        let dc = if DC {
+            match self.dc {
+                Some(d) => Some(d),
+                None => return Err(invalid(Invalid::DcDestination)),
+            }
+        } else {
+            None
+        };
         // 16-byte units after the control segment: datagram or XRC segment, then raddr, then
-        // atomic.
-        let x = if XRC { 16 } else { 0 };
+        // atomic. A DCI's address vector comes before RC's segments.
+        let x = if XRC {
+            16
+        } else if DC {
+            48
+        } else {
+            0
+        };
         let addr_units = x / 16
             + match (r.ud, CLASS) {
                 (Some(_), _) => 3,
@@ -372,21 +417,34 @@ impl<const XRC: bool> SendBatch<'_, XRC> {
         let ctrl = (u64::from((u32::from(cur) << 8) | u32::from(r.opcode)) << 32)
             | u64::from(self.qpn8 | ds as u32);
         s0.write64(0, ctrl);
-        s0.write64(8, (u64::from(fm_ce_se) << 32) | u64::from(r.imm));
+        // A DCI's stream sits in bytes 9–10 of the control segment (rdma-core 56 mlx5dv.h
+        // `dci_stream_channel_id`).
+        let stream = dc.map_or(0, |(_, s)| u64::from(s) << 40);
+        s0.write64(8, stream | (u64::from(fm_ce_se) << 32) | u64::from(r.imm));
         // rdma-core 56 qp.c `_mlx5_post_send` (IBV_QPT_XRC_SEND): the XRC segment
         // (`xrc_srqn`, 12 reserved bytes) right after the control segment.
         if XRC {
             s0.write64(16, u64::from(self.xrc_srqn) << 32);
             s0.write64(24, 0);
         }
+        if let Some((d, _)) = &dc {
+            write_av(s0, &d.ah, d.dc_key, d.dctn);
+        }
         if let Some(ud) = r.ud {
             write_datagram(s0, ud);
         } else if CLASS != SEND {
-            s0.write64(16 + x, r.raddr);
-            s0.write64(24 + x, u64::from(r.rkey) << 32);
+            // After a DCI's address vector the first WQEBB is full: RC's segments open the
+            // second.
+            let (seg, at) = if DC {
+                (self.sq.slot(usize::from(cur.wrapping_add(1))), 0)
+            } else {
+                (s0, 16 + x)
+            };
+            seg.write64(at, r.raddr);
+            seg.write64(at + 8, u64::from(r.rkey) << 32);
             if CLASS == ATOMIC {
-                s0.write64(32 + x, r.operands.0);
-                s0.write64(40 + x, r.operands.1);
+                seg.write64(at + 16, r.operands.0);
+                seg.write64(at + 24, r.operands.1);
             }
         }
         let data = 16 * (1 + addr_units);
@@ -486,14 +544,21 @@ impl<const XRC: bool> SendBatch<'_, XRC> {
 /// the WQE's first WQEBB. A free function of the slot alone: a call that took the batch would
 /// pin the batch in memory.
 fn write_datagram(s0: Slot<'_, WQEBB>, ud: &UdDest) {
-    let ah = &ud.ah;
+    write_av(s0, &ud.ah, u64::from(ud.remote_qkey) << 32, ud.remote_qpn);
+}
+
+/// The address vector (`struct mlx5_wqe_av`) to `ah` after the control segment: `key` in its
+/// first 8 bytes (UD: the Q_Key and 4 reserved bytes; DC: the access key), `qpn` in
+/// `dqp_dct` with the extended-AV flag.
+#[inline(always)]
+fn write_av(s0: Slot<'_, WQEBB>, ah: &crate::verbs::qp::AhAttr, key: u64, qpn: u32) {
     let lid_word = (u32::from(ah.sl & 0xf) << 24)
         | (u32::from(ah.src_path_bits & 0x7f) << 16)
         | u32::from(ah.dlid);
-    s0.write64(16, u64::from(ud.remote_qkey) << 32);
+    s0.write64(16, key);
     s0.write64(
         24,
-        (u64::from(0x8000_0000 | ud.remote_qpn) << 32) | u64::from(lid_word),
+        (u64::from(0x8000_0000 | qpn) << 32) | u64::from(lid_word),
     );
     // Bytes 16–23 of the vector (the RoCE MAC) stay zero; 26 and 27 are the traffic class
     // and hop limit, 28–31 GRH flag, source GID index and flow label, 32–47 the DGID.
@@ -552,6 +617,8 @@ impl<H: Hal> Qp<'_, '_, H> {
             QpType::XrcIni => Err(invalid(Invalid::XrcRemoteSrq)),
             // No send queue.
             QpType::XrcTgt => Err(invalid(Invalid::OpcodeForQpType)),
+            // Its requests name their DC target: `send_batch_dc`.
+            QpType::Driver => Err(invalid(Invalid::DcDestination)),
             _ => self.batch(f),
         }
     }
@@ -572,10 +639,27 @@ impl<H: Hal> Qp<'_, '_, H> {
         self.batch(f)
     }
 
-    #[inline(always)]
-    fn batch<R, const XRC: bool>(
+    /// [`send_batch`](Qp::send_batch) for a DC initiator (rdma-core's `ibv_wr_start` on a
+    /// DCI): every request goes to the DC target [`SendBatch::set_dc_addr`] (or
+    /// [`SendBatch::set_dc_addr_stream`]) last named, and carries its address vector.
+    ///
+    /// # Errors
+    /// [`Invalid::DcDestination`] on a QP that is not a DCI; as
+    /// [`send_batch`](Qp::send_batch).
+    pub fn send_batch_dc<R>(
         &mut self,
-        f: impl FnOnce(&mut SendBatch<'_, XRC>) -> R,
+        f: impl FnOnce(&mut SendBatch<'_, false, true>) -> R,
+    ) -> Result<R, Error> {
+        if self.qp_type() != QpType::Driver {
+            return Err(invalid(Invalid::DcDestination));
+        }
+        self.batch(f)
+    }
+
+    #[inline(always)]
+    fn batch<R, const XRC: bool, const DC: bool>(
+        &mut self,
+        f: impl FnOnce(&mut SendBatch<'_, XRC, DC>) -> R,
     ) -> Result<R, Error> {
         if !matches!(self.state(), QpState::Rts | QpState::Sqd) {
             return Err(invalid(Invalid::QpState));
@@ -619,6 +703,8 @@ impl<H: Hal> Qp<'_, '_, H> {
             max_sge: cap.max_send_sge as usize,
             last_ctrl: 0,
             xrc_srqn: NO_SRQN,
+            dc: None,
+            dci_streams: self.dv.dci_streams.map_or(1, |(c, _)| 1 << c),
         };
         let r = f(&mut b);
         if b.last_ctrl != 0 {
@@ -684,6 +770,8 @@ mod tests {
             max_sge: 8,
             last_ctrl: 0,
             xrc_srqn: NO_SRQN,
+            dc: None,
+            dci_streams: 1,
         }
     }
 
@@ -708,7 +796,78 @@ mod tests {
             max_sge: b.max_sge,
             last_ctrl: b.last_ctrl,
             xrc_srqn: NO_SRQN,
+            dc: None,
+            dci_streams: 1,
         }
+    }
+
+    /// A DCI's batch with four streams over the same rings.
+    fn batch_dc<'b>(
+        sq: &'b mut SharedDma<Dma>,
+        book: &'b SharedDma<Dma>,
+        tail: &'b AtomicU16,
+    ) -> SendBatch<'b, false, true> {
+        let b = batch(sq, book, tail, QpType::Rc, 0);
+        SendBatch {
+            sq: b.sq,
+            book: b.book,
+            tail: b.tail,
+            cur: b.cur,
+            room: b.room,
+            size: b.size,
+            qpn8: b.qpn8,
+            fm_ce_se: b.fm_ce_se,
+            refuse: b.refuse,
+            max_inline: b.max_inline,
+            max_sge: b.max_sge,
+            last_ctrl: b.last_ctrl,
+            xrc_srqn: NO_SRQN,
+            dc: None,
+            dci_streams: 4,
+        }
+    }
+
+    #[test]
+    fn a_dci_wqe_holds_the_stream_the_av_with_the_dc_key_then_rc_segments() {
+        let hal = SimHal::synchronous();
+        let (mut sq, book) = rings(&hal);
+        let tail = AtomicU16::new(0);
+        let dest = DcDest {
+            ah: AhAttr {
+                dlid: 0x11,
+                sl: 3,
+                port_num: 1,
+                ..AhAttr::default()
+            },
+            dctn: 0xab_cdef,
+            dc_key: 0x0102_0304_0506_0708,
+        };
+        let mut b = batch_dc(&mut sq, &book, &tail);
+        b.set_dc_addr_stream(&dest, 3).unwrap();
+        let sge = Sge {
+            addr: 0x1000,
+            length: 8,
+            lkey: Lkey::from_raw(0x77),
+        };
+        b.rdma_write(9, SendFlags::SIGNALED, 0xdead_0000, 0x4242, &[sge])
+            .unwrap();
+        // Control, 48-byte AV (one WQEBB), raddr, one data segment: 6 units, 2 WQEBBs.
+        assert_eq!(b.cur, 2);
+        let ring = ring_bytes(&b.sq);
+        let ctrl = View::<WqeCtrlSeg>::new_checked(&ring[..16]).unwrap();
+        assert_eq!(ctrl.get(wqe_ctrl_seg::ds), 6);
+        assert_eq!(ctrl.get(wqe_ctrl_seg::dci_stream_channel_id), 3);
+        assert_eq!(
+            ctrl.get(wqe_ctrl_seg::opcode),
+            u64::from(wqe_opcode::RDMA_WRITE)
+        );
+        assert_eq!(&ring[16..24], &0x0102_0304_0506_0708u64.to_be_bytes());
+        let av = View::<WqeDatagramSeg>::new_checked(&ring[16..64]).unwrap();
+        assert_eq!(av.get(wqe_datagram_seg::dqp_dct), 0x80ab_cdef);
+        assert_eq!(&ring[64..72], &0xdead_0000u64.to_be_bytes());
+        assert_eq!(&ring[72..76], &0x4242u32.to_be_bytes());
+        assert_eq!(&ring[80..84], &8u32.to_be_bytes());
+        assert_eq!(&ring[88..96], &0x1000u64.to_be_bytes());
     }
 
     /// The 4-slot ring's bytes, read through the batch's own view of it.

@@ -59,10 +59,16 @@ crate::ifc! {
         0x209 umr_indirect_mkey_disabled: 1,
         /// The fence a WQE after a UMR needs (`MLX5_CAP_UMR_FENCE_*`).
         0x20a umr_fence: 2,
+        /// A DCI may scatter a requester's data to a 64-byte CQE.
+        0x20c dc_req_sctr_data_cqe: 1,
+        0x20d dc_connect_qp: 1,
+        0x20e dc_cnak_trace: 1,
         0x20f drain_sigerr: 1,
         0x210 cmdif_checksum: 2,
         0x212 sigerr_cqe: 1,
         0x214 wq_signature: 1,
+        /// Small messages may land in the CQE (`qpc.cs_req`, `qpc.cs_res`).
+        0x215 sctr_data_cqe: 1,
         0x21a dct: 1,
         0x21b qos: 1,
         0x21c eth_net_offloads: 1,
@@ -80,6 +86,8 @@ crate::ifc! {
         /// A UMR's translation pointer may use the reserved lkey.
         0x230 umr_ptr_rlky: 1,
         /// `qpc.deth_sqpn` is honoured (a QP sends as QP1).
+        /// `qpc.req_e2e_credit_mode`: packet-based end-to-end credits (RC).
+        0x232 qp_packet_based: 1,
         0x238 set_deth_sqpn: 1,
         0x23c xrc: 1,
         0x23d ud: 1,
@@ -119,6 +127,10 @@ crate::ifc! {
         0x4c0 device_frequency_mhz: 32,
         0x4e0 device_frequency_khz: 32,
         0x520 num_of_uars_per_page: 32,
+        0x57b log_max_dct_connections: 5,
+        /// DCI streams: most concurrent streams and errored streams a DCI may have (log2).
+        0x58b log_max_dci_stream_channels: 5,
+        0x593 log_max_dci_errored_streams: 5,
         0x5bf cqe_compression: 1,
         0x610 num_vhca_ports: 8,
         0x61e sw_owner_id: 1,

@@ -75,6 +75,10 @@ pub mod event_type {
     pub const SRQ_LAST_WQE: u8 = 0x13;
     /// SRQ limit reached.
     pub const SRQ_RQ_LIMIT: u8 = 0x14;
+    /// A DCT finished draining (DRAIN_DCT); the data names it ([`EQE_DCT_DCTN`](crate::ifc::EQE_DCT_DCTN)).
+    pub const DCT_DRAINED: u8 = 0x1c;
+    /// A request reached an armed DCT with a wrong access key.
+    pub const DCT_KEY_VIOLATION: u8 = 0x1d;
 }
 
 /// Port-change subtypes.

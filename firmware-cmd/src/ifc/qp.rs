@@ -203,6 +203,49 @@ crate::ifc! {
     }
 }
 
+crate::ifc! {
+    /// The QPC extension (`qpc_ext`): what modify commands carry after the QPC when their
+    /// `qpc_ext` bit is set.
+    pub struct QpcExt => qpc_ext: 0x600 bits {
+        0x002 mmo: 1,
+        /// A DCI stream (RTS2RTS with [`qpc_opt_mask_32::DCI_STREAM_CHANNEL_ID`]: the stream
+        /// taken out of error, rdma-core `mlx5dv_dci_stream_id_reset`).
+        0x010 dci_stream_channel_id: 16,
+    }
+    /// RTS2RTS_QP with the QPC extension (rdma-core 56 mlx5_ifc.h `rts2rts_qp_in` with
+    /// `qpc_ext` 1, 464 bytes).
+    pub struct Rts2RtsQpExtIn => rts2rts_qp_ext_in: 0xe80 bits {
+        0x000 opcode: 16,
+        0x010 uid: 16,
+        0x030 op_mod: 16,
+        0x040 qpc_ext: 1,
+        0x048 qpn: 24,
+        0x080 opt_param_mask: 32,
+        0x0c0 qpc: Qpc,
+        /// Optional parameters of the extension (see [`qpc_opt_mask_32`]).
+        0x840 opt_param_mask_95_32: 64,
+        0x880 qpc_data_ext: QpcExt,
+    }
+}
+
+/// `opt_param_mask_95_32` bits (`MLX5_QPC_OPT_MASK_32_*`).
+pub mod qpc_opt_mask_32 {
+    /// `qpc_ext.dci_stream_channel_id`.
+    pub const DCI_STREAM_CHANNEL_ID: u64 = 1 << 0;
+}
+
+/// `qpc.cs_req` and `qpc.cs_res`: scatter to CQE (Linux `MLX5_REQ_SCAT_*`, `MLX5_RES_SCAT_*`).
+pub mod qpc_scatter {
+    /// Responder: received messages up to 32 bytes land in a 64-byte CQE.
+    pub const RES_DATA32: u8 = 0x1;
+    /// Responder: up to 64 bytes, in a 128-byte CQE.
+    pub const RES_DATA64: u8 = 0x2;
+    /// Requester: RDMA READ and atomic results up to 32 bytes land in a 64-byte CQE.
+    pub const REQ_DATA32: u8 = 0x11;
+    /// Requester: up to 64 bytes, in a 128-byte CQE.
+    pub const REQ_DATA64: u8 = 0x22;
+}
+
 /// Declares the input and output of state-transition commands that carry a QPC. All share one
 /// shape (05 §2); each keeps its own mlx5_ifc name.
 macro_rules! modify_qp {

@@ -7,6 +7,7 @@
 mod access_reg;
 mod caps;
 mod cq;
+mod dct;
 mod eq;
 mod lifecycle;
 mod mad;
@@ -188,6 +189,11 @@ impl Hca {
             Opcode::ALLOC_XRCD => self.alloc_xrcd(input, out),
             Opcode::DEALLOC_XRCD => self.dealloc_xrcd(input, out),
             Opcode::CREATE_SRQ => self.create_srq(input, out),
+            Opcode::CREATE_DCT => self.create_dct(input, out),
+            Opcode::DESTROY_DCT => self.destroy_dct(input, out),
+            Opcode::DRAIN_DCT => self.drain_dct(input, out),
+            Opcode::QUERY_DCT => self.query_dct(input, out),
+            Opcode::ARM_DCT_FOR_KEY_VIOLATION => self.arm_dct(input, out),
             Opcode::DESTROY_SRQ => self.destroy_srq(input, out),
             Opcode::QUERY_SRQ => self.query_srq(input, out),
             Opcode::ARM_RQ => self.arm_rq(op_mod, input, out),

@@ -21,6 +21,15 @@ impl Hca {
         // for IB_QPT_SMI and the hardware GSI QP) and the UMR QP (MLX5_IB_QPT_REG_UMR).
         let st =
             ServiceType::from_raw(c.get(qpc::st) as u8).ok_or(bad_param(syndrome::OUT_OF_RANGE))?;
+        // A DC initiator needs DC (`cmd_hca_cap.dct`, set by SET_HCA_CAP as Linux does) and
+        // receives nothing: Linux 6.12 qp.c `get_rx_type` gives it `rq_type` SRQ (a
+        // placeholder SRQ, checked below), never an RQ.
+        if st == ServiceType::Dci
+            && (self.cap(cmd_hca_cap::dct) == 0
+                || c.get(qpc::rq_type) != u64::from(qpc_rq_type::SRQ_RQ))
+        {
+            return Err(bad_param(syndrome::OUT_OF_RANGE));
+        }
         let pd = c.get32(qpc::pd);
         // Measured: mlx5_ib creates its UMR QP with `pd` 0; it never touches a PD's memory.
         let no_pd = st == ServiceType::RegUmr && pd == 0;
@@ -114,6 +123,11 @@ impl Hca {
             retry_tries: 0,
             transport_retries: 0,
             comm_est: false,
+            dct: None,
+            dci: None,
+            cs_req: 0,
+            cs_res: 0,
+            e2e_credit_mode: 0,
         };
         let pages =
             crate::page_list::pages_spanned(qp.buffer_bytes(), qp.page_size, qp.page_offset);
@@ -126,6 +140,7 @@ impl Hca {
         if qp.pas.iter().any(|p| p % qp.page_size != 0) || qp.dbr % 8 != 0 {
             return Err(bad_param(syndrome::BAD_PAGE));
         }
+        self.qp_dv_context(&c, &mut qp)?;
         let max = 1u32 << self.cap(cmd_hca_cap::log_max_qp);
         let qpn = (FIRST_QPN..FIRST_QPN + max)
             .find(|n| !self.qps.contains_key(n))
@@ -142,6 +157,84 @@ impl Hca {
         self.qps.insert(qpn, qp);
         self.attach_qp_srq(qpn, rq_srq);
         out.set(create_qp_out::qpn, qpn);
+        Ok(())
+    }
+
+    /// What `qpc` says of DCI streams, scatter to CQE and credits, checked against the
+    /// capabilities: the model has 64-byte CQEs only, so only the 32-byte scatter modes.
+    fn qp_dv_context(&self, c: &View<'_, Qpc>, qp: &mut Qp) -> CmdResult {
+        let streams = (
+            c.get(qpc::log_num_dci_stream_channels) as u8,
+            c.get(qpc::log_num_dci_errored_streams) as u8,
+        );
+        if qp.st == ServiceType::Dci {
+            if u64::from(streams.0) > self.cap(cmd_hca_cap::log_max_dci_stream_channels)
+                || u64::from(streams.1) > self.cap(cmd_hca_cap::log_max_dci_errored_streams)
+            {
+                return Err(bad_param(syndrome::OUT_OF_RANGE));
+            }
+            qp.dci = Some(crate::qp::DciStreams {
+                log_channels: streams.0,
+                log_errored: streams.1,
+                errored: Default::default(),
+            });
+        } else if streams != (0, 0) {
+            return Err(bad_param(syndrome::OUT_OF_RANGE));
+        }
+        let (req, res) = (c.get(qpc::cs_req) as u8, c.get(qpc::cs_res) as u8);
+        let scatter = self.cap(cmd_hca_cap::sctr_data_cqe) != 0;
+        let req_ok = req == 0
+            || (req == qpc_scatter::REQ_DATA32
+                && scatter
+                && match qp.st {
+                    ServiceType::Rc => true,
+                    ServiceType::Dci => self.cap(cmd_hca_cap::dc_req_sctr_data_cqe) != 0,
+                    _ => false,
+                });
+        let res_ok = res == 0
+            || (res == qpc_scatter::RES_DATA32
+                && scatter
+                && matches!(qp.st, ServiceType::Rc | ServiceType::Uc));
+        if !req_ok || !res_ok {
+            return Err(bad_param(syndrome::OUT_OF_RANGE));
+        }
+        (qp.cs_req, qp.cs_res) = (req, res);
+        let credits = c.get(qpc::req_e2e_credit_mode) as u8;
+        if credits > 1
+            || (credits == 1
+                && (qp.st != ServiceType::Rc || self.cap(cmd_hca_cap::qp_packet_based) == 0))
+        {
+            return Err(bad_param(syndrome::OUT_OF_RANGE));
+        }
+        qp.e2e_credit_mode = credits;
+        Ok(())
+    }
+
+    /// RTS2RTS with the QPC extension: only a DCI stream's reset (rdma-core
+    /// `mlx5dv_dci_stream_id_reset`) is modelled.
+    fn reset_dci_stream(&mut self, i: &[u8]) -> CmdResult {
+        let v = input::<Rts2RtsQpExtIn>(i)?;
+        let qpn = v.get32(rts2rts_qp_ext_in::qpn);
+        let opt = v.get(rts2rts_qp_ext_in::opt_param_mask_95_32);
+        let stream = v
+            .sub(rts2rts_qp_ext_in::qpc_data_ext)
+            .get(qpc_ext::dci_stream_channel_id) as u16;
+        let q = self
+            .qps
+            .get_mut(&qpn)
+            .ok_or(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT))?;
+        if q.state != QpState::Rts {
+            return Err(fail(CmdStatus::BadQpState, syndrome::WRONG_STATE));
+        }
+        let Some(d) = q.dci.as_mut() else {
+            return Err(bad_param(syndrome::OUT_OF_RANGE));
+        };
+        if opt != qpc_opt_mask_32::DCI_STREAM_CHANNEL_ID
+            || u32::from(stream) >= 1u32 << d.log_channels
+        {
+            return Err(bad_param(syndrome::OUT_OF_RANGE));
+        }
+        d.errored.remove(&stream);
         Ok(())
     }
 
@@ -172,6 +265,12 @@ impl Hca {
         }
         output::<Qp2RstOut>(o)?;
         self.require_initialized()?;
+        if Opcode(opcode) == Opcode::RTS2RTS_QP
+            && View::<Rts2RtsQpExtIn>::new_checked(i)
+                .is_ok_and(|v| v.get(rts2rts_qp_ext_in::qpc_ext) != 0)
+        {
+            return self.reset_dci_stream(i);
+        }
         let qpn = View::<Qp2RstIn>::new_checked(i)
             .map(|v| v.get32(qp_2rst_in::qpn))
             .unwrap_or(0);
@@ -261,8 +360,10 @@ impl Hca {
                 q.sl = path.get(ads::sl) as u8;
                 // Connected QPs need a path MTU; Linux 6.12 qp.c sets 256 for QP0/QP1 and 4096
                 // for the UMR QP itself, and UD takes none.
-                if matches!(q.st, ServiceType::Rc | ServiceType::Uc | ServiceType::Xrc)
-                    && q.mtu == 0
+                if matches!(
+                    q.st,
+                    ServiceType::Rc | ServiceType::Uc | ServiceType::Xrc | ServiceType::Dci
+                ) && q.mtu == 0
                 {
                     return Err(bad_param(syndrome::OUT_OF_RANGE));
                 }
@@ -319,6 +420,9 @@ impl Hca {
             .set(qpc::min_rnr_nak, q.min_rnr_nak)
             .set(qpc::next_rcv_psn, q.next_rcv_psn)
             .set(qpc::cqn_rcv, q.cqn_rcv)
+            .set(qpc::cs_req, q.cs_req)
+            .set(qpc::cs_res, q.cs_res)
+            .set(qpc::req_e2e_credit_mode, q.e2e_credit_mode)
             .set(qpc::q_key, q.qkey)
             .set(qpc::dbr_addr, q.dbr);
         if let Some((srqn, xrcd)) = self.qp_srq(qpn) {
