@@ -666,3 +666,40 @@ fn dci_requests_need_the_dc_batch_and_a_destination() {
     ));
     let _ = (&d1, &d2, &rcq, &srq, &dct, &src, &dst);
 }
+
+#[test]
+fn a_dci_reads_a_small_result_through_its_cqe() {
+    dc_pair!(None, 3 => h1, d1, d2, p1, p2, scq, dci, rcq, srq, dct, src, dst, to);
+    // A second DCI that asks for requester scatter to CQE without signaling everything.
+    let mut attr = dci_attr(None);
+    attr.comp_mask |= DvQpInitAttrMask::QP_CREATE_FLAGS;
+    attr.create_flags = DvQpCreateFlags::ALLOW_SCATTER_TO_CQE;
+    let mut dci2 = p1
+        .create_qp_dv(&QpInitAttr::new(QpType::Driver, &scq, &scq, cap()), &attr)
+        .unwrap()
+        .into_qp()
+        .unwrap();
+    dci_to_rts(&mut dci2, 3);
+    dst.buf().write_bytes(100, b"sixteen bytes!!!").unwrap();
+    let before = h1.model().with(|h| h.scattered_to_cqe());
+    dci2.send_batch_dc(|b| {
+        b.set_dc_addr(&to);
+        b.rdma_read(
+            1,
+            SendFlags::SIGNALED,
+            dst.addr() + 100,
+            dst.rkey().raw(),
+            &[sge(&src, 200, 10), sge(&src, 300, 6)],
+        )
+        .unwrap();
+    })
+    .unwrap();
+    let wc = poll_one(&mut scq);
+    assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, 16));
+    assert_eq!(h1.model().with(|h| h.scattered_to_cqe()) - before, 1);
+    let mut got = [0u8; 16];
+    src.buf().read_bytes(200, &mut got[..10]).unwrap();
+    src.buf().read_bytes(300, &mut got[10..]).unwrap();
+    assert_eq!(&got, b"sixteen bytes!!!");
+    let _ = (&d1, &d2, &rcq, &srq, &dct, &dci);
+}

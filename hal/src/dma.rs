@@ -60,6 +60,15 @@ pub enum DmaError {
         /// Alignment asked for.
         align: usize,
     },
+    /// A device-address access ([`Hal::dma_write`](crate::Hal::dma_write)) outside the
+    /// memory the backend maps, or on a backend that cannot reach its memory by device
+    /// address.
+    NotMapped {
+        /// First device address of the access.
+        iova: u64,
+        /// Length of the access.
+        len: usize,
+    },
 }
 
 impl fmt::Display for DmaError {
@@ -75,6 +84,9 @@ impl fmt::Display for DmaError {
             ),
             DmaError::NoMemory { len } => write!(f, "no DMA memory left for {len} bytes"),
             DmaError::BadAlignment { align } => write!(f, "unsupported DMA alignment {align:#x}"),
+            DmaError::NotMapped { iova, len } => {
+                write!(f, "{len} bytes at device address {iova:#x} are not mapped")
+            }
         }
     }
 }

@@ -73,6 +73,42 @@ pub unsafe trait Hal {
         core::hint::spin_loop();
     }
 
+    /// Whether [`Hal::dma_read`] and [`Hal::dma_write`] reach this backend's memory by device
+    /// address. Without it the driver never asks the device to leave data to software to
+    /// place (mlx5's scatter to CQE).
+    fn dma_by_iova(&self) -> bool {
+        false
+    }
+
+    /// Reads `dst.len()` bytes at device address `iova` of memory [`Hal::dma_alloc`] handed
+    /// out and the backend still maps, as the device would read it.
+    ///
+    /// # Errors
+    /// [`DmaError::NotMapped`] outside that memory, or on a backend without
+    /// [`Hal::dma_by_iova`] (the default).
+    fn dma_read(&self, iova: Iova, dst: &mut [u8]) -> Result<(), DmaError> {
+        Err(DmaError::NotMapped {
+            iova: iova.0,
+            len: dst.len(),
+        })
+    }
+
+    /// Writes `src` at device address `iova` of memory [`Hal::dma_alloc`] handed out and the
+    /// backend still maps, as the device would by DMA (atomic stores, as every access to
+    /// DMA memory). mlx5 leaves one such write to software: a small message the device puts
+    /// in a completion ("scatter to CQE") is copied to its receive buffers by the driver,
+    /// as rdma-core copies it with `memcpy` where the device address is the process's.
+    ///
+    /// # Errors
+    /// [`DmaError::NotMapped`] outside that memory, or on a backend without
+    /// [`Hal::dma_by_iova`] (the default).
+    fn dma_write(&self, iova: Iova, src: &[u8]) -> Result<(), DmaError> {
+        Err(DmaError::NotMapped {
+            iova: iova.0,
+            len: src.len(),
+        })
+    }
+
     /// Resets the function (a PCI function-level reset or the platform's equivalent): the
     /// device forgets every object and page and stops all DMA, so a new bring-up can follow
     /// a device whose command interface stopped answering. Memory the driver leaked then
@@ -127,5 +163,17 @@ unsafe impl<T: Hal> Hal for &T {
 
     fn function_reset(&self) -> Result<(), ResetError> {
         (**self).function_reset()
+    }
+
+    fn dma_by_iova(&self) -> bool {
+        (**self).dma_by_iova()
+    }
+
+    fn dma_read(&self, iova: Iova, dst: &mut [u8]) -> Result<(), DmaError> {
+        (**self).dma_read(iova, dst)
+    }
+
+    fn dma_write(&self, iova: Iova, src: &[u8]) -> Result<(), DmaError> {
+        (**self).dma_write(iova, src)
     }
 }

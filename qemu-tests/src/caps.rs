@@ -109,10 +109,10 @@ pub fn general_caps(cfg: &ModelConfig) -> (Vec<u8>, Vec<u8>) {
             (c::num_vhca_ports, u64::from(cfg.num_ports)),
             // DC (Linux `handle_hca_cap` turns `dct` on when supported), with DCI streams as
             // ConnectX-7 reports them.
-            (c::dct, 1),
+            (c::dct, u64::from(cfg.dc)),
             (c::log_max_dct_connections, 10),
-            (c::log_max_dci_stream_channels, 4),
-            (c::log_max_dci_errored_streams, 2),
+            (c::log_max_dci_stream_channels, if cfg.dc { 4 } else { 0 }),
+            (c::log_max_dci_errored_streams, if cfg.dc { 2 } else { 0 }),
             (c::max_wqe_sz_sq_dc, 1024),
             (c::log_max_ra_req_dc, 4),
             (c::log_max_ra_res_dc, 4),

@@ -48,6 +48,8 @@ pub struct ModelConfig {
     /// model keeps the QP context's `req_e2e_credit_mode` and reports it; it models no
     /// credits, message- or packet-based.
     pub qp_packet_based: bool,
+    /// DC transport (`cmd_hca_cap.dct`, DCI streams); off, the device has no DC at all.
+    pub dc: bool,
     /// Faults to inject.
     pub faults: Faults,
 }
@@ -70,6 +72,7 @@ impl Default for ModelConfig {
             msix_vectors: 64,
             atomic_host_endianness: true,
             qp_packet_based: false,
+            dc: true,
             faults: Faults::default(),
         }
     }

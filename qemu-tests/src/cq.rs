@@ -152,7 +152,8 @@ impl Hca {
             return Err(());
         };
         let owner = ((cq.producer >> cq.log_size) & 1) as u8;
-        cqe[63] = (cqe[63] & 0xf0) | (cqe[63] & 0x02) | owner;
+        // op_own: opcode, CQE format (data in the CQE), solicited event; then the owner bit.
+        cqe[63] = (cqe[63] & 0xfe) | owner;
         let at = cq.cqe_iova(cq.producer);
         let wrote = self
             .dma

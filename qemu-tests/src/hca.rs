@@ -120,6 +120,8 @@ pub struct Hca {
     pub(crate) late: crate::late::LateQueue,
     /// UMR work requests executed, and refused with an error completion.
     pub(crate) umrs: (u64, u64),
+    /// CQEs written with their data inside (scatter to CQE).
+    pub(crate) scattered_to_cqe: u64,
     /// QPs, CQs and SRQs created with a non-zero `page_offset`.
     pub(crate) offset_queues: u64,
     /// The fabric joining this HCA to others, if any.
@@ -187,6 +189,7 @@ impl Hca {
             stalled_sqs: BTreeSet::new(),
             late: crate::late::LateQueue::default(),
             umrs: (0, 0),
+            scattered_to_cqe: 0,
             offset_queues: 0,
             fabric: None,
             next_object: 0,
@@ -246,6 +249,11 @@ impl Hca {
     /// UMR work requests executed so far: (done, refused with an error completion).
     pub fn umr_counts(&self) -> (u64, u64) {
         self.umrs
+    }
+
+    /// CQEs written with the message (or READ/atomic result) inside them: scatter to CQE.
+    pub fn scattered_to_cqe(&self) -> u64 {
+        self.scattered_to_cqe
     }
 
     /// How many QPs, CQs and SRQs were created with a non-zero `page_offset` (their buffer

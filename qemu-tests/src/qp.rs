@@ -341,6 +341,11 @@ impl Hca {
         self.flush_sq(qpn);
     }
 
+    /// QP `qpn`'s `req_e2e_credit_mode` (1: packet-based credits).
+    pub fn qp_e2e_credit_mode(&self, qpn: u32) -> Option<u8> {
+        self.qps.get(&qpn).map(|q| q.e2e_credit_mode)
+    }
+
     /// Transport retries QP `qpn` has made: retransmissions after no response or after a PSN
     /// sequence error NAK, over the QP's life.
     pub fn qp_retries(&self, qpn: u32) -> Option<u64> {

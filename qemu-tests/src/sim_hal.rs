@@ -184,6 +184,29 @@ unsafe impl Hal for SimHal {
         }
     }
 
+    /// The model's memory is reached by device address as the device reaches it.
+    fn dma_by_iova(&self) -> bool {
+        true
+    }
+
+    fn dma_read(&self, iova: bareverbs_hal::Iova, dst: &mut [u8]) -> Result<(), DmaError> {
+        use crate::dma::AddressSpace;
+        let len = dst.len();
+        self.mem
+            .read(iova.0, dst)
+            .map_err(|_| DmaError::NotMapped { iova: iova.0, len })
+    }
+
+    fn dma_write(&self, iova: bareverbs_hal::Iova, src: &[u8]) -> Result<(), DmaError> {
+        use crate::dma::AddressSpace;
+        self.mem
+            .write(iova.0, src)
+            .map_err(|_| DmaError::NotMapped {
+                iova: iova.0,
+                len: src.len(),
+            })
+    }
+
     fn relax(&self) {
         match self.shared.drive {
             Drive::Synchronous => self.delay(Duration::from_micros(1)),

@@ -42,9 +42,9 @@
 //! and any posted later, are flushed, receives go on, and SQERR2RTS_QP resumes sending.
 
 use bareverbs_firmware_cmd::ifc::{
-    cqe64, eqe_qp_srq, event_type, fm_ce_se, make_op_own, wqe_data_seg, wqe_opcode,
-    wqe_srq_next_seg, wqe_xrc_seg, Cqe64, CqeOpcode, EqeQpSrq, WqeDataSeg, WqeSrqNextSeg,
-    WqeXrcSeg, EQE_DCT_DCTN, INLINE_SEG,
+    cqe64, cqe_format, eqe_qp_srq, event_type, fm_ce_se, make_op_own, qpc_scatter, wqe_data_seg,
+    wqe_opcode, wqe_srq_next_seg, wqe_xrc_seg, Cqe64, CqeOpcode, EqeQpSrq, WqeDataSeg,
+    WqeSrqNextSeg, WqeXrcSeg, EQE_DCT_DCTN, INLINE_SEG,
 };
 use bareverbs_firmware_cmd::layout::{Layout, View, ViewMut};
 
@@ -257,6 +257,9 @@ fn psn_add(psn: u32, n: u32) -> u32 {
 enum Outcome {
     /// Completed; `byte_cnt` for READ and atomics.
     Done(u32),
+    /// A READ or atomic completed whose result goes in its CQE, not to memory (requester
+    /// scatter to CQE).
+    DoneInline(Vec<u8>),
     /// Completed with an error syndrome.
     Failed(u8),
     /// Leave it queued (receiver not ready, retries left).
@@ -353,7 +356,7 @@ impl Hca {
                         q.sq_consumed = q.sq_consumed.wrapping_add(w.bbs);
                     }
                 }
-                Outcome::Done(bytes) => {
+                Outcome::Done(_) | Outcome::DoneInline(_) => {
                     if let Some(q) = self.qps.get_mut(&qpn) {
                         q.sq_consumed = q.sq_consumed.wrapping_add(w.bbs);
                         q.rnr_tries = 0;
@@ -361,12 +364,22 @@ impl Hca {
                     }
                     if w.signaled {
                         let mut c = [0u8; 64];
+                        let bytes = match &outcome {
+                            Outcome::DoneInline(data) => {
+                                c[..data.len()].copy_from_slice(data);
+                                c[0x3f] = cqe_format::INLINE_DATA32_SEG << 2;
+                                self.scattered_to_cqe += 1;
+                                data.len() as u32
+                            }
+                            Outcome::Done(bytes) => *bytes,
+                            _ => 0,
+                        };
                         c[0x2c..0x30].copy_from_slice(&bytes.to_be_bytes());
                         c[0x38..0x3c]
                             .copy_from_slice(&((u32::from(w.opcode) << 24) | qpn).to_be_bytes());
                         c[0x3c..0x3e].copy_from_slice(&w.wqe_index.to_be_bytes());
                         set_srqn_uidx(&mut c, self.cqe_srqn_uidx(&qp, None));
-                        c[0x3f] = make_op_own(CqeOpcode::Req.into(), 0);
+                        c[0x3f] |= make_op_own(CqeOpcode::Req.into(), 0);
                         self.post_cqe(qp.cqn_snd, c, false);
                     }
                 }
@@ -848,7 +861,14 @@ impl Hca {
             (true, Some(h)) => self.scatter(pd, &sges, 0, h),
             _ => Ok(()),
         };
-        let r = if rdma_imm {
+        // Scatter to CQE (`qpc.cs_res`, Linux sets it for RC and UC): a SEND of up to 32
+        // bytes lands in the first 32 bytes of the CQE, where rdma-core 56 cq.c
+        // `handle_responder` copies it from (`MLX5_INLINE_SCATTER_32`); the receive buffers
+        // are left to the driver. The CQE fields in those bytes (path bits, SLID, source QP)
+        // are then the data's.
+        let inline =
+            !rdma_imm && !ud && rqp.cs_res == qpc_scatter::RES_DATA32 && req.payload.len() <= 32;
+        let r = if rdma_imm || inline {
             Ok(())
         } else {
             grh.and_then(|()| self.scatter(pd, &sges, skip, &req.payload))
@@ -865,17 +885,24 @@ impl Hca {
             return Err(s);
         }
         let bytes = (req.payload.len() + skip as usize) as u32;
-        // ml_path: the DLID's path bits, the low LMC bits (rdma-core: ml_path & 0x7f).
-        c[0x11] = self.path_bits(req.dlid);
-        c[0x16..0x18].copy_from_slice(&req.slid.to_be_bytes());
-        // flags_rqpn: bits 29:28 say a GRH arrived (1: IB GRH), 27:24 the SL, 23:0 the QPN.
-        let g = if ud && req.grh.is_some() {
-            1u32 << 28
+        if inline {
+            c[..req.payload.len()].copy_from_slice(&req.payload);
+            self.scattered_to_cqe += 1;
         } else {
-            0
-        };
-        c[0x18..0x1c]
-            .copy_from_slice(&(g | (u32::from(req.sl & 0xf) << 24) | req.src_qpn).to_be_bytes());
+            // ml_path: the DLID's path bits, the low LMC bits (rdma-core: ml_path & 0x7f).
+            c[0x11] = self.path_bits(req.dlid);
+            c[0x16..0x18].copy_from_slice(&req.slid.to_be_bytes());
+            // flags_rqpn: bits 29:28 say a GRH arrived (1: IB GRH), 27:24 the SL, 23:0 the
+            // QPN.
+            let g = if ud && req.grh.is_some() {
+                1u32 << 28
+            } else {
+                0
+            };
+            c[0x18..0x1c].copy_from_slice(
+                &(g | (u32::from(req.sl & 0xf) << 24) | req.src_qpn).to_be_bytes(),
+            );
+        }
         c[0x24..0x28].copy_from_slice(&req.imm.unwrap_or(u32::from(rqp.pkey_index)).to_be_bytes());
         c[0x2c..0x30].copy_from_slice(&bytes.to_be_bytes());
         let op = match (rdma_imm, req.imm.is_some()) {
@@ -883,7 +910,12 @@ impl Hca {
             (false, true) => CqeOpcode::RespSendImm,
             (false, false) => CqeOpcode::RespSend,
         };
-        c[0x3f] = make_op_own(op.into(), 0) | if req.solicited { 0x02 } else { 0 };
+        let format = if inline {
+            cqe_format::INLINE_DATA32_SEG << 2
+        } else {
+            0
+        };
+        c[0x3f] = make_op_own(op.into(), 0) | if req.solicited { 0x02 } else { 0 } | format;
         self.post_cqe(cqn, c, req.solicited);
         Ok(())
     }
@@ -1359,9 +1391,18 @@ impl Hca {
                             }
                             _ => data,
                         };
-                        match self.scatter(qp.pd, &w.sges, 0, &data) {
-                            Ok(()) => Outcome::Done(data.len() as u32),
-                            Err(s) => Outcome::Failed(s),
+                        // Requester scatter to CQE (`qpc.cs_req`): a result of up to 32 bytes
+                        // goes in the CQE (rdma-core 56 cq.c `mlx5_copy_to_send_wqe`). Linux
+                        // asks for it only when every request is signaled (or with
+                        // MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE); what hardware does for an
+                        // unsignaled one is not in public sources: here it goes to memory.
+                        if qp.cs_req == qpc_scatter::REQ_DATA32 && w.signaled && data.len() <= 32 {
+                            Outcome::DoneInline(data)
+                        } else {
+                            match self.scatter(qp.pd, &w.sges, 0, &data) {
+                                Ok(()) => Outcome::Done(data.len() as u32),
+                                Err(s) => Outcome::Failed(s),
+                            }
                         }
                     }
                     _ => Outcome::Done(0),
@@ -1408,7 +1449,8 @@ impl Hca {
                     Outcome::Wait
                 }
             };
-            if matches!(out, Outcome::Done(_)) && qp.st != ServiceType::Ud {
+            if matches!(out, Outcome::Done(_) | Outcome::DoneInline(_)) && qp.st != ServiceType::Ud
+            {
                 // The request's packets are spent: the next one starts after them.
                 if let Some(q) = self.qps.get_mut(&qp.qpn) {
                     q.next_send_psn = psn_add(req.psn, packets(kind, msg_len, qp.mtu));

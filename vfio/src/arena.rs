@@ -148,6 +148,26 @@ impl Arena {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Runs `f` on the CPU address of `len` bytes at device address `iova`, if they lie in
+    /// one mapped chunk (the reach the device has through the IOMMU).
+    pub(crate) fn with_iova<R>(
+        &self,
+        iova: u64,
+        len: usize,
+        f: impl FnOnce(NonNull<u8>) -> R,
+    ) -> Result<R, DmaError> {
+        let st = self.lock();
+        let not_mapped = DmaError::NotMapped { iova, len };
+        let (&base, chunk) = st.chunks.range(..=iova).next_back().ok_or(not_mapped)?;
+        let off = (iova - base) as usize;
+        if off.checked_add(len).is_none_or(|end| end > chunk.size) {
+            return Err(not_mapped);
+        }
+        // SAFETY: off + len <= chunk.size: inside the chunk's mapping, which stays mapped
+        // while the lock is held.
+        Ok(f(unsafe { chunk.cpu.add(off) }))
+    }
+
     /// Maps one more chunk now, so that configuration problems (no locked memory, IOMMU
     /// refusals) surface as a [`VfioError`] when the device is opened rather than later.
     ///

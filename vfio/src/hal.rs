@@ -397,6 +397,26 @@ unsafe impl Hal for VfioHal {
         clock::delay(d)
     }
 
+    /// DMA memory is the arena's: reached by device address through its chunks.
+    fn dma_by_iova(&self) -> bool {
+        true
+    }
+
+    fn dma_read(&self, iova: bareverbs_hal::Iova, dst: &mut [u8]) -> Result<(), DmaError> {
+        // SAFETY: the range lies in a mapped chunk (checked by `with_iova`), DMA memory that
+        // is only accessed atomically while shared.
+        self.arena.with_iova(iova.0, dst.len(), |p| unsafe {
+            crate::dma_copy::read(p, dst)
+        })
+    }
+
+    fn dma_write(&self, iova: bareverbs_hal::Iova, src: &[u8]) -> Result<(), DmaError> {
+        // SAFETY: as in `dma_read`.
+        self.arena.with_iova(iova.0, src.len(), |p| unsafe {
+            crate::dma_copy::write(p, src)
+        })
+    }
+
     /// `VFIO_DEVICE_RESET`.
     fn function_reset(&self) -> Result<(), bareverbs_hal::ResetError> {
         sys::device_reset(&self.device)

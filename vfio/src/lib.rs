@@ -28,6 +28,7 @@ mod arena;
 mod bdf;
 pub mod bind;
 mod clock;
+mod dma_copy;
 mod error;
 mod free_list;
 mod hal;

@@ -237,6 +237,17 @@ impl VfioUserHal {
         })
     }
 
+    /// The CPU address of `len` bytes at device address `iova`, if they lie in the region.
+    fn region_at(&self, iova: u64, len: usize) -> Result<NonNull<u8>, DmaError> {
+        let off = iova
+            .checked_sub(VFIO_USER_IOVA)
+            .and_then(|o| usize::try_from(o).ok())
+            .filter(|o| o.checked_add(len).is_some_and(|end| end <= self.region.len))
+            .ok_or(DmaError::NotMapped { iova, len })?;
+        // SAFETY: off + len <= the region's length.
+        Ok(unsafe { self.region.base.add(off) })
+    }
+
     /// Reads PCI configuration space.
     ///
     /// # Errors
@@ -262,6 +273,25 @@ unsafe impl Hal for VfioUserHal {
 
     fn bar0(&self) -> &VfioUserMmio {
         &self.mmio
+    }
+
+    /// DMA memory is the one memfd region, at `VFIO_USER_IOVA` on the device's side.
+    fn dma_by_iova(&self) -> bool {
+        true
+    }
+
+    fn dma_read(&self, iova: Iova, dst: &mut [u8]) -> Result<(), DmaError> {
+        let p = self.region_at(iova.0, dst.len())?;
+        // SAFETY: inside the mapped region (`region_at`), DMA memory accessed atomically.
+        unsafe { crate::dma_copy::read(p, dst) };
+        Ok(())
+    }
+
+    fn dma_write(&self, iova: Iova, src: &[u8]) -> Result<(), DmaError> {
+        let p = self.region_at(iova.0, src.len())?;
+        // SAFETY: as in `dma_read`.
+        unsafe { crate::dma_copy::write(p, src) };
+        Ok(())
     }
 
     fn dma_alloc(&self, len: usize, align: usize) -> Result<DmaBuf<VfioUserDma>, DmaError> {

@@ -41,6 +41,8 @@ pub struct Book<H: Hal> {
     pub(crate) rq_head: AtomicU16,
     /// The CQs the send and the receive queue complete into.
     pub(crate) cqns: [u32; 2],
+    /// Where the QP's work queues are, on QPs that scatter to CQEs (`cq_scatter.rs`).
+    pub(crate) ring: Option<crate::verbs::cq_scatter::WqRing>,
 }
 
 impl<H: Hal> Book<H> {
@@ -55,6 +57,7 @@ impl<H: Hal> Book<H> {
             sq_head: AtomicU16::new(0),
             rq_head: AtomicU16::new(0),
             cqns,
+            ring: None,
         }
     }
 

@@ -16,6 +16,7 @@ use crate::uar::Uar;
 use crate::verbs::book::{BookView, Books};
 use crate::verbs::comp_channel::{cq_count, CompChannel, CqEvents, CHANNEL_CQS};
 use crate::verbs::cq_clean::{before, Purges};
+use crate::verbs::cq_scatter;
 use crate::verbs::ring_pages::{alloc_ring, RingPages, MAX_PAGE};
 use crate::verbs::wc::{Wc, WcFlags, WcOpcode, WcStatus};
 
@@ -250,6 +251,29 @@ fn complete(book: Option<&BookView<'_>>, is_send: bool, counter: u16) -> u64 {
 #[inline(never)]
 fn book_view<'b, H: Hal>(books: &'b Books<H>, qpn: u32) -> Option<BookView<'b>> {
     books.get(&qpn).and_then(|b| b.view())
+}
+
+/// [`cq_scatter::scatter`], out of the poll loop.
+#[cold]
+#[inline(never)]
+fn scatter_cold<H: Hal>(
+    dev: &Device<H>,
+    books: &Books<H>,
+    cqe: Slot<'_, CQE_BYTES>,
+    op_own: u8,
+) -> Result<(), WcStatus> {
+    cq_scatter::scatter(dev, books, cqe, op_own)
+}
+
+/// The completion of a CQE that carried data: the fields the data overwrote cleared, and the
+/// scatter's failure, if any, as its status.
+#[cold]
+#[inline(never)]
+fn scattered_cold(r: Result<(), WcStatus>, wc: &mut Wc) {
+    cq_scatter::clear_overwritten(wc);
+    if let Err(status) = r {
+        wc.status = status;
+    }
 }
 
 /// `ibv_wc_opcode` of a requester completion from the WQE opcode in the CQE.
@@ -524,8 +548,14 @@ impl<H: Hal> Cq<'_, H> {
                     continue 'runs;
                 }
                 ci = ci.wrapping_add(1);
+                // Data in the CQE goes to the WQE's buffers before the WQE is handed back.
+                let scattered = (op_own & cq_scatter::FORMAT_MASK != 0)
+                    .then(|| scatter_cold(self.dev, &books, cqe, op_own));
                 Self::decode(cqe, op_own, sop, book.as_ref(), &mut wc[n]);
                 crate::verbs::xrc::srq_wr_id(self.dev, cqe, op_own, &mut wc[n]);
+                if let Some(r) = scattered {
+                    scattered_cold(r, &mut wc[n]);
+                }
                 n += 1;
             }
         }

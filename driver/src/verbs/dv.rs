@@ -9,7 +9,9 @@
 //! mlx5_ib `process_vendor_flags` / `process_create_flags` (qp.c), in that order.
 
 use bareverbs_firmware_cmd::commands::Rts2RtsQp;
-use bareverbs_firmware_cmd::ifc::{qpc_ext, qpc_opt_mask_32, rts2rts_qp_ext_in, Rts2RtsQpExtIn};
+use bareverbs_firmware_cmd::ifc::{
+    qpc_ext, qpc_opt_mask_32, qpc_scatter, rts2rts_qp_ext_in, Rts2RtsQpExtIn,
+};
 use bareverbs_firmware_cmd::{Layout, ViewMut};
 use bareverbs_hal::Hal;
 use bitflags::bitflags;
@@ -271,8 +273,17 @@ const CREATE_FLAG_FEATURES: [(DvQpCreateFlags, DvFeature); 7] = [
 
 /// Checks `dv` for a QP of `attr`'s type on a device with `caps`, and works out what it adds
 /// to the QP's context. Nothing is sent to the device.
+///
+/// Scatter to CQE is on by default, as the seed says and rdma-core does: a QP asks the device
+/// to put received SENDs of up to 32 bytes (RC, UC) and READ and atomic results of up to 32
+/// bytes (RC and DCI requesters, when every request is signaled or with
+/// [`DvQpCreateFlags::ALLOW_SCATTER_TO_CQE`]) inside the CQE, which the poll then copies
+/// (`cq_scatter.rs`); `dma_by_iova` says whether the HAL lets the poll do so. A DCT never
+/// does: mlx5 scatters to a DCT's CQEs only when they are 128 bytes (Linux `create_dct`),
+/// and this driver's CQEs are 64.
 pub(crate) fn plan(
     caps: &crate::caps::Caps,
+    dma_by_iova: bool,
     qp_type: QpType,
     has_srq: bool,
     sq_sig_all: bool,
@@ -349,6 +360,14 @@ pub(crate) fn plan(
             DvQpCreateFlags::ALLOW_SCATTER_TO_CQE if !caps.scatter_to_cqe => {
                 Some(DvRefusal::NoDeviceCap {
                     cap: "sctr_data_cqe",
+                })
+            }
+            DvQpCreateFlags::ALLOW_SCATTER_TO_CQE if !dma_by_iova => Some(DvRefusal::NotInDriver {
+                needs: "a HAL that reaches DMA memory by device address (Hal::dma_by_iova)",
+            }),
+            DvQpCreateFlags::ALLOW_SCATTER_TO_CQE if dci && !caps.dc_req_scatter_to_cqe => {
+                Some(DvRefusal::NoDeviceCap {
+                    cap: "dc_req_sctr_data_cqe",
                 })
             }
             // The requester side scatters for RC and DCI only (Linux
@@ -464,7 +483,18 @@ pub(crate) fn plan(
             what: Invalid::NoReceiveQueue,
         });
     }
-    let _ = sq_sig_all;
+    let scatter = caps.scatter_to_cqe
+        && dma_by_iova
+        && !flags.contains(DvQpCreateFlags::DISABLE_SCATTER_TO_CQE);
+    if scatter {
+        if matches!(qp_type, QpType::Rc | QpType::Uc) {
+            x.cs_res = qpc_scatter::RES_DATA32;
+        }
+        let requester = qp_type == QpType::Rc || (dci && caps.dc_req_scatter_to_cqe);
+        if requester && (sq_sig_all || flags.contains(DvQpCreateFlags::ALLOW_SCATTER_TO_CQE)) {
+            x.cs_req = qpc_scatter::REQ_DATA32;
+        }
+    }
     Ok(x)
 }
 
@@ -485,7 +515,14 @@ impl<'d, H: Hal> Pd<'d, H> {
         dv: &DvQpInitAttr,
     ) -> Result<DvQp<'_, 'd, H>, Error> {
         let caps = self.dev.info().caps;
-        let x = plan(&caps, attr.qp_type, attr.srq.is_some(), attr.sq_sig_all, dv)?;
+        let x = plan(
+            &caps,
+            self.dev.hal.dma_by_iova(),
+            attr.qp_type,
+            attr.srq.is_some(),
+            attr.sq_sig_all,
+            dv,
+        )?;
         if dv.comp_mask.contains(DvQpInitAttrMask::DC) && dv.dc_init_attr.dc_type == DcType::Dct {
             return Ok(DvQp::Dct(crate::verbs::dct::create(
                 self,

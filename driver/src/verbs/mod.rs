@@ -51,6 +51,7 @@ pub mod cq;
 pub(crate) mod cq_clean;
 pub(crate) mod cq_flush;
 pub(crate) mod cq_orphan;
+pub(crate) mod cq_scatter;
 pub mod dct;
 pub mod dv;
 pub mod mcast;

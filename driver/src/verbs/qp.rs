@@ -577,7 +577,17 @@ impl<'d, H: Hal> Pd<'d, H> {
         let [buf, dbr] =
             dev.exec_handing_over::<CreateQp, 2>(&mut i[..ilen], &mut o, [buf, dbr])?;
         let qpn = Qpn(View::<CreateQpOut>::new_checked(&o)?.get32(create_qp_out::qpn));
-        let book = Book::new(book_mem, log_sq_bbs, log_rq, [scqn, rcqn]);
+        let mut book = Book::new(book_mem, log_sq_bbs, log_rq, [scqn, rcqn]);
+        if dv.cs_req != 0 || dv.cs_res != 0 {
+            book.ring = Some(crate::verbs::cq_scatter::WqRing {
+                iova: buf.iova().0,
+                sq_base: rq_bytes as u64,
+                log_sq: log_sq_bbs,
+                log_rq,
+                rq_shift,
+                dci: attr.qp_type == QpType::Driver,
+            });
+        }
         if let Err(e) = register(dev, qpn, book, [scqn, rcqn]) {
             // Another thread filled the table after the check above: the QP goes again.
             if !destroy_unregistered(dev, qpn, [buf, dbr]) {

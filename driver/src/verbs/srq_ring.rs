@@ -174,6 +174,30 @@ impl<H: Hal> SrqBook<H> {
         self.dbr.leak();
     }
 
+    /// The scatter list of the WQE at `index` (scatter to CQE, `cq_scatter.rs`).
+    pub(crate) fn wqe_sges<const N: usize>(
+        &self,
+        index: u16,
+        sges: &mut heapless::Vec<(u64, u32), N>,
+    ) {
+        let base = usize::from(index & self.mask()) << self.log_stride;
+        // After the 16-byte next segment.
+        for k in 1..(1usize << self.log_stride) / 16 {
+            let mut seg = [0u8; 16];
+            if self.ring.read_bytes(base + 16 * k, &mut seg).is_err() {
+                return;
+            }
+            let be32 = |o: usize| u32::from_be_bytes([seg[o], seg[o + 1], seg[o + 2], seg[o + 3]]);
+            if be32(4) == bareverbs_firmware_cmd::ifc::INVALID_LKEY
+                || sges
+                    .push(((u64::from(be32(8)) << 32) | u64::from(be32(12)), be32(0)))
+                    .is_err()
+            {
+                return;
+            }
+        }
+    }
+
     fn next_at(&self, index: u16) -> usize {
         (usize::from(index) << self.log_stride) + wqe_srq_next_seg::next_wqe_index.bit / 8
     }
