@@ -63,6 +63,7 @@ done
 cargo run --locked -q -p bareverbs-examples --bin srq_pingpong -- -n 200 -s 1024 -c -p $((20000 + RANDOM % 20000)) >/dev/null
 cargo run --locked -q -p bareverbs-examples --bin mcast -- -n 200 -r 2 >/dev/null
 cargo run --locked -q -p bareverbs-examples --bin dc_pingpong -- -n 200 -s 1024 -c -p $((20000 + RANDOM % 20000)) >/dev/null
+cargo run --locked -q -p bareverbs-examples --bin umr_interleaved >/dev/null
 cargo run --locked -q -p bareverbs-examples --bin xsrq_pingpong -- -c 3 -n 50 -s 1024 -p $((20000 + RANDOM % 20000)) >/dev/null
 # Event-driven (-e): completion channels, req_notify, get_cq_event, ack_cq_events.
 cargo run --locked -q -p bareverbs-examples --bin xsrq_pingpong -- -c 3 -n 50 -s 1024 -e -p $((20000 + RANDOM % 20000)) >/dev/null

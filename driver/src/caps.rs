@@ -113,6 +113,10 @@ pub struct Caps {
     pub log_max_dci_stream_channels: u8,
     /// log2 of the most errored streams a DCI tolerates (`log_max_dci_errored_streams`).
     pub log_max_dci_errored_streams: u8,
+    /// UMR may make indirect (KLM) keys (`umr_indirect_mkey_disabled` clear).
+    pub umr_indirect_mkey: bool,
+    /// log2 of the most entries of an indirect key (`log_max_klm_list_size`).
+    pub log_max_klm_list_size: u8,
 }
 
 fn pow2(log: u64) -> u32 {
@@ -173,6 +177,8 @@ impl Caps {
             qp_packet_based: g(c::qp_packet_based) != 0,
             log_max_dci_stream_channels: g(c::log_max_dci_stream_channels) as u8,
             log_max_dci_errored_streams: g(c::log_max_dci_errored_streams) as u8,
+            umr_indirect_mkey: g(c::umr_indirect_mkey_disabled) == 0,
+            log_max_klm_list_size: g(c::log_max_klm_list_size) as u8,
         }
     }
 

@@ -282,6 +282,13 @@ pub enum Invalid {
     DcDestination,
     /// A DCI stream id past the DCI's streams (stream 0 only without streams).
     DciStream,
+    /// Indirect-key flags without `INDIRECT` or with bits `MkeyInitFlags` does not define.
+    MkeyFlags,
+    /// Access flags outside local write, remote read, remote write and remote atomic.
+    AccessFlags,
+    /// A UMR work request on a QP created without the send operation
+    /// (`MLX5DV_QP_EX_WITH_*`), or with a key of another PD.
+    SendOpNotEnabled,
     /// A DCT transition other than RESET → INIT → RTR (Linux `mlx5_ib_modify_dct`), or a
     /// mask that is not exactly what that transition takes.
     DctTransition,
@@ -316,6 +323,8 @@ pub enum Limit {
     ///
     /// [`MAX_SHARED_XRC_QPS`]: crate::verbs::xrc::MAX_SHARED_XRC_QPS
     SharedXrcQps,
+    /// Entries of an indirect memory key (`log_max_klm_list_size`).
+    MkeyEntries,
     /// Bytes of a QP's work buffer: what one CREATE_QP can describe in the pages the HAL could
     /// align (992 pages; 2 MiB each on VFIO, 4 KiB with a HAL that aligns no further).
     QpBufferBytes,

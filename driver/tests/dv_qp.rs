@@ -289,6 +289,35 @@ fn every_mask_bit_and_flag_is_carried_out_or_refused_by_name() {
             Said::Refused(F::UnknownSendOps(1 << 7), "unknown"),
         ),
         (QpType::Rc, false, ops(DvSendOpsFlags::empty()), Said::Made),
+        (QpType::Rc, false, ops(DvSendOpsFlags::MR_LIST), Said::Made),
+        (
+            QpType::Rc,
+            false,
+            ops(DvSendOpsFlags::MR_INTERLEAVED),
+            Said::Made,
+        ),
+        (
+            QpType::Rc,
+            false,
+            ops(DvSendOpsFlags::MKEY_CONFIGURE),
+            Said::Made,
+        ),
+        (
+            QpType::Ud,
+            false,
+            ops(DvSendOpsFlags::MR_LIST),
+            Said::Refused(F::MrList, "type"),
+        ),
+        (
+            QpType::Driver,
+            false,
+            DvQpInitAttr {
+                comp_mask: DvQpInitAttrMask::DC | DvQpInitAttrMask::SEND_OPS_FLAGS,
+                send_ops_flags: DvSendOpsFlags::MKEY_CONFIGURE,
+                ..dci(None)
+            },
+            Said::Refused(F::MkeyConfigure, "type"),
+        ),
     ];
     for (k, (t, with_srq, dv, want)) in cases.into_iter().enumerate() {
         let attr = QpInitAttr {

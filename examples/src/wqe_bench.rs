@@ -2,7 +2,7 @@
 //! callgrind — our driver's `post_send`/`poll` and a hand-written minimum of the stores a WQE
 //! needs (and the loads a CQE needs), over rings of the same size. Not a timing benchmark.
 //!
-//! Usage: `wqe_bench driver-post|driver-batch|driver-poll|driver-poll-empty|min-post|min-post-mem|min-poll|min-poll-mem inline64|write4k BATCH ITERS`
+//! Usage: `wqe_bench driver-post|driver-batch|driver-dci|driver-poll|driver-poll-empty|min-post|min-post-mem|min-poll|min-poll-mem inline64|write4k BATCH ITERS`
 //!
 //! The measured work sits in the `#[inline(never)]` functions `bench_*`; the script collects
 //! instructions only inside them (and, for the driver, not inside the model's doorbell handler,
@@ -37,6 +37,49 @@ fn bench_driver_post<H: Hal>(qp: &mut Qp<'_, '_, H>, wrs: &[SendWr<'_>]) {
 #[inline(never)]
 fn bench_driver_batch<H: Hal>(qp: &mut Qp<'_, '_, H>, kind: Kind, reqs: &[MinReq<'_>], lkey: Lkey) {
     let ok = qp.send_batch(move |b| {
+        for r in black_box(reqs) {
+            let flags = if r.signaled {
+                SendFlags::SIGNALED
+            } else {
+                SendFlags::empty()
+            };
+            let res = match kind {
+                Kind::Write4k => b.rdma_write(
+                    r.wr_id,
+                    flags,
+                    r.raddr,
+                    r.rkey,
+                    &[Sge {
+                        addr: r.addr,
+                        length: r.len,
+                        lkey,
+                    }],
+                ),
+                Kind::Inline64 => b.send_inline(r.wr_id, flags, r.inline),
+            };
+            if res.is_err() {
+                return false;
+            }
+        }
+        true
+    });
+    if ok != Ok(true) {
+        std::process::exit(3);
+    }
+}
+
+/// The requests of [`bench_driver_batch`] from a DC initiator, each addressed to a DC target
+/// (`mlx5dv_wr_set_dc_addr` once per batch, then the same calls).
+#[inline(never)]
+fn bench_driver_dci<H: Hal>(
+    qp: &mut Qp<'_, '_, H>,
+    to: &DcDest,
+    kind: Kind,
+    reqs: &[MinReq<'_>],
+    lkey: Lkey,
+) {
+    let ok = qp.send_batch_dc(move |b| {
+        b.set_dc_addr(black_box(to));
         for r in black_box(reqs) {
             let flags = if r.signaled {
                 SendFlags::SIGNALED
@@ -383,7 +426,160 @@ fn main() {
             });
             black_box(sum);
         }
+        "driver-dci" => dci(kind, batch, iters),
         mode => driver(mode, kind, batch, iters),
+    }
+}
+
+/// A DCI sending to a DCT on the same model HCA (LID 1), `iters` batches of `batch`.
+fn dci(kind: Kind, batch: usize, iters: usize) {
+    let hal = SimHal::synchronous();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap_or_else(|e| panic!("{e}"));
+    let pd = dev.alloc_pd().unwrap_or_else(|e| panic!("{e}"));
+    let (mut scq, mut rcq) = (dev.create_cq(4095).unwrap(), dev.create_cq(4095).unwrap());
+    let srq = pd
+        .create_srq(&SrqInitAttr {
+            attr: SrqAttr {
+                max_wr: 4096,
+                max_sge: 1,
+                srq_limit: 0,
+            },
+            srq_context: 0,
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    let cap = QpCap {
+        max_send_wr: 32,
+        max_send_sge: 1,
+        max_inline_data: 64,
+        ..QpCap::default()
+    };
+    let dc = |dc_type| DvQpInitAttr {
+        comp_mask: DvQpInitAttrMask::DC,
+        dc_init_attr: DcInitAttr {
+            dc_type,
+            dct_access_key: 7,
+            ..DcInitAttr::default()
+        },
+        ..DvQpInitAttr::default()
+    };
+    let mut qp = pd
+        .create_qp_dv(
+            &QpInitAttr::new(QpType::Driver, &scq, &scq, cap),
+            &dc(DcType::Dci),
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+        .into_qp()
+        .unwrap();
+    let mut dct = pd
+        .create_qp_dv(
+            &QpInitAttr {
+                srq: Some(&srq),
+                ..QpInitAttr::new(QpType::Driver, &rcq, &rcq, cap)
+            },
+            &dc(DcType::Dct),
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+        .into_dct()
+        .unwrap();
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let path = AhAttr {
+        dlid: 1,
+        port_num: 1,
+        ..AhAttr::default()
+    };
+    let step = |r: Result<(), bareverbs::Error>| r.unwrap_or_else(|e| panic!("{e}"));
+    step(dct.modify(
+        &QpAttr {
+            qp_state: QpState::Init,
+            qp_access_flags: access,
+            port_num: 1,
+            ..QpAttr::default()
+        },
+        QpAttrMask::STATE | QpAttrMask::ACCESS_FLAGS | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT,
+    ));
+    step(dct.modify(
+        &QpAttr {
+            qp_state: QpState::Rtr,
+            path_mtu: Mtu::Mtu4096,
+            ah_attr: path,
+            ..QpAttr::default()
+        },
+        QpAttrMask::STATE | QpAttrMask::MIN_RNR_TIMER | QpAttrMask::AV | QpAttrMask::PATH_MTU,
+    ));
+    step(qp.modify(
+        &QpAttr {
+            qp_state: QpState::Init,
+            port_num: 1,
+            ..QpAttr::default()
+        },
+        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT,
+    ));
+    step(qp.modify(
+        &QpAttr {
+            qp_state: QpState::Rtr,
+            path_mtu: Mtu::Mtu4096,
+            ah_attr: path,
+            ..QpAttr::default()
+        },
+        QpAttrMask::STATE | QpAttrMask::PATH_MTU | QpAttrMask::AV,
+    ));
+    step(qp.modify(
+        &QpAttr {
+            qp_state: QpState::Rts,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            max_rd_atomic: 1,
+            ..QpAttr::default()
+        },
+        QpAttrMask::STATE
+            | QpAttrMask::TIMEOUT
+            | QpAttrMask::RETRY_CNT
+            | QpAttrMask::RNR_RETRY
+            | QpAttrMask::SQ_PSN
+            | QpAttrMask::MAX_QP_RD_ATOMIC,
+    ));
+    let mr = pd
+        .reg_mr(hal.dma_alloc(8192, 4096).unwrap().share(), access)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let to = pd
+        .create_ah(path)
+        .and_then(|ah| ah.dc_dest(dct.dctn().map_or(0, |d| d.raw()), 7))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let payload = [0x5au8; 64];
+    let reqs: Vec<MinReq<'_>> = (0..batch)
+        .map(|k| MinReq {
+            wr_id: 1,
+            raddr: mr.addr() + 4096,
+            rkey: mr.rkey().raw(),
+            addr: mr.addr(),
+            len: 4096,
+            lkey: mr.lkey().raw(),
+            signaled: k + 1 == batch,
+            inline: &payload,
+        })
+        .collect();
+    let rx = [Sge {
+        addr: mr.addr() + 4096,
+        length: 4096,
+        lkey: mr.lkey(),
+    }];
+    let recvs = vec![
+        RecvWr {
+            wr_id: 2,
+            sg_list: &rx
+        };
+        batch
+    ];
+    let mut wc = vec![Wc::EMPTY; batch];
+    for _ in 0..iters {
+        if kind == Kind::Inline64 {
+            srq.post_recv(&recvs).unwrap_or_else(|e| panic!("{e}"));
+        }
+        bench_driver_dci(&mut qp, &to, kind, &reqs, mr.lkey());
+        while scq.poll(&mut wc) > 0 {}
+        while rcq.poll(&mut wc) > 0 {}
     }
 }
 

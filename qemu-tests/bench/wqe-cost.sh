@@ -25,7 +25,7 @@ bench="$target/release/wqe_bench"
 # the model's doorbell handler (which plays the hardware) is toggled back off.
 count() {
   local out="$work/cg.out" extra=() fn
-  case "$2" in driver-post|driver-batch) extra=(--toggle-collect='*SimMmio*try_write64*') ;; esac
+  case "$2" in driver-post|driver-batch|driver-dci) extra=(--toggle-collect='*SimMmio*try_write64*') ;; esac
   case "$1" in "$work/c") fn="bench_c_$2" ;; *) fn="*::bench_${2//-/_}" ;; esac
   # The compiler folds bench_driver_poll_empty into bench_driver_poll (the same code).
   [ "$2" = driver-poll-empty ] && fn="*::bench_driver_poll"
@@ -58,6 +58,18 @@ for b in 1 8 32; do
   mm=$(per "$(count "$bench" min-poll-mem write4k "$b" "$iters")" "$n")
   c=$(per "$(count "$work/c" poll write4k "$b" "$iters")" "$n")
   echo "| poll CQE | $b | $d | – | $m | $mm | $c | $(ratio "$d" "$m") | – | $(ratio "$d" "$mm") |"
+done
+echo
+echo "| DC initiator, batch API (\\`send_batch_dc\\`) | batch | instructions per WQE | RC batch API | DCI / RC |"
+echo "|---|---|---|---|---|"
+for kind in inline64 write4k; do
+  for b in 1 8 32; do
+    n=$((iters * b))
+    d=$(per "$(count "$bench" driver-dci "$kind" "$b" "$iters")" "$n")
+    w=$(per "$(count "$bench" driver-batch "$kind" "$b" "$iters")" "$n")
+    label=$([ "$kind" = inline64 ] && echo "post 64-byte inline SEND" || echo "post 4 KiB RDMA WRITE")
+    echo "| $label | $b | $d | $w | $(ratio "$d" "$w") |"
+  done
 done
 e=$(per "$(count "$bench" driver-poll-empty write4k 1 "$iters")" "$iters")
 echo

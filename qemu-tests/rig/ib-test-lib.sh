@@ -64,6 +64,16 @@ ib_check_umr() {
   done
 }
 
+# ib_check_scatter TRACE...: some CQEs carried their message inside (scatter to CQE, which Linux
+# asks for on rdma-core's RC and UC QPs and rdma-core's poll copies out), on at least one HCA.
+ib_check_scatter() {
+  local t n=0
+  for t in "$@"; do
+    n=$((n + $(sed -n 's/^WORK .*scattered_to_cqe=\([0-9]*\).*/\1/p' "$t" | head -1)))
+  done
+  [ "$n" -gt 0 ] || bad "no CQE carried its data (scatter to CQE never ran): $(grep -h '^WORK' "$@")"
+}
+
 # ib_check_devinfo LOG DEV...: in the guest's `ibv_devinfo -v` output, each DEV is listed with
 # non-zero node and system-image GUIDs, and every port of it is PORT_ACTIVE with GID 0 and, on an
 # InfiniBand link layer, a LID.

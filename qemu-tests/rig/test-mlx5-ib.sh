@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Guest test: Linux mlx5_core + mlx5_ib and rdma-core 56 on two model HCAs (IB ports, one
 # fabric, one vfio-user server), no IOMMU. In the guest (guest-mlx5-ib.sh): ibv_devinfo -v,
-# ibv_rc/uc/ud/srq_pingpong with data checks at several sizes, ibv_xsrq_pingpong (XRC), perftest
+# ibv_rc/uc/ud/srq_pingpong with data checks at several sizes (16 bytes: scatter to CQE),
+# ibv_xsrq_pingpong (XRC), perftest
 # ib_write_bw, ib_read_bw, ib_atomic_bw, ib_send_lat between mlx5_0 and mlx5_1 over 127.0.0.1, then
 # rmmod. Passes only when
 #   - both modules load and both IB devices exist, every port PORT_ACTIVE with a LID and GID 0,
@@ -28,7 +29,7 @@ bad() { echo "FAIL: $*"; fail=1; }
 # shellcheck source=ib-test-lib.sh
 . "$here/ib-test-lib.sh"
 
-cases=${PP_CASES:-rc:64:50,rc:4096:50,rc:65536:10,uc:64:50,uc:4096:50,ud:64:50,ud:1024:50,srq:4096:20,xsrq:4096:20}
+cases=${PP_CASES:-rc:16:50,rc:64:50,rc:4096:50,rc:65536:10,uc:16:50,uc:64:50,uc:4096:50,ud:64:50,ud:1024:50,srq:16:20,srq:4096:20,xsrq:4096:20}
 # Soft-RoCE has no XRC ("Couldn't Open the XRC Domain 95": EOPNOTSUPP): the self-check runs
 # every other case.
 if [ -n "$selfcheck" ]; then cases=$(echo "$cases" | tr , '\n' | grep -v '^xsrq:' | paste -sd, -); fi
@@ -86,6 +87,9 @@ ib_check_pairs "$log" "${names[@]}" "${perfs[@]}"
 ib_check_kernel "$log"
 [ -n "$selfcheck" ] || ib_check_traces "$work/hca0.trace" "$work/hca1.trace"
 [ -n "$selfcheck" ] || ib_check_umr "$work/hca0.trace" "$work/hca1.trace"
+# The 16-byte cases: Linux sets cs_res on rdma-core's RC/UC QPs, the model puts the data in the
+# CQE, rdma-core's poll copies it and the pingpong checks it (-c).
+[ -n "$selfcheck" ] || ib_check_scatter "$work/hca0.trace" "$work/hca1.trace"
 
 ib_summary "$log"
 if [ -z "$selfcheck" ]; then

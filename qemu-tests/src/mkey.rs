@@ -28,6 +28,100 @@ pub enum Translation {
         /// Page addresses.
         pages: Vec<u64>,
     },
+    /// Indirect (`MLX5_MKC_ACCESS_MODE_KLMS`): the key's bytes are the entries' ranges, one
+    /// after the other, each through another key. Loaded by UMR (`umr.rs`).
+    Klm(Vec<Klm>),
+    /// Indirect, interleaved (a UMR repeat block on a KLM key, rdma-core
+    /// `mlx5dv_wr_mr_interleaved`): `repeat_count` rounds, each taking `byte_count` bytes
+    /// from every entry in turn, the entry's address moving by its stride each round.
+    Interleaved {
+        /// Rounds.
+        repeat_count: u32,
+        /// Entries.
+        entries: Vec<RepeatEnt>,
+    },
+}
+
+/// A KLM entry: `len` bytes at `addr` through key `key`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Klm {
+    /// Bytes.
+    pub len: u32,
+    /// Key the range is reached through.
+    pub key: u32,
+    /// Address in that key.
+    pub addr: u64,
+}
+
+/// A repeat-block entry (`struct mlx5_wqe_umr_repeat_ent_seg`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RepeatEnt {
+    /// Bytes taken per round.
+    pub byte_count: u16,
+    /// How far the address moves each round.
+    pub stride: u16,
+    /// Key the bytes are reached through.
+    pub key: u32,
+    /// Address of the first round's bytes.
+    pub va: u64,
+}
+
+/// `(key, address, bytes)`: a piece of an indirect key's bytes, in another key.
+pub type KeyPiece = (u32, u64, u64);
+
+impl Translation {
+    /// The `(key, address, bytes)` pieces of an indirect key's bytes `off..off + len` (from
+    /// the key's start), or `None` for a direct translation.
+    pub fn indirect_pieces(&self, off: u64, len: u64) -> Option<Result<Vec<KeyPiece>, KeyFault>> {
+        let mut out = Vec::new();
+        let (mut at, end) = (off, off.checked_add(len)?);
+        match self {
+            Translation::Physical | Translation::Mtt { .. } => return None,
+            Translation::Klm(list) => {
+                let mut base = 0u64;
+                for e in list {
+                    let top = base + u64::from(e.len);
+                    if at < end && at < top {
+                        let n = top.min(end) - at;
+                        out.push((e.key, e.addr + (at - base), n));
+                        at += n;
+                    }
+                    base = top;
+                }
+            }
+            Translation::Interleaved {
+                repeat_count,
+                entries,
+            } => {
+                let round: u64 = entries.iter().map(|e| u64::from(e.byte_count)).sum();
+                if round == 0 {
+                    return Some(Err(KeyFault::Bounds));
+                }
+                while at < end {
+                    let (r, mut within) = (at / round, at % round);
+                    if r >= u64::from(*repeat_count) {
+                        break;
+                    }
+                    for e in entries {
+                        let b = u64::from(e.byte_count);
+                        if within < b {
+                            let n = (b - within).min(end - at);
+                            let addr = e.va + r * u64::from(e.stride) + within;
+                            out.push((e.key, addr, n));
+                            at += n;
+                            break;
+                        }
+                        within -= b;
+                    }
+                }
+            }
+        }
+        Some(if at == end {
+            Ok(out)
+        } else {
+            Err(KeyFault::Bounds)
+        })
+    }
 }
 
 /// One memory key.
@@ -72,12 +166,15 @@ pub enum KeyFault {
 impl Mkey {
     /// Device-address pieces of `va..va + len`, checking bounds; rights and PD are the
     /// caller's to check.
+    /// An indirect key's pieces are other keys' ranges: [`Translation::indirect_pieces`],
+    /// resolved by the caller (`Hca::key_range`); here it is a bounds fault.
     pub fn translate(&self, va: u64, len: u64) -> Result<Vec<(u64, u64)>, KeyFault> {
         let end = va.checked_add(len).ok_or(KeyFault::Bounds)?;
         if va < self.start || end > self.start.saturating_add(self.len) {
             return Err(KeyFault::Bounds);
         }
         match &self.translation {
+            Translation::Klm(_) | Translation::Interleaved { .. } => Err(KeyFault::Bounds),
             Translation::Physical => Ok(vec![(va, len)]),
             Translation::Mtt { log_page, pages } => {
                 let page = 1u64 << log_page;

@@ -25,8 +25,8 @@ use bareverbs_firmware_cmd::layout::{Layout, View};
 
 use crate::dma::AddressSpaceExt;
 use crate::hca::Hca;
-use crate::mkey::{Translation, NOT_PRESENT};
-use crate::qp::Qp;
+use crate::mkey::{Klm, RepeatEnt, Translation, NOT_PRESENT};
+use crate::qp::{Qp, ServiceType};
 use crate::wqe_exec::synd;
 
 /// Mask bits the model applies. The relaxed-ordering bits need `relaxed_ordering_*_umr`, which
@@ -43,6 +43,9 @@ const SUPPORTED_MASK: u64 = mkey_mask::LEN
     | mkey_mask::RW
     | mkey_mask::A
     | mkey_mask::FREE;
+
+/// `op` of a UMR repeat block (rdma-core 56 qp.c `umr_strided_seg_create`).
+const REPEAT_BLOCK_OP: u32 = 0x400;
 
 /// Octowords in the 64-byte unit UMR copies translations in (`MLX5_UMR_MTT_ALIGNMENT`).
 const UMR_UNIT_OCTOWORDS: usize = 4;
@@ -87,8 +90,10 @@ impl Hca {
         if let Some(q) = self.qps.get_mut(&qp.qpn) {
             q.sq_consumed = q.sq_consumed.wrapping_add(bbs);
         }
+        // A user QP's UMR changes only keys of its own PD (the REG_UMR QP has none).
+        let pd = (qp.st != ServiceType::RegUmr).then_some(qp.pd);
         let result = if opcode == wqe_opcode::UMR {
-            self.execute_umr(key, &raw)
+            self.execute_umr_for(key, &raw, pd)
         } else {
             Err(synd::LOCAL_QP_OP)
         };
@@ -114,7 +119,13 @@ impl Hca {
     }
 
     /// Applies the UMR in `raw` (the whole WQE) to key `key`; nothing changes on an error.
+    #[cfg(test)]
     fn execute_umr(&mut self, key: u32, raw: &[u8]) -> Result<(), u8> {
+        self.execute_umr_for(key, raw, None)
+    }
+
+    /// [`Self::execute_umr`] from a QP of PD `pd` (`None`: the kernel's REG_UMR QP).
+    fn execute_umr_for(&mut self, key: u32, raw: &[u8], pd: Option<u32>) -> Result<(), u8> {
         let (Some(u), Some(m)) = (
             raw.get(UMR_CTRL_AT..MKEY_SEG_AT),
             raw.get(MKEY_SEG_AT..XLT_AT),
@@ -136,7 +147,7 @@ impl Hca {
         let k = self
             .mkeys
             .get(&index)
-            .filter(|k| k.umr_en)
+            .filter(|k| k.umr_en && pd.is_none_or(|p| p == k.pd))
             .ok_or(synd::LOCAL_PROT)?
             .clone();
         // MLX5_UMR_CHECK_NOT_FREE: "fail if not free"; MLX5_UMR_CHECK_FREE: "fail if free"
@@ -156,8 +167,19 @@ impl Hca {
         if mask & mkey_mask::PAGE_SIZE != 0 && !(12..=31).contains(&log_page) {
             return Err(synd::LOCAL_QP_OP);
         }
-        let entries = self.umr_entries(&u, raw, flags)?;
         let mut k = k;
+        let indirect = matches!(
+            k.translation,
+            Translation::Klm(_) | Translation::Interleaved { .. }
+        );
+        let entries = if indirect {
+            if let Some(t) = Self::indirect_entries(&u, raw, flags, k.xlt_octowords)? {
+                k.translation = t;
+            }
+            None
+        } else {
+            self.umr_entries(&u, raw, flags)?
+        };
         if let Some((at, list)) = entries {
             let Translation::Mtt { pages, .. } = &mut k.translation else {
                 return Err(synd::LOCAL_QP_OP);
@@ -228,6 +250,72 @@ impl Hca {
         }
         self.mkeys.insert(index, k);
         Ok(())
+    }
+
+    /// An indirect key's new entries from a UMR's inline data, if it carries any: a KLM list
+    /// (`struct mlx5_wqe_umr_klm_seg`: byte count, key, address; zero entries pad the list to
+    /// 64 bytes, rdma-core 56 qp.c `umr_sg_list_create`) or a repeat block (`op` 0x400, then
+    /// `num_ent` `struct mlx5_wqe_umr_repeat_ent_seg`, `umr_strided_seg_create`). At most the
+    /// key's `translations_octword_size` entries, one octoword each (the repeat block's
+    /// header counting as one).
+    fn indirect_entries(
+        u: &View<'_, WqeUmrCtrlSeg>,
+        raw: &[u8],
+        flags: u8,
+        room: u32,
+    ) -> Result<Option<Translation>, u8> {
+        let octowords = u.get(wqe_umr_ctrl_seg::xlt_octowords) as usize;
+        if octowords == 0 {
+            return Ok(None);
+        }
+        if flags & umr_flags::INLINE == 0 || flags & umr_flags::TRANSLATION_OFFSET_EN != 0 {
+            return Err(synd::LOCAL_QP_OP);
+        }
+        let data = raw
+            .get(XLT_AT..XLT_AT + octowords * UMR_OCTOWORD)
+            .ok_or(synd::LOCAL_QP_OP)?;
+        let be16 = |o: usize| u16::from_be_bytes([data[o], data[o + 1]]);
+        let be32 = |o: usize| u32::from_be_bytes([data[o], data[o + 1], data[o + 2], data[o + 3]]);
+        let be64 = |o: usize| (u64::from(be32(o)) << 32) | u64::from(be32(o + 4));
+        let (used, t) = if be32(4) == REPEAT_BLOCK_OP {
+            let n = usize::from(be16(14));
+            if n == 0 || n + 1 > octowords {
+                return Err(synd::LOCAL_QP_OP);
+            }
+            let entries = (1..=n)
+                .map(|k| RepeatEnt {
+                    stride: be16(16 * k),
+                    byte_count: be16(16 * k + 2),
+                    key: be32(16 * k + 4),
+                    va: be64(16 * k + 8),
+                })
+                .collect();
+            let t = Translation::Interleaved {
+                repeat_count: be32(8),
+                entries,
+            };
+            (n + 1, t)
+        } else {
+            let list: Vec<Klm> = (0..octowords)
+                .map(|k| Klm {
+                    len: be32(16 * k),
+                    key: be32(16 * k + 4),
+                    addr: be64(16 * k + 8),
+                })
+                .take_while(|e| {
+                    *e != Klm {
+                        len: 0,
+                        key: 0,
+                        addr: 0,
+                    }
+                })
+                .collect();
+            (list.len(), Translation::Klm(list))
+        };
+        if used as u64 > u64::from(room) {
+            return Err(synd::LOCAL_QP_OP);
+        }
+        Ok(Some(t))
     }
 
     /// The translation entries a UMR carries and the table index of the first, if any.

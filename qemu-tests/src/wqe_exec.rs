@@ -88,6 +88,9 @@ pub(crate) enum WqeFault {
     Fetch(DmaFault),
     /// It was read and does not parse: a local QP operation error, completed as such.
     Malformed,
+    /// It is a UMR WQE (on a user QP: `mlx5dv_wr_mr_list` and friends), which `umr.rs`
+    /// executes.
+    Umr,
 }
 
 impl From<DmaFault> for WqeFault {
@@ -332,6 +335,12 @@ impl Hca {
             }
             let w = match self.read_send_wqe(&qp) {
                 Ok(w) => w,
+                Err(WqeFault::Umr) => {
+                    if self.step_umr(&qp) {
+                        continue;
+                    }
+                    return;
+                }
                 Err(WqeFault::Fetch(f)) => {
                     self.record_fault(f);
                     self.qp_fatal(qpn);
@@ -469,6 +478,9 @@ impl Hca {
         let mask = (1u16 << qp.log_sq_size) - 1;
         let bb = |i: u16| qp.buf_iova(qp.sq_offset() + u64::from(i & mask) * 64);
         let first = self.dma.read_vec(bb(qp.sq_consumed), 64)?;
+        if first[3] == wqe_opcode::UMR {
+            return Err(WqeFault::Umr);
+        }
         let ds = u16::from(first[7] & 0x3f);
         if ds == 0 {
             return Err(WqeFault::Malformed);
@@ -606,7 +618,43 @@ impl Hca {
         if !need(&k.rights) {
             return Err(KeyFault::Rights);
         }
-        k.translate(addr, len)
+        self.resolve(k, addr, len, 0)
+    }
+
+    /// The device-address pieces of `addr..addr + len` through `k`, following an indirect
+    /// key's entries into the keys they name, at most `max_indirection` levels deep
+    /// (`cmd_hca_cap.max_indirection`). The entries' keys must be live and of the same PD;
+    /// the rights checked are the outer key's (the indirect key is what the request names).
+    fn resolve(
+        &self,
+        k: &crate::mkey::Mkey,
+        addr: u64,
+        len: u64,
+        depth: u64,
+    ) -> Result<Vec<(u64, u64)>, KeyFault> {
+        let end = addr.checked_add(len).ok_or(KeyFault::Bounds)?;
+        if addr < k.start || end > k.start.saturating_add(k.len) {
+            return Err(KeyFault::Bounds);
+        }
+        let Some(pieces) = k.translation.indirect_pieces(addr - k.start, len) else {
+            return k.translate(addr, len);
+        };
+        if depth >= self.cap(bareverbs_firmware_cmd::ifc::cmd_hca_cap::max_indirection) {
+            return Err(KeyFault::Bounds);
+        }
+        let mut out = Vec::new();
+        for (key, a, n) in pieces? {
+            let inner = self
+                .mkeys
+                .get(&(key >> 8))
+                .filter(|i| i.key == key && !i.free)
+                .ok_or(KeyFault::Rights)?;
+            if inner.pd != k.pd {
+                return Err(KeyFault::Pd);
+            }
+            out.extend(self.resolve(inner, a, n, depth + 1)?);
+        }
+        Ok(out)
     }
 
     fn gather_sges(&mut self, pd: u32, sges: &[Sge]) -> Result<Vec<u8>, u8> {

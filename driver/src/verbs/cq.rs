@@ -231,7 +231,7 @@ static REQ_OPCODES: [WcOpcode; 256] = {
     t[wqe_opcode::RDMA_READ as usize] = WcOpcode::RdmaRead;
     t[wqe_opcode::ATOMIC_CS as usize] = WcOpcode::CompSwap;
     t[wqe_opcode::ATOMIC_FA as usize] = WcOpcode::FetchAdd;
-    t[wqe_opcode::UMR as usize] = WcOpcode::LocalInv;
+    t[wqe_opcode::UMR as usize] = WcOpcode::Driver1;
     t
 };
 
@@ -251,29 +251,6 @@ fn complete(book: Option<&BookView<'_>>, is_send: bool, counter: u16) -> u64 {
 #[inline(never)]
 fn book_view<'b, H: Hal>(books: &'b Books<H>, qpn: u32) -> Option<BookView<'b>> {
     books.get(&qpn).and_then(|b| b.view())
-}
-
-/// [`cq_scatter::scatter`], out of the poll loop.
-#[cold]
-#[inline(never)]
-fn scatter_cold<H: Hal>(
-    dev: &Device<H>,
-    books: &Books<H>,
-    cqe: Slot<'_, CQE_BYTES>,
-    op_own: u8,
-) -> Result<(), WcStatus> {
-    cq_scatter::scatter(dev, books, cqe, op_own)
-}
-
-/// The completion of a CQE that carried data: the fields the data overwrote cleared, and the
-/// scatter's failure, if any, as its status.
-#[cold]
-#[inline(never)]
-fn scattered_cold(r: Result<(), WcStatus>, wc: &mut Wc) {
-    cq_scatter::clear_overwritten(wc);
-    if let Err(status) = r {
-        wc.status = status;
-    }
 }
 
 /// `ibv_wc_opcode` of a requester completion from the WQE opcode in the CQE.
@@ -309,6 +286,30 @@ impl<H: Hal> Cq<'_, H> {
         match &self.dbr {
             Some(b) => b,
             None => unreachable!("a live Cq holds its doorbell record"),
+        }
+    }
+
+    /// [`Self::decode`] of a CQE that carries its data (scatter to CQE), out of the poll
+    /// loop: the data goes to the WQE's buffers first (before the WQE is handed back to the
+    /// poster), then the completion is decoded, the fields the data overwrote cleared and a
+    /// failed copy reported as its status.
+    #[cold]
+    #[inline(never)]
+    fn decode_scattered(
+        dev: &Device<H>,
+        books: &Books<H>,
+        cqe: Slot<'_, CQE_BYTES>,
+        op_own: u8,
+        sop: u32,
+        book: Option<&BookView<'_>>,
+        wc: &mut Wc,
+    ) {
+        let r = cq_scatter::scatter(dev, books, cqe, op_own);
+        Self::decode(cqe, op_own, sop, book, wc);
+        crate::verbs::xrc::srq_wr_id(dev, cqe, op_own, wc);
+        cq_scatter::clear_overwritten(wc);
+        if let Err(status) = r {
+            wc.status = status;
         }
     }
 
@@ -548,13 +549,19 @@ impl<H: Hal> Cq<'_, H> {
                     continue 'runs;
                 }
                 ci = ci.wrapping_add(1);
-                // Data in the CQE goes to the WQE's buffers before the WQE is handed back.
-                let scattered = (op_own & cq_scatter::FORMAT_MASK != 0)
-                    .then(|| scatter_cold(self.dev, &books, cqe, op_own));
-                Self::decode(cqe, op_own, sop, book.as_ref(), &mut wc[n]);
-                crate::verbs::xrc::srq_wr_id(self.dev, cqe, op_own, &mut wc[n]);
-                if let Some(r) = scattered {
-                    scattered_cold(r, &mut wc[n]);
+                if op_own & cq_scatter::FORMAT_MASK == 0 {
+                    Self::decode(cqe, op_own, sop, book.as_ref(), &mut wc[n]);
+                    crate::verbs::xrc::srq_wr_id(self.dev, cqe, op_own, &mut wc[n]);
+                } else {
+                    Self::decode_scattered(
+                        self.dev,
+                        &books,
+                        cqe,
+                        op_own,
+                        sop,
+                        book.as_ref(),
+                        &mut wc[n],
+                    );
                 }
                 n += 1;
             }

@@ -455,20 +455,36 @@ pub(crate) fn plan(
                 DvRefusal::Unknown,
             ));
         }
+        // They lay out indirect keys with UMR work requests (`dv_mkey.rs`).
         for (op, feature) in [
             (DvSendOpsFlags::MR_INTERLEAVED, DvFeature::MrInterleaved),
             (DvSendOpsFlags::MR_LIST, DvFeature::MrList),
             (DvSendOpsFlags::MKEY_CONFIGURE, DvFeature::MkeyConfigure),
         ] {
-            if ops.contains(op) {
+            if !ops.contains(op) {
+                continue;
+            }
+            if !caps.umr_indirect_mkey {
                 return Err(refused(
                     feature,
-                    DvRefusal::NotInDriver {
-                        needs: "UMR work requests on user QPs (indirect mkeys)",
+                    DvRefusal::NoDeviceCap {
+                        cap: "umr_indirect_mkey_disabled clear",
+                    },
+                ));
+            }
+            // rdma-core 56 `mlx5_qp_fill_wr_pfns` takes them on RC QPs only (EOPNOTSUPP for
+            // UC, XRC, UD, raw packet and DCI).
+            if qp_type != QpType::Rc {
+                return Err(refused(
+                    feature,
+                    DvRefusal::QpType {
+                        qp_type,
+                        needs: "RC",
                     },
                 ));
             }
         }
+        x.send_ops = ops.bits() as u8;
     }
     if dct {
         // A DCT receives through its SRQ (Linux 6.12 `create_dct` needs `attr->srq`).

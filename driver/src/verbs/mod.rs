@@ -54,6 +54,7 @@ pub(crate) mod cq_orphan;
 pub(crate) mod cq_scatter;
 pub mod dct;
 pub mod dv;
+pub mod dv_mkey;
 pub mod mcast;
 pub mod mr;
 pub mod pd;
@@ -77,6 +78,7 @@ pub use dv::{
     DcInitAttr, DcType, DciStreams, DvFeature, DvQp, DvQpCreateFlags, DvQpInitAttr,
     DvQpInitAttrMask, DvRefusal, DvSendOpsFlags,
 };
+pub use dv_mkey::{DvMkey, MkeyConf, MkeyInitAttr, MkeyInitFlags, MkeyLayout, MrInterleaved};
 pub use mcast::MAX_QP_MCGS;
 pub use mr::{AccessFlags, Lkey, Mr};
 pub use pd::{Pd, TransportDomain};

@@ -216,6 +216,11 @@ impl Lkey {
         Lkey(key)
     }
 
+    /// The key of a memory key the driver created (an indirect key, `dv_mkey.rs`).
+    pub(crate) const fn new(key: u32) -> Self {
+        Lkey(key)
+    }
+
     /// The key as the device encodes it.
     pub const fn raw(self) -> u32 {
         self.0

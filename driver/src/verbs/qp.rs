@@ -27,6 +27,8 @@ const UD_AV: u32 = 48;
 const RADDR_ATOMIC: u32 = 32;
 /// Bytes of the XRC segment (`mlx5_wqe_xrc_seg`).
 const XRC_SEG: u32 = 16;
+/// A UMR's control segment and mkey context after the control segment.
+const UMR_OVERHEAD: u32 = 48 + 64;
 
 /// Queue sizes (`struct ibv_qp_cap`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -260,6 +262,8 @@ pub struct Qp<'p, 'd, H: Hal> {
     pub(crate) mcgs: heapless::Vec<[u8; 16], { crate::verbs::mcast::MAX_QP_MCGS }>,
     /// What the mlx5 direct-verbs attributes added (`verbs/dv.rs`).
     pub(crate) dv: QpExtras,
+    /// The next send request is fenced behind a UMR (`dv_mkey.rs`).
+    pub(crate) fence_next: bool,
 }
 
 /// What [`Pd::create_qp_dv`](crate::verbs::Pd::create_qp_dv) adds to a QP's context: all
@@ -273,6 +277,8 @@ pub(crate) struct QpExtras {
     pub(crate) cs_res: u8,
     /// `qpc.req_e2e_credit_mode`: packet-based credits.
     pub(crate) packet_credits: bool,
+    /// The mlx5 send operations the QP may post (`DvSendOpsFlags` bits).
+    pub(crate) send_ops: u8,
 }
 
 impl<'c, 'd, H: Hal> QpInitAttr<'c, 'd, H> {
@@ -347,7 +353,16 @@ struct Geometry {
 /// The queue sizes of a QP of `qp_type` asking for `c` (receive sizes already 0 when it has
 /// no receive queue), checked against `caps`. The device's numbers are checked as little as
 /// the caller's: nothing here can overflow, whatever either holds.
-fn geometry(caps: &crate::caps::Caps, qp_type: QpType, c: &QpCap) -> Result<Geometry, Error> {
+///
+/// With `umr`, a send WQE also has room for a UMR's control segment and mkey context (rdma-core
+/// 56 `_sq_overhead` with `MLX5DV_QP_EX_WITH_MR_*`); its entries count against
+/// `max_inline_data`, as rdma-core counts them.
+fn geometry(
+    caps: &crate::caps::Caps,
+    qp_type: QpType,
+    c: &QpCap,
+    umr: bool,
+) -> Result<Geometry, Error> {
     limit(
         Limit::QpWr,
         c.max_send_wr.max(c.max_recv_wr),
@@ -368,6 +383,11 @@ fn geometry(caps: &crate::caps::Caps, qp_type: QpType, c: &QpCap) -> Result<Geom
         // `_sq_overhead`, IBV_QPT_DRIVER).
         QpType::Driver => UD_AV + RADDR_ATOMIC,
         _ => RADDR_ATOMIC,
+    };
+    let headroom = if umr {
+        headroom.max(UMR_OVERHEAD)
+    } else {
+        headroom
     };
     // Bounded first: `4 + max_inline_data` overflowed for a value near u32::MAX (and in
     // release builds wrapped to a tiny inline limit the QP then claimed to have).
@@ -475,7 +495,7 @@ impl<'d, H: Hal> Pd<'d, H> {
             log_sq_bbs,
             rq_shift,
             log_rq,
-        } = geometry(&caps, attr.qp_type, &c)?;
+        } = geometry(&caps, attr.qp_type, &c, dv.send_ops != 0)?;
         let rq_bytes = if no_rq {
             0
         } else {
@@ -634,6 +654,7 @@ impl<'d, H: Hal> Pd<'d, H> {
             context: attr.qp_context,
             mcgs: heapless::Vec::new(),
             dv,
+            fence_next: false,
         })
     }
 }
@@ -722,6 +743,7 @@ pub(crate) fn xrc_tgt_from_parts<'p, 'd, H: Hal>(
         context: 0,
         mcgs: heapless::Vec::new(),
         dv: QpExtras::default(),
+        fence_next: false,
     }
 }
 
@@ -866,6 +888,11 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
     }
 
     /// The device.
+    /// Its PD's number.
+    pub(crate) fn pd_number(&self) -> u32 {
+        self.pd.pdn().raw()
+    }
+
     pub(crate) fn device(&self) -> &'d crate::device::Device<H> {
         self.pd.dev
     }
@@ -1414,7 +1441,7 @@ mod tests {
             for &n in &numbers {
                 for t in [QpType::Rc, QpType::Ud, QpType::XrcIni] {
                     for c in [cap(n, 1, 0), cap(1, n, 0), cap(1, 1, n), cap(n, n, n)] {
-                        if let Ok(g) = geometry(&caps, t, &c) {
+                        if let Ok(g) = geometry(&caps, t, &c, false) {
                             ok += 1;
                             // What it gave fits the driver's 16-bit counters and the device.
                             assert!(g.log_sq_bbs <= MAX_LOG_WQ && g.log_rq <= MAX_LOG_WQ);
@@ -1434,7 +1461,7 @@ mod tests {
             ..Caps::default()
         };
         assert!(matches!(
-            geometry(&huge, QpType::Rc, &cap(1 << 16, 1, 0)),
+            geometry(&huge, QpType::Rc, &cap(1 << 16, 1, 0), false),
             Err(Error::ExceedsLimit {
                 limit: Limit::QpWr,
                 ..

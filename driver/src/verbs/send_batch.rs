@@ -9,6 +9,8 @@ use bareverbs_firmware_cmd::ifc::{fm_ce_se, qp_dbr, wqe_opcode, INLINE_SEG};
 use bareverbs_hal::{dma_wmb, wmb, BarOffset, Hal, Mmio, Slot, Slots, SlotsMut};
 
 use crate::error::{Error, Invalid};
+use crate::verbs::dv_mkey::{DvMkey, MkeyConf, MkeyLayout, MrInterleaved};
+use crate::verbs::mr::AccessFlags;
 use crate::verbs::post::{sge_refused_lengths, DcDest, SendFlags, SendOp, SendWr, Sge, UdDest};
 use crate::verbs::qp::Qp;
 use crate::verbs::qp_state::{QpState, QpType};
@@ -54,10 +56,19 @@ pub struct SendBatch<'b, const XRC: bool = false, const DC: bool = false> {
     last_ctrl: u64,
     /// With `XRC`: the XRC segment's remote SRQ number ([`NO_SRQN`] until set).
     xrc_srqn: u32,
-    /// With `DC`: the target and stream the next requests go to (`None` until set).
-    dc: Option<(DcDest, u16)>,
+    /// With `DC`: the address vector of the target the next requests go to, as the 8-byte
+    /// words of WQE bytes 16–63 (worked out once by `set_dc_addr`), and the stream in its
+    /// place in the control segment's second word; `dc_set` false until set.
+    dc_av: [u64; 6],
+    dc_stream: u64,
+    dc_set: bool,
     /// With `DC`: streams the DCI has (1 without DCI streams).
     dci_streams: u32,
+    /// The mlx5 send operations the QP may post (`DvSendOpsFlags` bits) and its PD's number.
+    send_ops: u8,
+    pdn: u32,
+    /// The next request is fenced behind a UMR (rdma-core's `fm_cache`).
+    fence_next: bool,
 }
 
 /// The error for a data segment length with bit 31 set ([`sge_refused_lengths`]), out of
@@ -144,7 +155,9 @@ impl SendBatch<'_, false, true> {
     /// are refused until it is set.
     #[inline]
     pub fn set_dc_addr(&mut self, dest: &DcDest) {
-        self.dc = Some((*dest, 0));
+        self.dc_av = av_words(&dest.ah, dest.dc_key, dest.dctn);
+        self.dc_stream = 0;
+        self.dc_set = true;
     }
 
     /// [`set_dc_addr`](Self::set_dc_addr) on DCI stream `stream_id`
@@ -159,7 +172,10 @@ impl SendBatch<'_, false, true> {
         if u32::from(stream_id) >= self.dci_streams {
             return Err(invalid(Invalid::DciStream));
         }
-        self.dc = Some((*dest, stream_id));
+        self.dc_av = av_words(&dest.ah, dest.dc_key, dest.dctn);
+        // Bytes 9–10 of the control segment (rdma-core 56 mlx5dv.h `dci_stream_channel_id`).
+        self.dc_stream = u64::from(stream_id) << 40;
+        self.dc_set = true;
         Ok(())
     }
 }
@@ -382,14 +398,9 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
         if XRC && self.xrc_srqn == NO_SRQN {
             return Err(invalid(Invalid::XrcRemoteSrq));
         }
-        let dc = if DC {
-            match self.dc {
-                Some(d) => Some(d),
-                None => return Err(invalid(Invalid::DcDestination)),
-            }
-        } else {
-            None
-        };
+        if DC && !self.dc_set {
+            return Err(invalid(Invalid::DcDestination));
+        }
         // 16-byte units after the control segment: datagram or XRC segment, then raddr, then
         // atomic. A DCI's address vector comes before RC's segments.
         let x = if XRC {
@@ -413,13 +424,16 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
 
         let cur = self.cur;
         let s0 = self.sq.slot(usize::from(cur));
-        let fm_ce_se = (self.fm_ce_se >> ((r.flags.bits() & 7) * 8)) as u8;
+        let mut fm_ce_se = (self.fm_ce_se >> ((r.flags.bits() & 7) * 8)) as u8;
+        if self.fence_next {
+            fm_ce_se = fence_after_umr(fm_ce_se);
+            self.fence_next = false;
+        }
         let ctrl = (u64::from((u32::from(cur) << 8) | u32::from(r.opcode)) << 32)
             | u64::from(self.qpn8 | ds as u32);
         s0.write64(0, ctrl);
-        // A DCI's stream sits in bytes 9–10 of the control segment (rdma-core 56 mlx5dv.h
-        // `dci_stream_channel_id`).
-        let stream = dc.map_or(0, |(_, s)| u64::from(s) << 40);
+        // A DCI's stream sits in bytes 9–10 of the control segment.
+        let stream = if DC { self.dc_stream } else { 0 };
         s0.write64(8, stream | (u64::from(fm_ce_se) << 32) | u64::from(r.imm));
         // rdma-core 56 qp.c `_mlx5_post_send` (IBV_QPT_XRC_SEND): the XRC segment
         // (`xrc_srqn`, 12 reserved bytes) right after the control segment.
@@ -427,8 +441,10 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
             s0.write64(16, u64::from(self.xrc_srqn) << 32);
             s0.write64(24, 0);
         }
-        if let Some((d, _)) = &dc {
-            write_av(s0, &d.ah, d.dc_key, d.dctn);
+        if DC {
+            for (k, w) in self.dc_av.iter().enumerate() {
+                s0.write64(16 + 8 * k, *w);
+            }
         }
         if let Some(ud) = r.ud {
             write_datagram(s0, ud);
@@ -544,21 +560,14 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
 /// the WQE's first WQEBB. A free function of the slot alone: a call that took the batch would
 /// pin the batch in memory.
 fn write_datagram(s0: Slot<'_, WQEBB>, ud: &UdDest) {
-    write_av(s0, &ud.ah, u64::from(ud.remote_qkey) << 32, ud.remote_qpn);
-}
-
-/// The address vector (`struct mlx5_wqe_av`) to `ah` after the control segment: `key` in its
-/// first 8 bytes (UD: the Q_Key and 4 reserved bytes; DC: the access key), `qpn` in
-/// `dqp_dct` with the extended-AV flag.
-#[inline(always)]
-fn write_av(s0: Slot<'_, WQEBB>, ah: &crate::verbs::qp::AhAttr, key: u64, qpn: u32) {
+    let (ah, key) = (&ud.ah, u64::from(ud.remote_qkey) << 32);
     let lid_word = (u32::from(ah.sl & 0xf) << 24)
         | (u32::from(ah.src_path_bits & 0x7f) << 16)
         | u32::from(ah.dlid);
     s0.write64(16, key);
     s0.write64(
         24,
-        (u64::from(0x8000_0000 | qpn) << 32) | u64::from(lid_word),
+        (u64::from(0x8000_0000 | ud.remote_qpn) << 32) | u64::from(lid_word),
     );
     // Bytes 16–23 of the vector (the RoCE MAC) stay zero; 26 and 27 are the traffic class
     // and hop limit, 28–31 GRH flag, source GID index and flow label, 32–47 the DGID.
@@ -575,6 +584,184 @@ fn write_av(s0: Slot<'_, WQEBB>, ah: &crate::verbs::qp::AhAttr, key: u64, qpn: u
     let (hi, lo) = gid.split_at(8);
     s0.write_bytes8(48, hi.try_into().unwrap_or([0; 8]));
     s0.write_bytes8(56, lo.try_into().unwrap_or([0; 8]));
+}
+
+/// The address vector (`struct mlx5_wqe_av`) to `ah` as the 8-byte words of WQE bytes
+/// 16–63 (written big-endian): `key` in its first 8 bytes (UD: the Q_Key and 4 reserved
+/// bytes; DC: the access key), `qpn` in `dqp_dct` with the extended-AV flag, the LID word,
+/// then the GRH fields and the DGID. [`write_datagram`] writes the same bytes for UD.
+fn av_words(ah: &crate::verbs::qp::AhAttr, key: u64, qpn: u32) -> [u64; 6] {
+    let lid_word = (u32::from(ah.sl & 0xf) << 24)
+        | (u32::from(ah.src_path_bits & 0x7f) << 16)
+        | u32::from(ah.dlid);
+    let (mut grh, mut gid) = (0u64, [0u8; 16]);
+    if ah.is_global {
+        let g = &ah.grh;
+        let gid_fl = (1u32 << 30) | (u32::from(g.sgid_index) << 20) | (g.flow_label & 0xf_ffff);
+        grh =
+            (u64::from(g.traffic_class) << 40) | (u64::from(g.hop_limit) << 32) | u64::from(gid_fl);
+        gid = g.dgid;
+    }
+    let (hi, lo) = gid.split_at(8);
+    [
+        key,
+        (u64::from(0x8000_0000 | qpn) << 32) | u64::from(lid_word),
+        0,
+        grh,
+        u64::from_be_bytes(hi.try_into().unwrap_or([0; 8])),
+        u64::from_be_bytes(lo.try_into().unwrap_or([0; 8])),
+    ]
+}
+
+/// `fm_ce_se` of the request after a UMR: fenced behind it
+/// (`MLX5_WQE_CTRL_INITIATOR_SMALL_FENCE`, rdma-core's `fm_cache`) unless the request asked for
+/// a fence of its own, which wins (rdma-core `_common_wqe_init`).
+#[cold]
+fn fence_after_umr(fm_ce_se: u8) -> u8 {
+    if fm_ce_se & FENCE_MODE_MASK == 0 {
+        fm_ce_se | INITIATOR_SMALL_FENCE
+    } else {
+        fm_ce_se
+    }
+}
+
+/// The fence-mode bits of `fm_ce_se` (7:5) and rdma-core's `MLX5_WQE_CTRL_INITIATOR_SMALL_FENCE`.
+const FENCE_MODE_MASK: u8 = 0xe0;
+const INITIATOR_SMALL_FENCE: u8 = 1 << 5;
+
+impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
+    /// Lays out indirect key `mkey` as the list `sges`, one piece after the other, with
+    /// rights `access`, and enables it (`mlx5dv_wr_mr_list`). The QP must have been created
+    /// with [`DvSendOpsFlags::MR_LIST`](crate::verbs::DvSendOpsFlags::MR_LIST).
+    ///
+    /// # Errors
+    /// As [`mkey_configure`](Self::mkey_configure).
+    pub fn mr_list<H: Hal>(
+        &mut self,
+        wr_id: u64,
+        flags: SendFlags,
+        mkey: &DvMkey<'_, '_, H>,
+        access: AccessFlags,
+        sges: &[Sge],
+    ) -> Result<(), Error> {
+        self.umr(
+            crate::verbs::DvSendOpsFlags::MR_LIST,
+            wr_id,
+            flags,
+            mkey,
+            &MkeyConf {
+                access: Some(access),
+                layout: MkeyLayout::List(sges),
+            },
+        )
+    }
+
+    /// Lays out indirect key `mkey` as `repeat_count` rounds over `entries` (each round
+    /// takes every entry's `bytes_count` bytes in turn, then moves it on by `bytes_count +
+    /// bytes_skip`), with rights `access`, and enables it (`mlx5dv_wr_mr_interleaved`). The QP
+    /// must have been created with
+    /// [`DvSendOpsFlags::MR_INTERLEAVED`](crate::verbs::DvSendOpsFlags::MR_INTERLEAVED).
+    ///
+    /// # Errors
+    /// As [`mkey_configure`](Self::mkey_configure).
+    pub fn mr_interleaved<H: Hal>(
+        &mut self,
+        wr_id: u64,
+        flags: SendFlags,
+        mkey: &DvMkey<'_, '_, H>,
+        access: AccessFlags,
+        repeat_count: u32,
+        entries: &[MrInterleaved],
+    ) -> Result<(), Error> {
+        self.umr(
+            crate::verbs::DvSendOpsFlags::MR_INTERLEAVED,
+            wr_id,
+            flags,
+            mkey,
+            &MkeyConf {
+                access: Some(access),
+                layout: MkeyLayout::Interleaved {
+                    repeat_count,
+                    entries,
+                },
+            },
+        )
+    }
+
+    /// Configures indirect key `mkey` as `conf` says and enables it
+    /// (`mlx5dv_wr_mkey_configure` followed by the access and layout setters). The QP must
+    /// have been created with
+    /// [`DvSendOpsFlags::MKEY_CONFIGURE`](crate::verbs::DvSendOpsFlags::MKEY_CONFIGURE).
+    ///
+    /// A layout has at most the key's [`DvMkey::max_entries`] entries and what the QP's
+    /// `max_inline_data` holds at 16 bytes each (an interleaved layout one fewer: its header
+    /// takes one), as rdma-core bounds it. The next request of the QP is fenced behind this
+    /// one.
+    ///
+    /// # Errors
+    /// [`Invalid::SendOpNotEnabled`] on a QP without the operation, [`Invalid::ForeignObject`]
+    /// for a key of another PD, [`Invalid::TooManySge`] past the bound above,
+    /// [`Invalid::ZeroEntries`] for an empty layout, [`Invalid::AccessFlags`],
+    /// [`Invalid::SgeLength`] for a length the entry cannot hold; [`Error::QueueFull`].
+    pub fn mkey_configure<H: Hal>(
+        &mut self,
+        wr_id: u64,
+        flags: SendFlags,
+        mkey: &DvMkey<'_, '_, H>,
+        conf: &MkeyConf<'_>,
+    ) -> Result<(), Error> {
+        self.umr(
+            crate::verbs::DvSendOpsFlags::MKEY_CONFIGURE,
+            wr_id,
+            flags,
+            mkey,
+            conf,
+        )
+    }
+
+    #[cold]
+    fn umr<H: Hal>(
+        &mut self,
+        op: crate::verbs::DvSendOpsFlags,
+        wr_id: u64,
+        flags: SendFlags,
+        mkey: &DvMkey<'_, '_, H>,
+        conf: &MkeyConf<'_>,
+    ) -> Result<(), Error> {
+        if self.send_ops & op.bits() as u8 == 0 {
+            return Err(invalid(Invalid::SendOpNotEnabled));
+        }
+        if mkey.pdn() != self.pdn {
+            return Err(invalid(Invalid::ForeignObject));
+        }
+        let room = (self.max_inline + 4) / 16;
+        let max = room.min(usize::from(mkey.max_entries()));
+        let mut w = crate::verbs::dv_mkey::build(mkey.rkey(), conf, max)?;
+        let bbs = w.units.div_ceil(4) as u16;
+        self.reserve(bbs)?;
+        let cur = self.cur;
+        let mut fm_ce_se = (self.fm_ce_se >> ((flags.bits() & 7) * 8)) as u8;
+        if self.fence_next {
+            fm_ce_se = fence_after_umr(fm_ce_se);
+        }
+        let ctrl = (u64::from((u32::from(cur) << 8) | u32::from(wqe_opcode::UMR)) << 32)
+            | u64::from(self.qpn8 | w.units as u32);
+        w.bytes[..8].copy_from_slice(&ctrl.to_be_bytes());
+        w.bytes[11] = fm_ce_se;
+        // Send-queue slots past the last doorbell: the device reads them only after this
+        // batch's barrier and doorbell.
+        self.sq
+            .copy_in(usize::from(cur), 0, &w.bytes[..w.units * 16]);
+        let next = cur.wrapping_add(bbs);
+        let b = self.book.slot(usize::from(cur));
+        b.write_ne64(0, wr_id);
+        b.write_ne16(8, next);
+        self.cur = next;
+        self.room -= bbs;
+        self.last_ctrl = ctrl;
+        self.fence_next = true;
+        Ok(())
+    }
 }
 
 /// `fm_ce_se` by the low three [`SendFlags`] bits, byte `flags & 7` of the little-endian
@@ -671,6 +858,7 @@ impl<H: Hal> Qp<'_, '_, H> {
         let books = dev.books.read();
         let cap = self.cap();
         let qpn = self.qpn().raw();
+        let pdn = self.pd_number();
         let refuse = match self.qp_type() {
             QpType::Ud => UD | (1 << WRITE) | (1 << READ) | (1 << ATOMIC),
             QpType::Uc => (1 << READ) | (1 << ATOMIC),
@@ -703,10 +891,16 @@ impl<H: Hal> Qp<'_, '_, H> {
             max_sge: cap.max_send_sge as usize,
             last_ctrl: 0,
             xrc_srqn: NO_SRQN,
-            dc: None,
+            dc_av: [0; 6],
+            dc_stream: 0,
+            dc_set: false,
             dci_streams: self.dv.dci_streams.map_or(1, |(c, _)| 1 << c),
+            send_ops: self.dv.send_ops,
+            pdn,
+            fence_next: self.fence_next,
         };
         let r = f(&mut b);
+        self.fence_next = b.fence_next;
         if b.last_ctrl != 0 {
             // ORDERING: every WQE is in memory before the doorbell record says it exists.
             dma_wmb();
@@ -770,8 +964,13 @@ mod tests {
             max_sge: 8,
             last_ctrl: 0,
             xrc_srqn: NO_SRQN,
-            dc: None,
+            dc_av: [0; 6],
+            dc_stream: 0,
+            dc_set: false,
             dci_streams: 1,
+            send_ops: 0,
+            pdn: 0,
+            fence_next: false,
         }
     }
 
@@ -796,8 +995,13 @@ mod tests {
             max_sge: b.max_sge,
             last_ctrl: b.last_ctrl,
             xrc_srqn: NO_SRQN,
-            dc: None,
+            dc_av: [0; 6],
+            dc_stream: 0,
+            dc_set: false,
             dci_streams: 1,
+            send_ops: 0,
+            pdn: 0,
+            fence_next: false,
         }
     }
 
@@ -822,9 +1026,22 @@ mod tests {
             max_sge: b.max_sge,
             last_ctrl: b.last_ctrl,
             xrc_srqn: NO_SRQN,
-            dc: None,
+            dc_av: [0; 6],
+            dc_stream: 0,
+            dc_set: false,
             dci_streams: 4,
+            send_ops: 0,
+            pdn: 0,
+            fence_next: false,
         }
+    }
+
+    #[test]
+    fn the_request_after_a_umr_is_fenced_unless_it_asks_for_its_own_fence() {
+        let plain = fm_ce_se::CQ_UPDATE;
+        assert_eq!(fence_after_umr(plain), plain | INITIATOR_SMALL_FENCE);
+        let own = fm_ce_se::FENCE_MODE_SMALL_AND_FENCE | fm_ce_se::CQ_UPDATE;
+        assert_eq!(fence_after_umr(own), own);
     }
 
     #[test]

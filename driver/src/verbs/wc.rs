@@ -132,6 +132,9 @@ pub enum WcOpcode {
     BindMw = 5,
     /// A local invalidate.
     LocalInv = 6,
+    /// A driver-specific request: an mlx5 UMR laying out an indirect key (`IBV_WC_DRIVER1`,
+    /// what rdma-core reports for `mlx5dv_wr_mr_list` and friends).
+    Driver1 = 135,
     /// A receive (SEND at the responder).
     Recv = 128,
     /// A receive consumed by an RDMA WRITE with immediate.

@@ -82,6 +82,21 @@ impl Hca {
                     .collect::<Result<Vec<u64>, Fail>>()?;
                 Translation::Mtt { log_page, pages }
             }
+            // An indirect key (rdma-core 56 verbs.c `mlx5dv_create_mkey`, Linux mlx5_ib
+            // `mlx5_alloc_sg_gaps_descs`): created free, its entries loaded by UMR, at most
+            // `translations_octword_size` of them (one octoword each), within
+            // `log_max_klm_list_size`.
+            mkc_access_mode::KLMS => {
+                let entries = u64::from(c.get32(mkc::translations_octword_size));
+                if !free
+                    || c.get(mkc::umr_en) == 0
+                    || self.cap(cmd_hca_cap::umr_indirect_mkey_disabled) != 0
+                    || entries > 1u64 << self.cap(cmd_hca_cap::log_max_klm_list_size)
+                {
+                    return Err(bad_param(syndrome::OUT_OF_RANGE));
+                }
+                Translation::Klm(Vec::new())
+            }
             _ => return Err(bad_param(syndrome::BAD_OP_MOD)),
         };
         let rights = Rights {
@@ -138,6 +153,7 @@ impl Hca {
         let (mode, log_page) = match k.translation {
             Translation::Physical => (mkc_access_mode::PA, 0),
             Translation::Mtt { log_page, .. } => (mkc_access_mode::MTT, log_page),
+            Translation::Klm(_) | Translation::Interleaved { .. } => (mkc_access_mode::KLMS, 0),
         };
         let mut c = out.sub(query_mkey_out::memory_key_mkey_entry);
         set_access_mode(&mut c, mode);
