@@ -389,3 +389,57 @@ fn a_key_of_another_pd_is_refused() {
     })
     .unwrap();
 }
+
+#[test]
+fn the_request_after_a_umr_is_fenced_in_its_batch_or_the_next() {
+    pair!(DvSendOpsFlags::MR_LIST => hal, pd, cq, a, b);
+    let m = region(&hal, &pd, 4096, all());
+    let key = pd.create_mkey(&indirect(1)).unwrap();
+    let fenced = || hal.model().with(|h| h.small_fenced());
+    let write = |id| {
+        common::send_wr(
+            id,
+            &[],
+            SendOp::RdmaWrite {
+                remote_addr: m.addr(),
+                rkey: m.rkey().raw(),
+            },
+        )
+    };
+    let s = [sge(&m, 0, 64)];
+    // In one batch: the UMR, then a WRITE (fenced), then another (not).
+    a.send_batch(|bt| {
+        bt.mr_list(1, SendFlags::SIGNALED, &key, all(), &s).unwrap();
+        bt.post(&write(2)).unwrap();
+        bt.post(&write(3)).unwrap();
+    })
+    .unwrap();
+    for _ in 0..3 {
+        assert_eq!(poll_one(&mut cq).status, WcStatus::Success);
+    }
+    assert_eq!(fenced(), 1);
+    // The UMR last in its batch: the next batch's first request is fenced.
+    a.send_batch(|bt| bt.mr_list(4, SendFlags::SIGNALED, &key, all(), &s))
+        .unwrap()
+        .unwrap();
+    a.post_send(&[write(5), write(6)]).unwrap();
+    for _ in 0..3 {
+        assert_eq!(poll_one(&mut cq).status, WcStatus::Success);
+    }
+    assert_eq!(fenced(), 2);
+    // A request with its own fence keeps it.
+    a.send_batch(|bt| {
+        bt.mr_list(7, SendFlags::SIGNALED, &key, all(), &s).unwrap();
+        bt.post(&SendWr {
+            flags: SendFlags::SIGNALED | SendFlags::FENCE,
+            ..write(8)
+        })
+        .unwrap();
+    })
+    .unwrap();
+    for _ in 0..2 {
+        assert_eq!(poll_one(&mut cq).status, WcStatus::Success);
+    }
+    assert_eq!(fenced(), 2);
+    let _ = &b;
+}

@@ -60,7 +60,7 @@ for b in 1 8 32; do
   echo "| poll CQE | $b | $d | – | $m | $mm | $c | $(ratio "$d" "$m") | – | $(ratio "$d" "$mm") |"
 done
 echo
-echo "| DC initiator, batch API (\\`send_batch_dc\\`) | batch | instructions per WQE | RC batch API | DCI / RC |"
+echo '| DC initiator, batch API (`send_batch_dc`) | batch | instructions per WQE | RC batch API | DCI / RC |'
 echo "|---|---|---|---|---|"
 for kind in inline64 write4k; do
   for b in 1 8 32; do

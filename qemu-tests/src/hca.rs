@@ -122,6 +122,8 @@ pub struct Hca {
     pub(crate) umrs: (u64, u64),
     /// CQEs written with their data inside (scatter to CQE).
     pub(crate) scattered_to_cqe: u64,
+    /// Send WQEs executed with the initiator small fence (`fm_ce_se` fence mode 1).
+    pub(crate) small_fenced: u64,
     /// QPs, CQs and SRQs created with a non-zero `page_offset`.
     pub(crate) offset_queues: u64,
     /// The fabric joining this HCA to others, if any.
@@ -190,6 +192,7 @@ impl Hca {
             late: crate::late::LateQueue::default(),
             umrs: (0, 0),
             scattered_to_cqe: 0,
+            small_fenced: 0,
             offset_queues: 0,
             fabric: None,
             next_object: 0,
@@ -254,6 +257,12 @@ impl Hca {
     /// CQEs written with the message (or READ/atomic result) inside them: scatter to CQE.
     pub fn scattered_to_cqe(&self) -> u64 {
         self.scattered_to_cqe
+    }
+
+    /// Send WQEs executed with the initiator small fence (what rdma-core puts on the request
+    /// after a UMR).
+    pub fn small_fenced(&self) -> u64 {
+        self.small_fenced
     }
 
     /// How many QPs, CQs and SRQs were created with a non-zero `page_offset` (their buffer

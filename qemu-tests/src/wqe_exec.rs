@@ -154,6 +154,8 @@ struct SendWqe {
     /// its Q_Key) and the control segment's stream (`dci_stream_channel_id`).
     dc_key: u64,
     dci_stream: u16,
+    /// The control segment's fence mode (`fm_ce_se` bits 7:5).
+    fence_mode: u8,
 }
 
 /// The global route of a UD address vector (`mlx5_av` bytes 26–47).
@@ -351,6 +353,11 @@ impl Hca {
                     return;
                 }
             };
+            // The model runs a send queue in order, so fences change nothing; the initiator
+            // small fence (mode 1, what rdma-core puts after a UMR) is counted for tests.
+            if w.fence_mode == 1 {
+                self.small_fenced += 1;
+            }
             let outcome = match self.dci_stream_check(&qp, &w) {
                 Some(o) => o,
                 None => self.execute(&qp, &w),
@@ -522,6 +529,7 @@ impl Hca {
             xrc_srqn: None,
             dc_key: 0,
             dci_stream: u16::from_be_bytes([raw[9], raw[10]]),
+            fence_mode: raw[11] >> 5,
         };
         let mut off = 16;
         // An XRC initiator's WQEs carry the XRC segment right after the control segment

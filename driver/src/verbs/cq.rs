@@ -253,6 +253,31 @@ fn book_view<'b, H: Hal>(books: &'b Books<H>, qpn: u32) -> Option<BookView<'b>> 
     books.get(&qpn).and_then(|b| b.view())
 }
 
+/// [`Cq::decode`] of a CQE that carries its data (scatter to CQE), out of the poll loop: the
+/// data goes to the WQE's buffers first (before the WQE is handed back to the poster), then
+/// the completion is decoded, the fields the data overwrote cleared and a failed copy reported
+/// as its status.
+#[cold]
+#[inline(never)]
+fn decode_scattered<H: Hal>(
+    dev: &Device<H>,
+    books: &Books<H>,
+    cqe: Slot<'_, CQE_BYTES>,
+    op_own: u8,
+    wc: &mut Wc,
+) {
+    let sop = cqe.read32(SOP_DROP_QPN);
+    let r = cq_scatter::scatter(dev, books, cqe, op_own);
+    // The run's book view is looked up again here, so the loop need not keep it in memory.
+    let book = book_view(books, cqe_qpn(sop));
+    Cq::<H>::decode(cqe, op_own, sop, book.as_ref(), wc);
+    crate::verbs::xrc::srq_wr_id(dev, cqe, op_own, wc);
+    cq_scatter::clear_overwritten(wc);
+    if let Err(status) = r {
+        wc.status = status;
+    }
+}
+
 /// `ibv_wc_opcode` of a requester completion from the WQE opcode in the CQE.
 #[inline(always)]
 fn req_opcode(wqe_opcode: u8) -> WcOpcode {
@@ -289,36 +314,12 @@ impl<H: Hal> Cq<'_, H> {
         }
     }
 
-    /// [`Self::decode`] of a CQE that carries its data (scatter to CQE), out of the poll
-    /// loop: the data goes to the WQE's buffers first (before the WQE is handed back to the
-    /// poster), then the completion is decoded, the fields the data overwrote cleared and a
-    /// failed copy reported as its status.
-    #[cold]
-    #[inline(never)]
-    fn decode_scattered(
-        dev: &Device<H>,
-        books: &Books<H>,
-        cqe: Slot<'_, CQE_BYTES>,
-        op_own: u8,
-        sop: u32,
-        book: Option<&BookView<'_>>,
-        wc: &mut Wc,
-    ) {
-        let r = cq_scatter::scatter(dev, books, cqe, op_own);
-        Self::decode(cqe, op_own, sop, book, wc);
-        crate::verbs::xrc::srq_wr_id(dev, cqe, op_own, wc);
-        cq_scatter::clear_overwritten(wc);
-        if let Err(status) = r {
-            wc.status = status;
-        }
-    }
-
     /// Decodes `cqe` (already known to be software-owned, its QPN word `sop` already read) into
     /// `wc`, taking the `wr_id` from `book` (the CQE's QP's) and marking its queue complete up
     /// to the request. Successful completions read only the dwords their opcode uses, straight
     /// from the ring; error CQEs are copied out whole.
     #[inline(always)]
-    fn decode(
+    pub(crate) fn decode(
         cqe: Slot<'_, CQE_BYTES>,
         op_own: u8,
         sop: u32,
@@ -553,15 +554,7 @@ impl<H: Hal> Cq<'_, H> {
                     Self::decode(cqe, op_own, sop, book.as_ref(), &mut wc[n]);
                     crate::verbs::xrc::srq_wr_id(self.dev, cqe, op_own, &mut wc[n]);
                 } else {
-                    Self::decode_scattered(
-                        self.dev,
-                        &books,
-                        cqe,
-                        op_own,
-                        sop,
-                        book.as_ref(),
-                        &mut wc[n],
-                    );
+                    decode_scattered(self.dev, &books, cqe, op_own, &mut wc[n]);
                 }
                 n += 1;
             }

@@ -67,8 +67,10 @@ pub struct SendBatch<'b, const XRC: bool = false, const DC: bool = false> {
     /// The mlx5 send operations the QP may post (`DvSendOpsFlags` bits) and its PD's number.
     send_ops: u8,
     pdn: u32,
-    /// The next request is fenced behind a UMR (rdma-core's `fm_cache`).
-    fence_next: bool,
+    /// The WQEBB index of the request to fence behind a UMR (rdma-core's `fm_cache`), or
+    /// [`NO_FENCE`]. The fence is put into that WQE when the batch ends, before the doorbell,
+    /// so requests pay nothing for it.
+    fence_at: u32,
 }
 
 /// The error for a data segment length with bit 31 set ([`sge_refused_lengths`]), out of
@@ -424,11 +426,7 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
 
         let cur = self.cur;
         let s0 = self.sq.slot(usize::from(cur));
-        let mut fm_ce_se = (self.fm_ce_se >> ((r.flags.bits() & 7) * 8)) as u8;
-        if self.fence_next {
-            fm_ce_se = fence_after_umr(fm_ce_se);
-            self.fence_next = false;
-        }
+        let fm_ce_se = (self.fm_ce_se >> ((r.flags.bits() & 7) * 8)) as u8;
         let ctrl = (u64::from((u32::from(cur) << 8) | u32::from(r.opcode)) << 32)
             | u64::from(self.qpn8 | ds as u32);
         s0.write64(0, ctrl);
@@ -625,6 +623,17 @@ fn fence_after_umr(fm_ce_se: u8) -> u8 {
     }
 }
 
+/// [`SendBatch::fence_at`] when nothing waits for a fence.
+const NO_FENCE: u32 = u32::MAX;
+
+/// Fences the request whose first WQEBB is `s` behind the UMR before it (its `fm_ce_se`,
+/// byte 11).
+#[cold]
+#[inline(never)]
+fn fence_wqe(s: Slot<'_, WQEBB>) {
+    s.write8(11, fence_after_umr(s.read8(11)));
+}
+
 /// The fence-mode bits of `fm_ce_se` (7:5) and rdma-core's `MLX5_WQE_CTRL_INITIATOR_SMALL_FENCE`.
 const FENCE_MODE_MASK: u8 = 0xe0;
 const INITIATOR_SMALL_FENCE: u8 = 1 << 5;
@@ -741,7 +750,7 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
         self.reserve(bbs)?;
         let cur = self.cur;
         let mut fm_ce_se = (self.fm_ce_se >> ((flags.bits() & 7) * 8)) as u8;
-        if self.fence_next {
+        if self.fence_at == u32::from(cur) {
             fm_ce_se = fence_after_umr(fm_ce_se);
         }
         let ctrl = (u64::from((u32::from(cur) << 8) | u32::from(wqe_opcode::UMR)) << 32)
@@ -759,7 +768,7 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
         self.cur = next;
         self.room -= bbs;
         self.last_ctrl = ctrl;
-        self.fence_next = true;
+        self.fence_at = u32::from(next);
         Ok(())
     }
 }
@@ -897,10 +906,21 @@ impl<H: Hal> Qp<'_, '_, H> {
             dci_streams: self.dv.dci_streams.map_or(1, |(c, _)| 1 << c),
             send_ops: self.dv.send_ops,
             pdn,
-            fence_next: self.fence_next,
+            fence_at: if self.fence_next {
+                u32::from(self.sq_cur)
+            } else {
+                NO_FENCE
+            },
         };
         let r = f(&mut b);
-        self.fence_next = b.fence_next;
+        // The request written after a UMR is fenced behind it, before the doorbell; with the
+        // UMR last, the fence is owed to the QP's next request.
+        if b.fence_at != NO_FENCE {
+            self.fence_next = b.fence_at == u32::from(b.cur);
+            if !self.fence_next {
+                fence_wqe(b.sq.slot(b.fence_at as usize));
+            }
+        }
         if b.last_ctrl != 0 {
             // ORDERING: every WQE is in memory before the doorbell record says it exists.
             dma_wmb();
@@ -970,7 +990,7 @@ mod tests {
             dci_streams: 1,
             send_ops: 0,
             pdn: 0,
-            fence_next: false,
+            fence_at: NO_FENCE,
         }
     }
 
@@ -1001,7 +1021,7 @@ mod tests {
             dci_streams: 1,
             send_ops: 0,
             pdn: 0,
-            fence_next: false,
+            fence_at: NO_FENCE,
         }
     }
 
@@ -1032,7 +1052,7 @@ mod tests {
             dci_streams: 4,
             send_ops: 0,
             pdn: 0,
-            fence_next: false,
+            fence_at: NO_FENCE,
         }
     }
 
