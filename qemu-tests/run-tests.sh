@@ -98,6 +98,9 @@ else
   step "guest: mcast (one group, receivers on both HCAs) over VFIO"
   PINGPONG=mcast qemu-tests/rig/test-pingpong.sh
 
+  step "guest: dc_pingpong (a DCI and a DCT on an SRQ per side) between two model HCAs over VFIO"
+  PINGPONG=dc_pingpong qemu-tests/rig/test-pingpong.sh
+
   step "guest: the RDMA test's steps on soft-RoCE (rdma-core in the guest, no model)"
   SELFCHECK=rxe qemu-tests/rig/test-mlx5-ib.sh
 

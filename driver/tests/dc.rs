@@ -9,7 +9,7 @@ use bareverbs::{AsyncEvent, Config, Device, Error};
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{region, sge, two_hcas};
+use common::{all_access, region, sge, two_hcas};
 
 const KEY: u64 = 0x0123_4567_89ab_cdef;
 
@@ -131,13 +131,6 @@ fn wait_one<H: bareverbs_hal::Hal>(hal: &SimHal, cq: &mut Cq<'_, H>) -> Wc {
     panic!("no completion");
 }
 
-fn all() -> AccessFlags {
-    AccessFlags::LOCAL_WRITE
-        | AccessFlags::REMOTE_WRITE
-        | AccessFlags::REMOTE_READ
-        | AccessFlags::REMOTE_ATOMIC
-}
-
 fn dci_attr(streams: Option<DciStreams>) -> DvQpInitAttr {
     let mut a = dc(DcType::Dci, 0);
     if let Some(s) = streams {
@@ -172,16 +165,7 @@ macro_rules! dc_pair {
         let $p2 = $d2.alloc_pd().unwrap();
         #[allow(unused_mut)]
         let mut $rcq = $d2.create_cq(64).unwrap();
-        let $srq = $p2
-            .create_srq(&SrqInitAttr {
-                attr: SrqAttr {
-                    max_wr: 8,
-                    max_sge: 1,
-                    srq_limit: 0,
-                },
-                srq_context: 0,
-            })
-            .unwrap();
+        let $srq = common::srq(&$p2, 8, 1);
         #[allow(unused_mut)]
         let mut $dct = $p2
             .create_qp_dv(
@@ -194,9 +178,9 @@ macro_rules! dc_pair {
             .unwrap()
             .into_dct()
             .unwrap();
-        dct_to_rtr(&mut $dct, all());
-        let $src = region(&$h1, &$p1, 4096, all());
-        let $dst = region(&h2, &$p2, 4096, all());
+        dct_to_rtr(&mut $dct, all_access());
+        let $src = region(&$h1, &$p1, 4096, all_access());
+        let $dst = region(&h2, &$p2, 4096, all_access());
         let ah = $p1
             .create_ah(AhAttr {
                 dlid: 17,
@@ -307,16 +291,7 @@ fn one_dci_reaches_two_dcts_request_by_request() {
     dc_pair!(None, 3 => h1, d1, d2, p1, p2, scq, dci, rcq, srq, dct, src, dst, to);
     // A second DCT on the same HCA with another key and its own SRQ and CQ.
     let mut rcq2 = d2.create_cq(8).unwrap();
-    let srq2 = p2
-        .create_srq(&SrqInitAttr {
-            attr: SrqAttr {
-                max_wr: 4,
-                max_sge: 1,
-                srq_limit: 0,
-            },
-            srq_context: 0,
-        })
-        .unwrap();
+    let srq2 = common::srq(&p2, 4, 1);
     let mut dct2 = p2
         .create_qp_dv(
             &QpInitAttr {
@@ -328,7 +303,7 @@ fn one_dci_reaches_two_dcts_request_by_request() {
         .unwrap()
         .into_dct()
         .unwrap();
-    dct_to_rtr(&mut dct2, all());
+    dct_to_rtr(&mut dct2, all_access());
     let to2 = p1
         .create_ah(AhAttr {
             dlid: 17,
@@ -518,16 +493,7 @@ fn a_dct_takes_only_linux_transitions_and_masks() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(8).unwrap();
-    let srq = pd
-        .create_srq(&SrqInitAttr {
-            attr: SrqAttr {
-                max_wr: 4,
-                max_sge: 1,
-                srq_limit: 0,
-            },
-            srq_context: 0,
-        })
-        .unwrap();
+    let srq = common::srq(&pd, 4, 1);
     let attr = QpInitAttr {
         srq: Some(&srq),
         ..QpInitAttr::new(QpType::Driver, &cq, &cq, cap())

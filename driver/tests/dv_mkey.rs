@@ -9,14 +9,7 @@ use bareverbs::{Config, Device, Error};
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{connect_pair, poll_one, region, sge};
-
-fn all() -> AccessFlags {
-    AccessFlags::LOCAL_WRITE
-        | AccessFlags::REMOTE_WRITE
-        | AccessFlags::REMOTE_READ
-        | AccessFlags::REMOTE_ATOMIC
-}
+use common::{all_access, connect_pair, poll_one, region, sge};
 
 fn cap() -> QpCap {
     QpCap {
@@ -57,7 +50,7 @@ macro_rules! pair {
             .into_qp()
             .unwrap();
         let mut $b = $pd.create_qp(&init).unwrap();
-        connect_pair(&mut $a, &mut $b, all(), Mtu::Mtu1024);
+        connect_pair(&mut $a, &mut $b, all_access(), Mtu::Mtu1024);
     };
 }
 
@@ -65,9 +58,9 @@ macro_rules! pair {
 fn a_list_key_spreads_an_rdma_write_over_its_pieces_and_gathers_them_back() {
     pair!(DvSendOpsFlags::MR_LIST => hal, pd, cq, a, b);
     let (m1, m2, m3) = (
-        region(&hal, &pd, 4096, all()),
-        region(&hal, &pd, 4096, all()),
-        region(&hal, &pd, 4096, all()),
+        region(&hal, &pd, 4096, all_access()),
+        region(&hal, &pd, 4096, all_access()),
+        region(&hal, &pd, 4096, all_access()),
     );
     let key = pd.create_mkey(&indirect(3)).unwrap();
     assert_eq!(
@@ -77,7 +70,7 @@ fn a_list_key_spreads_an_rdma_write_over_its_pieces_and_gathers_them_back() {
     );
     // Pieces: 100 bytes of m1 at 0, 50 of m2 at 200, 60 of m3 at 10.
     let pieces = [sge(&m1, 0, 100), sge(&m2, 200, 50), sge(&m3, 10, 60)];
-    a.send_batch(|bt| bt.mr_list(1, SendFlags::SIGNALED, &key, all(), &pieces))
+    a.send_batch(|bt| bt.mr_list(1, SendFlags::SIGNALED, &key, all_access(), &pieces))
         .unwrap()
         .unwrap();
     let wc = poll_one(&mut cq);
@@ -86,7 +79,7 @@ fn a_list_key_spreads_an_rdma_write_over_its_pieces_and_gathers_them_back() {
         (1, WcStatus::Success, WcOpcode::Driver1)
     );
     // b writes 210 bytes at the key's offset 0 (its address space starts at 0).
-    let src = region(&hal, &pd, 4096, all());
+    let src = region(&hal, &pd, 4096, all_access());
     let data: Vec<u8> = (0..210u32).map(|i| (i * 7 + 3) as u8).collect();
     src.buf().write_bytes(0, &data).unwrap();
     b.post_send(&[common::send_wr(
@@ -131,8 +124,8 @@ fn a_list_key_spreads_an_rdma_write_over_its_pieces_and_gathers_them_back() {
         pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap()))
             .unwrap(),
     );
-    connect_pair(&mut a2, &mut b2, all(), Mtu::Mtu1024);
-    let dst = region(&hal, &pd, 4096, all());
+    connect_pair(&mut a2, &mut b2, all_access(), Mtu::Mtu1024);
+    let dst = region(&hal, &pd, 4096, all_access());
     b2.post_recv(&[RecvWr {
         wr_id: 9,
         sg_list: &[sge(&dst, 0, 4096)],
@@ -158,8 +151,8 @@ fn a_list_key_spreads_an_rdma_write_over_its_pieces_and_gathers_them_back() {
 fn an_interleaved_key_takes_each_piece_in_turn_with_its_stride() {
     pair!(DvSendOpsFlags::MR_INTERLEAVED | DvSendOpsFlags::MKEY_CONFIGURE => hal, pd, cq, a, b);
     let (m1, m2) = (
-        region(&hal, &pd, 4096, all()),
-        region(&hal, &pd, 4096, all()),
+        region(&hal, &pd, 4096, all_access()),
+        region(&hal, &pd, 4096, all_access()),
     );
     let key = pd.create_mkey(&indirect(2)).unwrap();
     let entries = [
@@ -176,11 +169,11 @@ fn an_interleaved_key_takes_each_piece_in_turn_with_its_stride() {
             lkey: m2.lkey(),
         },
     ];
-    a.send_batch(|bt| bt.mr_interleaved(1, SendFlags::SIGNALED, &key, all(), 3, &entries))
+    a.send_batch(|bt| bt.mr_interleaved(1, SendFlags::SIGNALED, &key, all_access(), 3, &entries))
         .unwrap()
         .unwrap();
     assert_eq!(poll_one(&mut cq).status, WcStatus::Success);
-    let src = region(&hal, &pd, 4096, all());
+    let src = region(&hal, &pd, 4096, all_access());
     let data: Vec<u8> = (1..=18u8).collect();
     src.buf().write_bytes(0, &data).unwrap();
     b.post_send(&[common::send_wr(
@@ -246,7 +239,7 @@ fn an_interleaved_key_takes_each_piece_in_turn_with_its_stride() {
 #[test]
 fn umr_requests_are_refused_by_name_before_anything_is_written() {
     pair!(DvSendOpsFlags::MR_LIST => hal, pd, cq, a, b);
-    let m = region(&hal, &pd, 4096, all());
+    let m = region(&hal, &pd, 4096, all_access());
     let key = pd.create_mkey(&indirect(4)).unwrap();
     let s = [sge(&m, 0, 8)];
     let e = |what| Err(Error::InvalidArgument { what });
@@ -258,7 +251,7 @@ fn umr_requests_are_refused_by_name_before_anything_is_written() {
             lkey: m.lkey(),
         }];
         assert_eq!(
-            bt.mr_interleaved(1, SendFlags::empty(), &key, all(), 1, &entries),
+            bt.mr_interleaved(1, SendFlags::empty(), &key, all_access(), 1, &entries),
             e(Invalid::SendOpNotEnabled),
             "only MR_LIST on this QP"
         );
@@ -271,12 +264,12 @@ fn umr_requests_are_refused_by_name_before_anything_is_written() {
             e(Invalid::SendOpNotEnabled)
         );
         assert_eq!(
-            bt.mr_list(1, SendFlags::empty(), &key, all(), &[]),
+            bt.mr_list(1, SendFlags::empty(), &key, all_access(), &[]),
             e(Invalid::ZeroEntries)
         );
         let five = [s[0]; 5];
         assert_eq!(
-            bt.mr_list(1, SendFlags::empty(), &key, all(), &five),
+            bt.mr_list(1, SendFlags::empty(), &key, all_access(), &five),
             e(Invalid::TooManySge),
             "four entries"
         );
@@ -295,7 +288,7 @@ fn umr_requests_are_refused_by_name_before_anything_is_written() {
     // A QP without send operations has none of them.
     b.send_batch(|bt| {
         assert_eq!(
-            bt.mr_list(1, SendFlags::empty(), &key, all(), &s),
+            bt.mr_list(1, SendFlags::empty(), &key, all_access(), &s),
             e(Invalid::SendOpNotEnabled)
         );
     })
@@ -376,12 +369,12 @@ fn a_key_of_another_pd_is_refused() {
     let mut b = pd
         .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap()))
         .unwrap();
-    connect_pair(&mut a, &mut b, all(), Mtu::Mtu1024);
+    connect_pair(&mut a, &mut b, all_access(), Mtu::Mtu1024);
     let key = other.create_mkey(&indirect(1)).unwrap();
-    let m = region(&hal, &pd, 4096, all());
+    let m = region(&hal, &pd, 4096, all_access());
     a.send_batch(|bt| {
         assert_eq!(
-            bt.mr_list(1, SendFlags::empty(), &key, all(), &[sge(&m, 0, 8)]),
+            bt.mr_list(1, SendFlags::empty(), &key, all_access(), &[sge(&m, 0, 8)]),
             Err(Error::InvalidArgument {
                 what: Invalid::ForeignObject
             })
@@ -393,7 +386,7 @@ fn a_key_of_another_pd_is_refused() {
 #[test]
 fn the_request_after_a_umr_is_fenced_in_its_batch_or_the_next() {
     pair!(DvSendOpsFlags::MR_LIST => hal, pd, cq, a, b);
-    let m = region(&hal, &pd, 4096, all());
+    let m = region(&hal, &pd, 4096, all_access());
     let key = pd.create_mkey(&indirect(1)).unwrap();
     let fenced = || hal.model().with(|h| h.small_fenced());
     let write = |id| {
@@ -409,7 +402,8 @@ fn the_request_after_a_umr_is_fenced_in_its_batch_or_the_next() {
     let s = [sge(&m, 0, 64)];
     // In one batch: the UMR, then a WRITE (fenced), then another (not).
     a.send_batch(|bt| {
-        bt.mr_list(1, SendFlags::SIGNALED, &key, all(), &s).unwrap();
+        bt.mr_list(1, SendFlags::SIGNALED, &key, all_access(), &s)
+            .unwrap();
         bt.post(&write(2)).unwrap();
         bt.post(&write(3)).unwrap();
     })
@@ -419,7 +413,7 @@ fn the_request_after_a_umr_is_fenced_in_its_batch_or_the_next() {
     }
     assert_eq!(fenced(), 1);
     // The UMR last in its batch: the next batch's first request is fenced.
-    a.send_batch(|bt| bt.mr_list(4, SendFlags::SIGNALED, &key, all(), &s))
+    a.send_batch(|bt| bt.mr_list(4, SendFlags::SIGNALED, &key, all_access(), &s))
         .unwrap()
         .unwrap();
     a.post_send(&[write(5), write(6)]).unwrap();
@@ -429,7 +423,8 @@ fn the_request_after_a_umr_is_fenced_in_its_batch_or_the_next() {
     assert_eq!(fenced(), 2);
     // A request with its own fence keeps it.
     a.send_batch(|bt| {
-        bt.mr_list(7, SendFlags::SIGNALED, &key, all(), &s).unwrap();
+        bt.mr_list(7, SendFlags::SIGNALED, &key, all_access(), &s)
+            .unwrap();
         bt.post(&SendWr {
             flags: SendFlags::SIGNALED | SendFlags::FENCE,
             ..write(8)

@@ -9,7 +9,7 @@ use bareverbs::{Config, Device, Error};
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{connect_pair, poll_one, region, sge};
+use common::{all_access, connect_pair, poll_one, region, sge};
 
 fn cap() -> QpCap {
     QpCap {
@@ -31,13 +31,6 @@ fn flags(f: DvQpCreateFlags) -> DvQpInitAttr {
 
 fn scattered(hal: &SimHal) -> u64 {
     hal.model().with(|h| h.scattered_to_cqe())
-}
-
-fn all() -> AccessFlags {
-    AccessFlags::LOCAL_WRITE
-        | AccessFlags::REMOTE_WRITE
-        | AccessFlags::REMOTE_READ
-        | AccessFlags::REMOTE_ATOMIC
 }
 
 /// What `create_qp_dv` said: `Ok` or the refused feature and the kind of refusal.
@@ -80,16 +73,7 @@ fn every_mask_bit_and_flag_is_carried_out_or_refused_by_name() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(16).unwrap();
-    let srq = pd
-        .create_srq(&SrqInitAttr {
-            attr: SrqAttr {
-                max_wr: 4,
-                max_sge: 1,
-                srq_limit: 0,
-            },
-            srq_context: 0,
-        })
-        .unwrap();
+    let srq = common::srq(&pd, 4, 1);
     let dci = |streams: Option<DciStreams>| {
         let mut a = DvQpInitAttr {
             comp_mask: DvQpInitAttrMask::DC,
@@ -434,8 +418,8 @@ macro_rules! rc_dv_pair {
             .unwrap()
         };
         let (mut $a, mut $b) = (make($sig_all), make(false));
-        connect_pair(&mut $a, &mut $b, all(), Mtu::Mtu1024);
-        let $mr = region(&$hal, &$pd, 8192, all());
+        connect_pair(&mut $a, &mut $b, all_access(), Mtu::Mtu1024);
+        let $mr = region(&$hal, &$pd, 8192, all_access());
     };
 }
 
@@ -618,16 +602,7 @@ fn receives_through_an_srq_are_scattered_from_the_cqe_too() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let mut cq = dev.create_cq(16).unwrap();
-    let srq = pd
-        .create_srq(&SrqInitAttr {
-            attr: SrqAttr {
-                max_wr: 4,
-                max_sge: 2,
-                srq_limit: 0,
-            },
-            srq_context: 0,
-        })
-        .unwrap();
+    let srq = common::srq(&pd, 4, 2);
     let plain = QpInitAttr::new(QpType::Rc, &cq, &cq, cap());
     let on_srq = QpInitAttr {
         srq: Some(&srq),
@@ -636,8 +611,8 @@ fn receives_through_an_srq_are_scattered_from_the_cqe_too() {
     let dv = DvQpInitAttr::default();
     let mut a = pd.create_qp_dv(&plain, &dv).unwrap().into_qp().unwrap();
     let mut b = pd.create_qp_dv(&on_srq, &dv).unwrap().into_qp().unwrap();
-    connect_pair(&mut a, &mut b, all(), Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 8192, all());
+    connect_pair(&mut a, &mut b, all_access(), Mtu::Mtu1024);
+    let mr = region(&hal, &pd, 8192, all_access());
     srq.post_recv(&[RecvWr {
         wr_id: 0x51,
         sg_list: &[sge(&mr, 4096, 3), sge(&mr, 5000, 64)],
@@ -670,8 +645,8 @@ fn plain_create_qp_never_asks_for_scatter_to_cqe() {
         ..QpInitAttr::new(QpType::Rc, &cq, &cq, cap())
     };
     let (mut a, mut b) = (pd.create_qp(&attr).unwrap(), pd.create_qp(&attr).unwrap());
-    connect_pair(&mut a, &mut b, all(), Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 4096, all());
+    connect_pair(&mut a, &mut b, all_access(), Mtu::Mtu1024);
+    let mr = region(&hal, &pd, 4096, all_access());
     b.post_recv(&[RecvWr {
         wr_id: 1,
         sg_list: &[sge(&mr, 1024, 64)],

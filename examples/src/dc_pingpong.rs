@@ -19,8 +19,6 @@ use std::time::Instant;
 use bareverbs::verbs::*;
 use bareverbs::{Config, Device};
 use bareverbs_hal::Hal;
-use bareverbs_model::{Drive, Fabric, ModelConfig, SimHal};
-use bareverbs_vfio::VfioHal;
 use pingpong::{Opts, DONE, PAGE_SIZE, STALL};
 
 const PROG: &str = "dc_pingpong";
@@ -127,72 +125,20 @@ fn run_side<H: Hal>(hal: H, o: &Opts) -> Result<String, String> {
         .map_err(|e| format!("Couldn't create DCT: {e}"))?
         .into_dct()
         .ok_or("not a DCT")?;
-    // The DCT: INIT with its rights and port, RTR with its path (Linux mlx5_ib_modify_dct).
+    // The DCT: INIT with its rights and port, RTR with its path (Linux mlx5_ib_modify_dct);
+    // the DCI: INIT, RTR (no remote QP: each request names its target), RTS.
     let path = AhAttr {
         port_num: o.ib_port,
         sl: o.sl,
         ..AhAttr::default()
     };
-    dct.modify(
-        &QpAttr {
-            qp_state: QpState::Init,
-            qp_access_flags: AccessFlags::LOCAL_WRITE,
-            port_num: o.ib_port,
-            ..QpAttr::default()
-        },
-        QpAttrMask::STATE | QpAttrMask::ACCESS_FLAGS | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT,
-    )
-    .map_err(|e| format!("Failed to modify DCT to INIT: {e}"))?;
-    dct.modify(
-        &QpAttr {
-            qp_state: QpState::Rtr,
-            path_mtu: mtu,
-            min_rnr_timer: 12,
-            ah_attr: path,
-            ..QpAttr::default()
-        },
-        QpAttrMask::STATE | QpAttrMask::MIN_RNR_TIMER | QpAttrMask::AV | QpAttrMask::PATH_MTU,
-    )
-    .map_err(|e| format!("Failed to modify DCT to RTR: {e}"))?;
-    // The DCI: INIT, RTR, RTS (no remote QP: each request names its target).
-    dci.modify(
-        &QpAttr {
-            qp_state: QpState::Init,
-            port_num: o.ib_port,
-            ..QpAttr::default()
-        },
-        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT,
-    )
-    .and_then(|()| {
-        dci.modify(
-            &QpAttr {
-                qp_state: QpState::Rtr,
-                path_mtu: mtu,
-                ah_attr: path,
-                ..QpAttr::default()
-            },
-            QpAttrMask::STATE | QpAttrMask::PATH_MTU | QpAttrMask::AV,
-        )
-    })
-    .and_then(|()| {
-        dci.modify(
-            &QpAttr {
-                qp_state: QpState::Rts,
-                timeout: 14,
-                retry_cnt: 7,
-                rnr_retry: 7,
-                max_rd_atomic: 1,
-                ..QpAttr::default()
-            },
-            QpAttrMask::STATE
-                | QpAttrMask::TIMEOUT
-                | QpAttrMask::RETRY_CNT
-                | QpAttrMask::RNR_RETRY
-                | QpAttrMask::SQ_PSN
-                | QpAttrMask::MAX_QP_RD_ATOMIC,
-        )
-    })
-    .map_err(|e| format!("Failed to bring the DCI to RTS: {e}"))?;
+    dct.to_init(o.ib_port, 0, AccessFlags::LOCAL_WRITE)
+        .and_then(|()| dct.to_rtr(path, mtu, 12))
+        .map_err(|e| format!("Failed to bring the DCT to RTR: {e}"))?;
+    dci.to_init(o.ib_port, 0, AccessFlags::empty(), 0)
+        .and_then(|()| dci.to_rtr(0, 0, path, mtu))
+        .and_then(|()| dci.to_rts(0))
+        .map_err(|e| format!("Failed to bring the DCI to RTS: {e}"))?;
     let buf = [Sge {
         addr: mr.addr(),
         length: o.size as u32,
@@ -337,72 +283,6 @@ fn run_side<H: Hal>(hal: H, o: &Opts) -> Result<String, String> {
     ))
 }
 
-fn report(r: Result<String, String>) -> ExitCode {
-    match r {
-        Ok(report) => {
-            println!("{report}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("{PROG}: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let o = match pingpong::parse(PROG, &args) {
-        Ok(o) => o,
-        Err(msg) => {
-            eprintln!("{msg}");
-            return if args.iter().any(|a| a == "-h" || a == "--help") {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(2)
-            };
-        }
-    };
-    if let Some(bdf) = &o.pci {
-        return report(
-            VfioHal::open(bdf)
-                .map_err(|e| e.to_string())
-                .and_then(|hal| run_side(hal, &o)),
-        );
-    }
-    // No device given: both sides in this process, on two model HCAs joined by a fabric.
-    let fabric = Fabric::new();
-    let server_opts = Opts {
-        server: None,
-        ..o.clone()
-    };
-    let f1 = fabric.clone();
-    let server = std::thread::spawn(move || {
-        let cfg = ModelConfig {
-            base_lid: 1,
-            node_guid: 0x10,
-            ..ModelConfig::default()
-        };
-        run_side(SimHal::on_fabric(cfg, Drive::Background, &f1), &server_opts)
-    });
-    let cfg = ModelConfig {
-        base_lid: 17,
-        node_guid: 0x20,
-        ..ModelConfig::default()
-    };
-    let client_opts = Opts {
-        server: Some("127.0.0.1".into()),
-        ..o
-    };
-    let client = run_side(
-        SimHal::on_fabric(cfg, Drive::Background, &fabric),
-        &client_opts,
-    );
-    let server = server
-        .join()
-        .unwrap_or_else(|_| Err("server thread panicked".into()));
-    match (server, client) {
-        (Ok(_), c) => report(c),
-        (Err(e), _) => report(Err(e)),
-    }
+    pingpong::main_with(PROG, run_side, |hal, o| run_side(hal, o))
 }

@@ -538,6 +538,22 @@ pub fn run_side<H: Hal>(hal: H, qp_type: QpType, o: &Opts) -> Result<String, Str
 
 /// The whole program for one transport.
 pub fn main_for(qp_type: QpType, prog: &str) -> ExitCode {
+    main_with(
+        prog,
+        move |hal, o| run_side(hal, qp_type, o),
+        move |hal, o| run_side(hal, qp_type, o),
+    )
+}
+
+/// A ping-pong program's `main`: options parsed as rdma-core's; with `--pci`, `vfio` runs
+/// this side over VFIO; without, `model` runs both sides in this process on two model HCAs
+/// joined by a fabric (the server on a thread). Prints the client's report or each side's
+/// error.
+pub fn main_with(
+    prog: &str,
+    vfio: impl FnOnce(VfioHal, &Opts) -> Result<String, String>,
+    model: impl Fn(&SimHal, &Opts) -> Result<String, String> + Copy + Send + 'static,
+) -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let o = match parse(prog, &args) {
         Ok(o) => o,
@@ -550,61 +566,41 @@ pub fn main_for(qp_type: QpType, prog: &str) -> ExitCode {
             };
         }
     };
-    if let Some(bdf) = &o.pci {
-        let hal = match VfioHal::open(bdf) {
-            Ok(h) => h,
-            Err(e) => {
-                eprintln!("{prog}: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
-        return match run_side(hal, qp_type, &o) {
-            Ok(report) => {
-                println!("{report}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("{prog}: {e}");
-                ExitCode::FAILURE
-            }
-        };
-    }
-    // No device given: both sides in this process, on two model HCAs joined by a fabric.
-    let fabric = Fabric::new();
-    let server_opts = Opts {
-        server: None,
-        ..o.clone()
+    let (server, client) = match &o.pci {
+        Some(bdf) => (
+            Ok(String::new()),
+            VfioHal::open(bdf)
+                .map_err(|e| e.to_string())
+                .and_then(|hal| vfio(hal, &o)),
+        ),
+        None => {
+            // Both sides in this process, on two model HCAs joined by a fabric.
+            let fabric = Fabric::new();
+            let server_opts = Opts {
+                server: None,
+                ..o.clone()
+            };
+            let client_opts = Opts {
+                server: Some("127.0.0.1".into()),
+                ..o.clone()
+            };
+            let hca = |lid, guid, fabric: &std::sync::Arc<Fabric>| {
+                let cfg = ModelConfig {
+                    base_lid: lid,
+                    node_guid: guid,
+                    ..ModelConfig::default()
+                };
+                SimHal::on_fabric(cfg, Drive::Background, fabric)
+            };
+            let f1 = fabric.clone();
+            let server = std::thread::spawn(move || model(&hca(1, 0x10, &f1), &server_opts));
+            let client = model(&hca(17, 0x20, &fabric), &client_opts);
+            let server = server
+                .join()
+                .unwrap_or_else(|_| Err("server thread panicked".into()));
+            (server, client)
+        }
     };
-    let client_opts = Opts {
-        server: Some("127.0.0.1".into()),
-        ..o.clone()
-    };
-    let f1 = fabric.clone();
-    let server = std::thread::spawn(move || {
-        let hal = SimHal::on_fabric(
-            ModelConfig {
-                base_lid: 1,
-                node_guid: 0x10,
-                ..ModelConfig::default()
-            },
-            Drive::Background,
-            &f1,
-        );
-        run_side(&hal, qp_type, &server_opts)
-    });
-    let hal = SimHal::on_fabric(
-        ModelConfig {
-            base_lid: 17,
-            node_guid: 0x20,
-            ..ModelConfig::default()
-        },
-        Drive::Background,
-        &fabric,
-    );
-    let client = run_side(&hal, qp_type, &client_opts);
-    let server = server
-        .join()
-        .unwrap_or_else(|_| Err("server thread panicked".into()));
     match (server, client) {
         (Ok(_), Ok(report)) => {
             println!("{report}");

@@ -15,8 +15,6 @@ use std::time::Instant;
 use bareverbs::verbs::*;
 use bareverbs::{Config, Device};
 use bareverbs_hal::Hal;
-use bareverbs_model::{Drive, Fabric, ModelConfig, SimHal};
-use bareverbs_vfio::VfioHal;
 use pingpong::{Dest, Opts, DEST_MSG_LEN, DONE, PAGE_SIZE, STALL};
 
 const PROG: &str = "srq_pingpong";
@@ -281,72 +279,6 @@ fn run_side<H: Hal>(hal: H, o: &Opts) -> Result<String, String> {
     ))
 }
 
-fn report(r: Result<String, String>) -> ExitCode {
-    match r {
-        Ok(report) => {
-            println!("{report}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("{PROG}: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let o = match pingpong::parse(PROG, &args) {
-        Ok(o) => o,
-        Err(msg) => {
-            eprintln!("{msg}");
-            return if args.iter().any(|a| a == "-h" || a == "--help") {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(2)
-            };
-        }
-    };
-    if let Some(bdf) = &o.pci {
-        return report(
-            VfioHal::open(bdf)
-                .map_err(|e| e.to_string())
-                .and_then(|hal| run_side(hal, &o)),
-        );
-    }
-    // No device given: both sides in this process, on two model HCAs joined by a fabric.
-    let fabric = Fabric::new();
-    let server_opts = Opts {
-        server: None,
-        ..o.clone()
-    };
-    let f1 = fabric.clone();
-    let server = std::thread::spawn(move || {
-        let cfg = ModelConfig {
-            base_lid: 1,
-            node_guid: 0x10,
-            ..ModelConfig::default()
-        };
-        run_side(SimHal::on_fabric(cfg, Drive::Background, &f1), &server_opts)
-    });
-    let cfg = ModelConfig {
-        base_lid: 17,
-        node_guid: 0x20,
-        ..ModelConfig::default()
-    };
-    let client_opts = Opts {
-        server: Some("127.0.0.1".into()),
-        ..o
-    };
-    let client = run_side(
-        SimHal::on_fabric(cfg, Drive::Background, &fabric),
-        &client_opts,
-    );
-    let server = server
-        .join()
-        .unwrap_or_else(|_| Err("server thread panicked".into()));
-    match (server, client) {
-        (Ok(_), c) => report(c),
-        (Err(e), _) => report(Err(e)),
-    }
+    pingpong::main_with(PROG, run_side, |hal, o| run_side(hal, o))
 }

@@ -36,36 +36,46 @@ fn bench_driver_post<H: Hal>(qp: &mut Qp<'_, '_, H>, wrs: &[SendWr<'_>]) {
 /// same plain array as [`bench_min_post_mem`]'s.
 #[inline(never)]
 fn bench_driver_batch<H: Hal>(qp: &mut Qp<'_, '_, H>, kind: Kind, reqs: &[MinReq<'_>], lkey: Lkey) {
-    let ok = qp.send_batch(move |b| {
-        for r in black_box(reqs) {
-            let flags = if r.signaled {
-                SendFlags::SIGNALED
-            } else {
-                SendFlags::empty()
-            };
-            let res = match kind {
-                Kind::Write4k => b.rdma_write(
-                    r.wr_id,
-                    flags,
-                    r.raddr,
-                    r.rkey,
-                    &[Sge {
-                        addr: r.addr,
-                        length: r.len,
-                        lkey,
-                    }],
-                ),
-                Kind::Inline64 => b.send_inline(r.wr_id, flags, r.inline),
-            };
-            if res.is_err() {
-                return false;
-            }
-        }
-        true
-    });
+    let ok = qp.send_batch(move |b| post_reqs(b, kind, black_box(reqs), lkey));
     if ok != Ok(true) {
         std::process::exit(3);
     }
+}
+
+/// Writes `reqs` into batch `b` with the batch API's per-operation methods; false at the first
+/// refusal.
+#[inline(always)]
+fn post_reqs<const XRC: bool, const DC: bool>(
+    b: &mut SendBatch<'_, XRC, DC>,
+    kind: Kind,
+    reqs: &[MinReq<'_>],
+    lkey: Lkey,
+) -> bool {
+    for r in reqs {
+        let flags = if r.signaled {
+            SendFlags::SIGNALED
+        } else {
+            SendFlags::empty()
+        };
+        let res = match kind {
+            Kind::Write4k => b.rdma_write(
+                r.wr_id,
+                flags,
+                r.raddr,
+                r.rkey,
+                &[Sge {
+                    addr: r.addr,
+                    length: r.len,
+                    lkey,
+                }],
+            ),
+            Kind::Inline64 => b.send_inline(r.wr_id, flags, r.inline),
+        };
+        if res.is_err() {
+            return false;
+        }
+    }
+    true
 }
 
 /// The requests of [`bench_driver_batch`] from a DC initiator, each addressed to a DC target
@@ -80,31 +90,7 @@ fn bench_driver_dci<H: Hal>(
 ) {
     let ok = qp.send_batch_dc(move |b| {
         b.set_dc_addr(black_box(to));
-        for r in black_box(reqs) {
-            let flags = if r.signaled {
-                SendFlags::SIGNALED
-            } else {
-                SendFlags::empty()
-            };
-            let res = match kind {
-                Kind::Write4k => b.rdma_write(
-                    r.wr_id,
-                    flags,
-                    r.raddr,
-                    r.rkey,
-                    &[Sge {
-                        addr: r.addr,
-                        length: r.len,
-                        lkey,
-                    }],
-                ),
-                Kind::Inline64 => b.send_inline(r.wr_id, flags, r.inline),
-            };
-            if res.is_err() {
-                return false;
-            }
-        }
-        true
+        post_reqs(b, kind, black_box(reqs), lkey)
     });
     if ok != Ok(true) {
         std::process::exit(3);
@@ -487,58 +473,12 @@ fn dci(kind: Kind, batch: usize, iters: usize) {
         port_num: 1,
         ..AhAttr::default()
     };
-    let step = |r: Result<(), bareverbs::Error>| r.unwrap_or_else(|e| panic!("{e}"));
-    step(dct.modify(
-        &QpAttr {
-            qp_state: QpState::Init,
-            qp_access_flags: access,
-            port_num: 1,
-            ..QpAttr::default()
-        },
-        QpAttrMask::STATE | QpAttrMask::ACCESS_FLAGS | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT,
-    ));
-    step(dct.modify(
-        &QpAttr {
-            qp_state: QpState::Rtr,
-            path_mtu: Mtu::Mtu4096,
-            ah_attr: path,
-            ..QpAttr::default()
-        },
-        QpAttrMask::STATE | QpAttrMask::MIN_RNR_TIMER | QpAttrMask::AV | QpAttrMask::PATH_MTU,
-    ));
-    step(qp.modify(
-        &QpAttr {
-            qp_state: QpState::Init,
-            port_num: 1,
-            ..QpAttr::default()
-        },
-        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT,
-    ));
-    step(qp.modify(
-        &QpAttr {
-            qp_state: QpState::Rtr,
-            path_mtu: Mtu::Mtu4096,
-            ah_attr: path,
-            ..QpAttr::default()
-        },
-        QpAttrMask::STATE | QpAttrMask::PATH_MTU | QpAttrMask::AV,
-    ));
-    step(qp.modify(
-        &QpAttr {
-            qp_state: QpState::Rts,
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            max_rd_atomic: 1,
-            ..QpAttr::default()
-        },
-        QpAttrMask::STATE
-            | QpAttrMask::TIMEOUT
-            | QpAttrMask::RETRY_CNT
-            | QpAttrMask::RNR_RETRY
-            | QpAttrMask::SQ_PSN
-            | QpAttrMask::MAX_QP_RD_ATOMIC,
-    ));
+    dct.to_init(1, 0, access)
+        .and_then(|()| dct.to_rtr(path, Mtu::Mtu4096, 0))
+        .and_then(|()| qp.to_init(1, 0, AccessFlags::empty(), 0))
+        .and_then(|()| qp.to_rtr(0, 0, path, Mtu::Mtu4096))
+        .and_then(|()| qp.to_rts(0))
+        .unwrap_or_else(|e| panic!("{e}"));
     let mr = pd
         .reg_mr(hal.dma_alloc(8192, 4096).unwrap().share(), access)
         .map_err(|(e, _)| e)

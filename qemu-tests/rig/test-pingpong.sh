@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Guest test: rc_pingpong, or the program named by PINGPONG (srq_pingpong, xsrq_pingpong,
-# mcast; our driver; PP_EVENTS=1: event-driven, -e) between two model HCAs served by one vfio-user server
+# mcast, dc_pingpong; our driver; PP_EVENTS=1: event-driven, -e) between two model HCAs served by one vfio-user server
 # (one fabric), both bound to vfio-pci in one guest behind the emulated IOMMU. Passes when
 # both sides finish with their data checked and both HCAs end clean (no failed command, no
 # pages held, no DMA fault).

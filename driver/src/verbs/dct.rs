@@ -154,6 +154,52 @@ impl<'d, H: Hal> Dct<'_, 'd, H> {
         }
     }
 
+    /// RESET → INIT on `port` with `pkey_index`, granting `access` to remote requests (the
+    /// mask Linux takes: `STATE | ACCESS_FLAGS | PKEY_INDEX | PORT`).
+    ///
+    /// # Errors
+    /// As [`Dct::modify`].
+    pub fn to_init(&mut self, port: u8, pkey_index: u16, access: AccessFlags) -> Result<(), Error> {
+        let a = QpAttr {
+            qp_state: QpState::Init,
+            qp_access_flags: access,
+            pkey_index,
+            port_num: port,
+            ..QpAttr::default()
+        };
+        self.modify(
+            &a,
+            QpAttrMask::STATE
+                | QpAttrMask::ACCESS_FLAGS
+                | QpAttrMask::PKEY_INDEX
+                | QpAttrMask::PORT,
+        )
+    }
+
+    /// INIT → RTR with path `ah` (its GRH fields, if any), `mtu` and the RNR NAK timer
+    /// `min_rnr_timer`: the DCT is created on the device and gets its number.
+    ///
+    /// # Errors
+    /// As [`Dct::modify`].
+    pub fn to_rtr(
+        &mut self,
+        ah: crate::verbs::qp::AhAttr,
+        mtu: crate::verbs::qp::Mtu,
+        min_rnr_timer: u8,
+    ) -> Result<(), Error> {
+        let a = QpAttr {
+            qp_state: QpState::Rtr,
+            ah_attr: ah,
+            path_mtu: mtu,
+            min_rnr_timer,
+            ..QpAttr::default()
+        };
+        self.modify(
+            &a,
+            QpAttrMask::STATE | QpAttrMask::MIN_RNR_TIMER | QpAttrMask::AV | QpAttrMask::PATH_MTU,
+        )
+    }
+
     /// CREATE_DCT with attributes `a`, and the DCT's entry in the tables.
     fn create_on_device(&mut self, a: &QpAttr) -> Result<(), Error> {
         let dev = self.pd.dev;

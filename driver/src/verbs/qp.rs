@@ -1199,10 +1199,11 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
             ..QpAttr::default()
         };
         let mut mask = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
-        mask |= if self.qp_type == QpType::Ud {
-            QpAttrMask::QKEY
-        } else {
-            QpAttrMask::ACCESS_FLAGS
+        mask |= match self.qp_type {
+            QpType::Ud => QpAttrMask::QKEY,
+            // A DCI takes no access flags (it only sends).
+            QpType::Driver => QpAttrMask::empty(),
+            _ => QpAttrMask::ACCESS_FLAGS,
         };
         self.modify(&a, mask)
     }
@@ -1230,6 +1231,8 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
         };
         let mask = match self.qp_type {
             QpType::Ud => QpAttrMask::STATE,
+            // A DCI: the path's port and SL and the MTU; each request names its target.
+            QpType::Driver => QpAttrMask::STATE | QpAttrMask::AV | QpAttrMask::PATH_MTU,
             QpType::Uc | QpType::XrcIni => {
                 QpAttrMask::STATE
                     | QpAttrMask::AV
@@ -1266,7 +1269,7 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
         };
         let mask = match self.qp_type {
             QpType::XrcTgt => QpAttrMask::STATE | QpAttrMask::SQ_PSN | QpAttrMask::TIMEOUT,
-            QpType::Rc | QpType::XrcIni => {
+            QpType::Rc | QpType::XrcIni | QpType::Driver => {
                 QpAttrMask::STATE
                     | QpAttrMask::SQ_PSN
                     | QpAttrMask::TIMEOUT

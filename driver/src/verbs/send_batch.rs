@@ -1000,29 +1000,7 @@ mod tests {
         book: &'b SharedDma<Dma>,
         tail: &'b AtomicU16,
     ) -> SendBatch<'b, true> {
-        let b = batch(sq, book, tail, QpType::Rc, 0);
-        SendBatch {
-            sq: b.sq,
-            book: b.book,
-            tail: b.tail,
-            cur: b.cur,
-            room: b.room,
-            size: b.size,
-            qpn8: b.qpn8,
-            fm_ce_se: b.fm_ce_se,
-            refuse: b.refuse,
-            max_inline: b.max_inline,
-            max_sge: b.max_sge,
-            last_ctrl: b.last_ctrl,
-            xrc_srqn: NO_SRQN,
-            dc_av: [0; 6],
-            dc_stream: 0,
-            dc_set: false,
-            dci_streams: 1,
-            send_ops: 0,
-            pdn: 0,
-            fence_at: NO_FENCE,
-        }
+        retyped(batch(sq, book, tail, QpType::Rc, 0), 1)
     }
 
     /// A DCI's batch with four streams over the same rings.
@@ -1031,7 +1009,14 @@ mod tests {
         book: &'b SharedDma<Dma>,
         tail: &'b AtomicU16,
     ) -> SendBatch<'b, false, true> {
-        let b = batch(sq, book, tail, QpType::Rc, 0);
+        retyped(batch(sq, book, tail, QpType::Rc, 0), 4)
+    }
+
+    /// `b` as a batch of another kind (XRC, DC) with `dci_streams` streams.
+    fn retyped<const XRC: bool, const DC: bool>(
+        b: SendBatch<'_>,
+        dci_streams: u32,
+    ) -> SendBatch<'_, XRC, DC> {
         SendBatch {
             sq: b.sq,
             book: b.book,
@@ -1049,7 +1034,7 @@ mod tests {
             dc_av: [0; 6],
             dc_stream: 0,
             dc_set: false,
-            dci_streams: 4,
+            dci_streams,
             send_ops: 0,
             pdn: 0,
             fence_at: NO_FENCE,

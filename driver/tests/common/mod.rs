@@ -203,3 +203,24 @@ pub fn two_hcas() -> (SimHal, SimHal) {
         SimHal::on_fabric(cfg(17, 0x20), Drive::Synchronous, &fabric),
     )
 }
+
+/// An SRQ of `pd` holding `max_wr` receives of `max_sge` entries, no limit armed.
+pub fn srq<'p, 'd, H: Hal>(pd: &'p Pd<'d, H>, max_wr: u32, max_sge: u32) -> Srq<'p, 'd, H> {
+    pd.create_srq(&SrqInitAttr {
+        attr: SrqAttr {
+            max_wr,
+            max_sge,
+            srq_limit: 0,
+        },
+        srq_context: 0,
+    })
+    .unwrap()
+}
+
+/// Every access right a region or QP can grant.
+pub fn all_access() -> AccessFlags {
+    AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC
+}
