@@ -264,6 +264,8 @@ pub struct Qp<'p, 'd, H: Hal> {
     pub(crate) dv: QpExtras,
     /// The next send request is fenced behind a UMR (`dv_mkey.rs`).
     pub(crate) fence_next: bool,
+    /// What its send batches borrow (`send_batch.rs`).
+    pub(crate) bstate: crate::verbs::send_batch::BatchState,
 }
 
 /// What [`Pd::create_qp_dv`](crate::verbs::Pd::create_qp_dv) adds to a QP's context: all
@@ -655,6 +657,12 @@ impl<'d, H: Hal> Pd<'d, H> {
             mcgs: heapless::Vec::new(),
             dv,
             fence_next: false,
+            bstate: crate::verbs::send_batch::BatchState {
+                dci_streams: dv.dci_streams.map_or(1, |(c, _)| 1 << c),
+                send_ops: dv.send_ops,
+                pdn: self.pdn().raw(),
+                ..Default::default()
+            },
         })
     }
 }
@@ -744,6 +752,7 @@ pub(crate) fn xrc_tgt_from_parts<'p, 'd, H: Hal>(
         mcgs: heapless::Vec::new(),
         dv: QpExtras::default(),
         fence_next: false,
+        bstate: Default::default(),
     }
 }
 
@@ -888,11 +897,6 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
     }
 
     /// The device.
-    /// Its PD's number.
-    pub(crate) fn pd_number(&self) -> u32 {
-        self.pd.pdn().raw()
-    }
-
     pub(crate) fn device(&self) -> &'d crate::device::Device<H> {
         self.pd.dev
     }

@@ -56,17 +56,9 @@ pub struct SendBatch<'b, const XRC: bool = false, const DC: bool = false> {
     last_ctrl: u64,
     /// With `XRC`: the XRC segment's remote SRQ number ([`NO_SRQN`] until set).
     xrc_srqn: u32,
-    /// With `DC`: the address vector of the target the next requests go to, as the 8-byte
-    /// words of WQE bytes 16–63 (worked out once by `set_dc_addr`), and the stream in its
-    /// place in the control segment's second word; `dc_set` false until set.
-    dc_av: [u64; 6],
-    dc_stream: u64,
-    dc_set: bool,
-    /// With `DC`: streams the DCI has (1 without DCI streams).
-    dci_streams: u32,
-    /// The mlx5 send operations the QP may post (`DvSendOpsFlags` bits) and its PD's number.
-    send_ops: u8,
-    pdn: u32,
+    /// What the QP keeps for batches (DC destination, DCI streams, mlx5 send operations):
+    /// borrowed, so a batch costs one pointer for it.
+    st: &'b mut BatchState,
     /// The WQEBB index of the request to fence behind a UMR (rdma-core's `fm_cache`), or
     /// [`NO_FENCE`]. The fence is put into that WQE when the batch ends, before the doorbell,
     /// so requests pay nothing for it.
@@ -79,6 +71,23 @@ pub struct SendBatch<'b, const XRC: bool = false, const DC: bool = false> {
 #[inline(never)]
 fn sge_length_refused() -> Error {
     invalid(sge_refused_lengths(u32::MAX).unwrap_or(Invalid::SgeLength))
+}
+
+/// What a QP keeps for its send batches beyond the ring: set once at creation, except the DC
+/// destination, which each DC batch starts without.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct BatchState {
+    /// DC: the address vector of the target the next requests go to, as the 8-byte words of
+    /// WQE bytes 16–63 (worked out once by `set_dc_addr`), and the stream in its place in the
+    /// control segment's second word; `dc_set` false until set in the batch.
+    pub(crate) dc_av: [u64; 6],
+    pub(crate) dc_stream: u64,
+    pub(crate) dc_set: bool,
+    /// Streams the DCI has (1 without DCI streams).
+    pub(crate) dci_streams: u32,
+    /// The mlx5 send operations the QP may post (`DvSendOpsFlags` bits) and its PD's number.
+    pub(crate) send_ops: u8,
+    pub(crate) pdn: u32,
 }
 
 /// [`SendBatch::xrc_srqn`] before [`SendBatch::set_xrc_srqn`]: wider than an SRQ number.
@@ -157,9 +166,9 @@ impl SendBatch<'_, false, true> {
     /// are refused until it is set.
     #[inline]
     pub fn set_dc_addr(&mut self, dest: &DcDest) {
-        self.dc_av = av_words(&dest.ah, dest.dc_key, dest.dctn);
-        self.dc_stream = 0;
-        self.dc_set = true;
+        self.st.dc_av = av_words(&dest.ah, dest.dc_key, dest.dctn);
+        self.st.dc_stream = 0;
+        self.st.dc_set = true;
     }
 
     /// [`set_dc_addr`](Self::set_dc_addr) on DCI stream `stream_id`
@@ -171,13 +180,13 @@ impl SendBatch<'_, false, true> {
     /// stream 0 without DCI streams).
     #[inline]
     pub fn set_dc_addr_stream(&mut self, dest: &DcDest, stream_id: u16) -> Result<(), Error> {
-        if u32::from(stream_id) >= self.dci_streams {
+        if u32::from(stream_id) >= self.st.dci_streams {
             return Err(invalid(Invalid::DciStream));
         }
-        self.dc_av = av_words(&dest.ah, dest.dc_key, dest.dctn);
+        self.st.dc_av = av_words(&dest.ah, dest.dc_key, dest.dctn);
         // Bytes 9–10 of the control segment (rdma-core 56 mlx5dv.h `dci_stream_channel_id`).
-        self.dc_stream = u64::from(stream_id) << 40;
-        self.dc_set = true;
+        self.st.dc_stream = u64::from(stream_id) << 40;
+        self.st.dc_set = true;
         Ok(())
     }
 }
@@ -400,7 +409,7 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
         if XRC && self.xrc_srqn == NO_SRQN {
             return Err(invalid(Invalid::XrcRemoteSrq));
         }
-        if DC && !self.dc_set {
+        if DC && !self.st.dc_set {
             return Err(invalid(Invalid::DcDestination));
         }
         // 16-byte units after the control segment: datagram or XRC segment, then raddr, then
@@ -431,7 +440,7 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
             | u64::from(self.qpn8 | ds as u32);
         s0.write64(0, ctrl);
         // A DCI's stream sits in bytes 9–10 of the control segment.
-        let stream = if DC { self.dc_stream } else { 0 };
+        let stream = if DC { self.st.dc_stream } else { 0 };
         s0.write64(8, stream | (u64::from(fm_ce_se) << 32) | u64::from(r.imm));
         // rdma-core 56 qp.c `_mlx5_post_send` (IBV_QPT_XRC_SEND): the XRC segment
         // (`xrc_srqn`, 12 reserved bytes) right after the control segment.
@@ -440,7 +449,7 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
             s0.write64(24, 0);
         }
         if DC {
-            for (k, w) in self.dc_av.iter().enumerate() {
+            for (k, w) in self.st.dc_av.iter().enumerate() {
                 s0.write64(16 + 8 * k, *w);
             }
         }
@@ -737,10 +746,10 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
         mkey: &DvMkey<'_, '_, H>,
         conf: &MkeyConf<'_>,
     ) -> Result<(), Error> {
-        if self.send_ops & op.bits() as u8 == 0 {
+        if self.st.send_ops & op.bits() as u8 == 0 {
             return Err(invalid(Invalid::SendOpNotEnabled));
         }
-        if mkey.pdn() != self.pdn {
+        if mkey.pdn() != self.st.pdn {
             return Err(invalid(Invalid::ForeignObject));
         }
         let room = (self.max_inline + 4) / 16;
@@ -867,7 +876,6 @@ impl<H: Hal> Qp<'_, '_, H> {
         let books = dev.books.read();
         let cap = self.cap();
         let qpn = self.qpn().raw();
-        let pdn = self.pd_number();
         let refuse = match self.qp_type() {
             QpType::Ud => UD | (1 << WRITE) | (1 << READ) | (1 << ATOMIC),
             QpType::Uc => (1 << READ) | (1 << ATOMIC),
@@ -886,6 +894,10 @@ impl<H: Hal> Qp<'_, '_, H> {
         // `&mut Qp` makes the batch the ring's only writer (inline data is copied with plain
         // stores).
         let sq = ring.slots_mut::<WQEBB>(self.sq_base, usize::from(size))?;
+        if DC {
+            // Each DC batch names its destination before its first request.
+            self.bstate.dc_set = false;
+        }
         let mut b = SendBatch {
             sq,
             book: book_sq,
@@ -900,12 +912,7 @@ impl<H: Hal> Qp<'_, '_, H> {
             max_sge: cap.max_send_sge as usize,
             last_ctrl: 0,
             xrc_srqn: NO_SRQN,
-            dc_av: [0; 6],
-            dc_stream: 0,
-            dc_set: false,
-            dci_streams: self.dv.dci_streams.map_or(1, |(c, _)| 1 << c),
-            send_ops: self.dv.send_ops,
-            pdn,
+            st: &mut self.bstate,
             fence_at: if self.fence_next {
                 u32::from(self.sq_cur)
             } else {
@@ -984,12 +991,7 @@ mod tests {
             max_sge: 8,
             last_ctrl: 0,
             xrc_srqn: NO_SRQN,
-            dc_av: [0; 6],
-            dc_stream: 0,
-            dc_set: false,
-            dci_streams: 1,
-            send_ops: 0,
-            pdn: 0,
+            st: Box::leak(Box::default()),
             fence_at: NO_FENCE,
         }
     }
@@ -1031,12 +1033,11 @@ mod tests {
             max_sge: b.max_sge,
             last_ctrl: b.last_ctrl,
             xrc_srqn: NO_SRQN,
-            dc_av: [0; 6],
-            dc_stream: 0,
-            dc_set: false,
-            dci_streams,
-            send_ops: 0,
-            pdn: 0,
+            st: {
+                let st: &mut BatchState = Box::leak(Box::default());
+                st.dci_streams = dci_streams;
+                st
+            },
             fence_at: NO_FENCE,
         }
     }
