@@ -1,7 +1,7 @@
 //! The catalogue of bad inputs: one table across every public verb — device queries, CQs,
 //! completion channels, PDs, MRs, AHs, QP creation, every `modify_qp` attribute and
-//! transition, posting (sends, the batch API, receives), SRQs, XRC, multicast, and a device in
-//! its error state. Each case names the input, runs the verb, and must get its typed error;
+//! transition, posting (sends, the batch API, receives), SRQs, XRC, multicast, the mlx5
+//! direct verbs (DC, create flags, indirect keys), and a device in its error state. Each case names the input, runs the verb, and must get its typed error;
 //! none may panic, and none of the argument checks may send a command (the cases whose
 //! refusal needs the device's answer, a state or an object it holds, are marked and counted
 //! apart). `bad_inputs.rs` and `soundness.rs` hold more, closer to the code they test.
@@ -28,6 +28,8 @@ enum Want {
     Over(Limit),
     /// A refusal of the `modify_qp` transition table.
     Table,
+    /// A direct-verbs refusal naming this feature.
+    Dv(DvFeature),
 }
 
 impl Want {
@@ -37,6 +39,7 @@ impl Want {
             Want::Bad(w) => *e == Error::InvalidArgument { what: *w },
             Want::Over(l) => matches!(e, Error::ExceedsLimit { limit, .. } if limit == l),
             Want::Table => matches!(e, Error::ModifyQp(_)),
+            Want::Dv(f) => matches!(e, Error::DvRefused { feature, .. } if feature == f),
         }
     }
 }
@@ -1252,6 +1255,182 @@ fn every_bad_input_in_the_catalogue_gets_its_typed_error_and_nothing_panics() {
         "detach_mcast not attached",
         Want::Bad(Invalid::NotAttached),
         |f| f.ud.detach_mcast(&mgid, 0xc001)
+    );
+
+    // mlx5 direct verbs (seed 004): every refusal by name, before any command.
+    let dv = |mask: DvQpInitAttrMask, flags: DvQpCreateFlags| DvQpInitAttr {
+        comp_mask: mask,
+        create_flags: flags,
+        ..DvQpInitAttr::default()
+    };
+    let cflags = |f| dv(DvQpInitAttrMask::QP_CREATE_FLAGS, f);
+    let dv_case = move |t: QpType, a: DvQpInitAttr| {
+        move |_f: &mut Fx<'_, '_, '_, '_>| {
+            pd.create_qp_dv(&QpInitAttr::new(t, qcq, qcq, cap), &a)
+                .map(|_| ())
+        }
+    };
+    for (name, t, a, want) in [
+        (
+            "create_qp_dv: an unknown comp_mask bit",
+            QpType::Rc,
+            dv(
+                DvQpInitAttrMask::from_bits_retain(1 << 40),
+                DvQpCreateFlags::empty(),
+            ),
+            DvFeature::UnknownCompMask(1 << 40),
+        ),
+        (
+            "create_qp_dv: an unknown create flag",
+            QpType::Rc,
+            cflags(DvQpCreateFlags::from_bits_retain(1 << 20)),
+            DvFeature::UnknownCreateFlags(1 << 20),
+        ),
+        (
+            "create_qp_dv: TUNNEL_OFFLOADS on RC",
+            QpType::Rc,
+            cflags(DvQpCreateFlags::TUNNEL_OFFLOADS),
+            DvFeature::TunnelOffloads,
+        ),
+        (
+            "create_qp_dv: TIR_ALLOW_SELF_LOOPBACK_UC on UD",
+            QpType::Ud,
+            cflags(DvQpCreateFlags::TIR_ALLOW_SELF_LOOPBACK_UC),
+            DvFeature::TirAllowSelfLoopbackUc,
+        ),
+        (
+            "create_qp_dv: TIR_ALLOW_SELF_LOOPBACK_MC on UD",
+            QpType::Ud,
+            cflags(DvQpCreateFlags::TIR_ALLOW_SELF_LOOPBACK_MC),
+            DvFeature::TirAllowSelfLoopbackMc,
+        ),
+        (
+            "create_qp_dv: DISABLE and ALLOW scatter to CQE",
+            QpType::Rc,
+            cflags(DvQpCreateFlags::DISABLE_SCATTER_TO_CQE | DvQpCreateFlags::ALLOW_SCATTER_TO_CQE),
+            DvFeature::DisableScatterToCqe,
+        ),
+        (
+            "create_qp_dv: ALLOW_SCATTER_TO_CQE on UD",
+            QpType::Ud,
+            cflags(DvQpCreateFlags::ALLOW_SCATTER_TO_CQE),
+            DvFeature::AllowScatterToCqe,
+        ),
+        (
+            "create_qp_dv: PACKET_BASED_CREDIT_MODE on UC",
+            QpType::Uc,
+            cflags(DvQpCreateFlags::PACKET_BASED_CREDIT_MODE),
+            DvFeature::PacketBasedCreditMode,
+        ),
+        (
+            "create_qp_dv: SIG_PIPELINING",
+            QpType::Rc,
+            cflags(DvQpCreateFlags::SIG_PIPELINING),
+            DvFeature::SigPipelining,
+        ),
+        (
+            "create_qp_dv: DC on an RC QP",
+            QpType::Rc,
+            dv(DvQpInitAttrMask::DC, DvQpCreateFlags::empty()),
+            DvFeature::Dc,
+        ),
+        (
+            "create_qp_dv: DCI streams past the device's",
+            QpType::Driver,
+            DvQpInitAttr {
+                comp_mask: DvQpInitAttrMask::DC | DvQpInitAttrMask::DCI_STREAMS,
+                dc_init_attr: DcInitAttr {
+                    dc_type: DcType::Dci,
+                    dci_streams: DciStreams {
+                        log_num_concurent: 31,
+                        log_num_errored: 0,
+                    },
+                    ..DcInitAttr::default()
+                },
+                ..DvQpInitAttr::default()
+            },
+            DvFeature::DciStreams,
+        ),
+        (
+            "create_qp_dv: MR_LIST on UD",
+            QpType::Ud,
+            DvQpInitAttr {
+                comp_mask: DvQpInitAttrMask::SEND_OPS_FLAGS,
+                send_ops_flags: DvSendOpsFlags::MR_LIST,
+                ..DvQpInitAttr::default()
+            },
+            DvFeature::MrList,
+        ),
+    ] {
+        cases.push((String::from(name), Box::new(dv_case(t, a)), Want::Dv(want)));
+    }
+    case!(
+        "create_qp_dv: a driver QP without DC",
+        Want::Bad(Invalid::UnsupportedQpType),
+        |f| dv_case(QpType::Driver, DvQpInitAttr::default())(f)
+    );
+    case!(
+        "create_qp: the driver type",
+        Want::Bad(Invalid::UnsupportedQpType),
+        |f| pd
+            .create_qp(&QpInitAttr::new(QpType::Driver, qcq, qcq, cap))
+            .map(|_| ())
+    );
+    case!(
+        "create_qp_dv: a DCT without an SRQ",
+        Want::Bad(Invalid::DctWithoutSrq),
+        |f| dv_case(
+            QpType::Driver,
+            DvQpInitAttr {
+                comp_mask: DvQpInitAttrMask::DC,
+                ..DvQpInitAttr::default()
+            }
+        )(f)
+    );
+    case!(
+        "create_mkey without INDIRECT",
+        Want::Bad(Invalid::MkeyFlags),
+        |f| pd
+            .create_mkey(&MkeyInitAttr {
+                create_flags: MkeyInitFlags::empty(),
+                max_entries: 4,
+            })
+            .map(|_| ())
+    );
+    case!(
+        "create_mkey with 0 entries",
+        Want::Bad(Invalid::ZeroEntries),
+        |f| pd
+            .create_mkey(&MkeyInitAttr {
+                create_flags: MkeyInitFlags::INDIRECT,
+                max_entries: 0,
+            })
+            .map(|_| ())
+    );
+    case!(
+        "create_mkey with u16::MAX entries",
+        Want::Over(Limit::MkeyEntries),
+        |f| pd
+            .create_mkey(&MkeyInitAttr {
+                create_flags: MkeyInitFlags::INDIRECT,
+                max_entries: u16::MAX,
+            })
+            .map(|_| ())
+    );
+    case!(
+        "send_batch_dc on an RC QP",
+        Want::Bad(Invalid::DcDestination),
+        |f| f.rc.send_batch_dc(|_| ())
+    );
+    case!(
+        "dci_stream_id_reset on an RC QP",
+        Want::Bad(Invalid::DcDestination),
+        |f| f.rc.dci_stream_id_reset(0)
+    );
+    case!(
+        "dc_dest with a 25-bit DCT number",
+        Want::Bad(Invalid::DestQpn),
+        |f| ah.dc_dest(1 << 24, 0).map(|_| ())
     );
 
     // A device in its error state.
