@@ -515,6 +515,18 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
             s0.write64(at + 8, s.addr);
             return Ok(());
         }
+        // A DCI's one SGE, in the second WQEBB (after the address vector); `at` is a multiple
+        // of 16, so the segment sits in one WQEBB.
+        if let ([s], true) = (sges, DC) {
+            if (s.length as i32) < 0 {
+                return Err(sge_length_refused());
+            }
+            let slot = self.sq.slot(usize::from(cur) + at / WQEBB);
+            let off = at % WQEBB;
+            slot.write64(off, (u64::from(s.length) << 32) | u64::from(s.lkey.raw()));
+            slot.write64(off + 8, s.addr);
+            return Ok(());
+        }
         if sges.iter().fold(0, |l, s| l | s.length) as i32 >= 0 {
             self.sq.write_be_units(
                 usize::from(cur) + at / WQEBB,
