@@ -986,6 +986,7 @@ mod tests {
         sq: &'b mut SharedDma<Dma>,
         book: &'b SharedDma<Dma>,
         tail: &'b AtomicU16,
+        st: &'b mut BatchState,
         qp_type: QpType,
         cur: u16,
     ) -> SendBatch<'b> {
@@ -1003,7 +1004,7 @@ mod tests {
             max_sge: 8,
             last_ctrl: 0,
             xrc_srqn: NO_SRQN,
-            st: Box::leak(Box::default()),
+            st,
             fence_at: NO_FENCE,
         }
     }
@@ -1013,8 +1014,9 @@ mod tests {
         sq: &'b mut SharedDma<Dma>,
         book: &'b SharedDma<Dma>,
         tail: &'b AtomicU16,
+        st: &'b mut BatchState,
     ) -> SendBatch<'b, true> {
-        retyped(batch(sq, book, tail, QpType::Rc, 0), 1)
+        retyped(batch(sq, book, tail, st, QpType::Rc, 0), 1)
     }
 
     /// A DCI's batch with four streams over the same rings.
@@ -1022,8 +1024,9 @@ mod tests {
         sq: &'b mut SharedDma<Dma>,
         book: &'b SharedDma<Dma>,
         tail: &'b AtomicU16,
+        st: &'b mut BatchState,
     ) -> SendBatch<'b, false, true> {
-        retyped(batch(sq, book, tail, QpType::Rc, 0), 4)
+        retyped(batch(sq, book, tail, st, QpType::Rc, 0), 4)
     }
 
     /// `b` as a batch of another kind (XRC, DC) with `dci_streams` streams.
@@ -1046,9 +1049,8 @@ mod tests {
             last_ctrl: b.last_ctrl,
             xrc_srqn: NO_SRQN,
             st: {
-                let st: &mut BatchState = Box::leak(Box::default());
-                st.dci_streams = dci_streams;
-                st
+                b.st.dci_streams = dci_streams;
+                b.st
             },
             fence_at: NO_FENCE,
         }
@@ -1077,7 +1079,8 @@ mod tests {
             dctn: 0xab_cdef,
             dc_key: 0x0102_0304_0506_0708,
         };
-        let mut b = batch_dc(&mut sq, &book, &tail);
+        let mut st = BatchState::default();
+        let mut b = batch_dc(&mut sq, &book, &tail, &mut st);
         b.set_dc_addr_stream(&dest, 3).unwrap();
         let sge = Sge {
             addr: 0x1000,
@@ -1140,7 +1143,8 @@ mod tests {
         let hal = SimHal::synchronous();
         let (mut sq, book) = rings(&hal);
         let tail = AtomicU16::new(0);
-        let mut b = batch_xrc(&mut sq, &book, &tail);
+        let mut st = BatchState::default();
+        let mut b = batch_xrc(&mut sq, &book, &tail, &mut st);
         fill(&b.sq, 0xee);
         let sg = [Sge {
             addr: 0x1_0000_2000,
@@ -1191,7 +1195,8 @@ mod tests {
         let hal = SimHal::synchronous();
         let (mut sq, book) = rings(&hal);
         let tail = AtomicU16::new(0);
-        let mut b = batch(&mut sq, &book, &tail, QpType::Ud, 0);
+        let mut st = BatchState::default();
+        let mut b = batch(&mut sq, &book, &tail, &mut st, QpType::Ud, 0);
         let ud = UdDest {
             ah: AhAttr {
                 dlid: 0xbeef,
@@ -1266,7 +1271,8 @@ mod tests {
         let data: [u8; 200] = core::array::from_fn(|i| i as u8 ^ 0x5a);
         for len in 0..=200usize {
             // Start in the last WQEBB so that every WQE longer than one wraps.
-            let mut b = batch(&mut sq, &book, &tail, QpType::Rc, 3);
+            let mut st = BatchState::default();
+            let mut b = batch(&mut sq, &book, &tail, &mut st, QpType::Rc, 3);
             fill(&b.sq, 0xee);
             b.send_inline(9, SendFlags::empty(), &data[..len]).unwrap();
             let raw = ring_bytes(&b.sq);
@@ -1286,7 +1292,8 @@ mod tests {
                 "len {len}"
             );
         }
-        let mut b = batch(&mut sq, &book, &tail, QpType::Rc, 3);
+        let mut st = BatchState::default();
+        let mut b = batch(&mut sq, &book, &tail, &mut st, QpType::Rc, 3);
         assert_eq!(
             b.send_inline(1, SendFlags::empty(), &[0; 201]),
             Err(invalid(Invalid::InlineTooLarge))
@@ -1303,7 +1310,8 @@ mod tests {
             length: 10 + k as u32,
             lkey: Lkey::from_raw(0x100 + k as u32),
         });
-        let mut b = batch(&mut sq, &book, &tail, QpType::Rc, 3);
+        let mut st = BatchState::default();
+        let mut b = batch(&mut sq, &book, &tail, &mut st, QpType::Rc, 3);
         b.rdma_write(5, SendFlags::SIGNALED, 0xdead_0000, 0x77, &sg)
             .unwrap();
         let raw = ring_bytes(&b.sq);
@@ -1332,7 +1340,8 @@ mod tests {
         let hal = SimHal::synchronous();
         let (mut sq, book) = rings(&hal);
         let tail = AtomicU16::new(0);
-        let mut b = batch(&mut sq, &book, &tail, QpType::Ud, 0);
+        let mut st = BatchState::default();
+        let mut b = batch(&mut sq, &book, &tail, &mut st, QpType::Ud, 0);
         let read = wr(
             SendOp::RdmaRead {
                 remote_addr: 0,
@@ -1348,7 +1357,8 @@ mod tests {
         );
         assert!(ring_bytes(&b.sq).iter().all(|&x| x == 0));
         assert_eq!(b.last_ctrl, 0);
-        let mut rc = batch(&mut sq, &book, &tail, QpType::Rc, 0);
+        let mut st = BatchState::default();
+        let mut rc = batch(&mut sq, &book, &tail, &mut st, QpType::Rc, 0);
         let mut inline_read = read;
         inline_read.flags = SendFlags::INLINE;
         assert_eq!(
