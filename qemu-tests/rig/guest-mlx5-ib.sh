@@ -8,6 +8,7 @@
 #   PP_CASES=TYPE:SIZE:ITERS,...  ibv_TYPE_pingpong runs (default rc:64:50,rc:4096:50,rc:65536:10,
 #                                 uc:64:50,uc:4096:50,ud:64:50,ud:1024:50,srq:4096:20,xsrq:4096:20)
 #   PERF_TESTS=a,b,...            perftest programs (default ib_write_bw,ib_read_bw,ib_atomic_bw,ib_send_lat)
+#   PERF_DC_TESTS=a,b,...         perftest programs run again with --connection=DC (default none)
 #   PERF_ITERS=N                  perftest -n (default 20)
 #   PP_TIMEOUT=S PERF_TIMEOUT=S   per-side deadline of one pair (default 90 and 120)
 #   PROBE_WAIT=S                  deadline for each module load and unload (default 100)
@@ -93,6 +94,15 @@ done
 for p in $(echo "$perf" | tr , ' '); do
   args="-n $perf_iters -F -p $port ${PERF_EXTRA:-}"
   pair "$p" "$perf_timeout" "$port" "$p -d $dev0 $args" "$p -d $dev1 $args" || fail "$p"
+  port=$((port + 1))
+done
+
+# The same perftest programs over DC (mlx5dv DCI and DCT on an SRQ: mlx5_ib's CREATE_DCT,
+# DRAIN_DCT and DCI QPs, rdma-core's DC WQEs).
+for p in $(echo "${PERF_DC_TESTS:-}" | tr , ' '); do
+  args="-n $perf_iters -F -p $port --connection=DC ${PERF_EXTRA:-}"
+  pair "$p-dc" "$perf_timeout" "$port" "$p -d $dev0 $args" "$p -d $dev1 $args" ||
+    fail "$p --connection=DC"
   port=$((port + 1))
 done
 

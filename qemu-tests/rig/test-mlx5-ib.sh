@@ -34,8 +34,11 @@ cases=${PP_CASES:-rc:16:50,rc:64:50,rc:4096:50,rc:65536:10,uc:16:50,uc:64:50,uc:
 # every other case.
 if [ -n "$selfcheck" ]; then cases=$(echo "$cases" | tr , '\n' | grep -v '^xsrq:' | paste -sd, -); fi
 perf=${PERF_TESTS:-ib_write_bw,ib_read_bw,ib_atomic_bw,ib_send_lat}
+# Over DC too (mlx5 only: soft-RoCE has no DC).
+perf_dc=${PERF_DC_TESTS-ib_write_bw,ib_read_bw,ib_send_bw}
+[ -z "$selfcheck" ] || perf_dc=
 
-append="RUN=/bin/guest-mlx5-ib.sh PP_CASES=$cases PERF_TESTS=$perf PERF_ITERS=${PERF_ITERS:-20}"
+append="RUN=/bin/guest-mlx5-ib.sh PP_CASES=$cases PERF_TESTS=$perf PERF_DC_TESTS=$perf_dc PERF_ITERS=${PERF_ITERS:-20}"
 devs=()
 if [ -n "$selfcheck" ]; then
   # RoCE needs a GID: index 1 is the dummy netdev's IPv4 address (IPv4-mapped).
@@ -83,6 +86,8 @@ for c in "${case_list[@]}"; do
   names+=("ibv_${t}_pingpong-s${r%%:*}-n${r#*:}")
 done
 IFS=, read -r -a perfs <<<"$perf"
+IFS=, read -r -a perfs_dc <<<"$perf_dc"
+for p in "${perfs_dc[@]}"; do perfs+=("$p-dc"); done
 ib_check_pairs "$log" "${names[@]}" "${perfs[@]}"
 ib_check_kernel "$log"
 [ -n "$selfcheck" ] || ib_check_traces "$work/hca0.trace" "$work/hca1.trace"

@@ -349,6 +349,10 @@ impl Hca {
                     return;
                 }
                 Err(WqeFault::Malformed) => {
+                    log::debug!(
+                        "model: QP {qpn:#x}: send WQE {} does not parse",
+                        qp.sq_consumed
+                    );
                     self.complete_send_error(&qp, qp.sq_consumed, 0, synd::LOCAL_QP_OP);
                     return;
                 }
@@ -413,14 +417,10 @@ impl Hca {
         }
     }
 
-    /// A DCI request's stream before it runs: `Some` outcome when it must not run — its
-    /// stream is in error (flushed: WR_FLUSH_ERR, and the send queue goes on) or past the
-    /// DCI's streams (a local QP operation error).
+    /// A DCI request's stream before it runs: `Some` outcome when it must not run, because its
+    /// stream is in error (flushed: WR_FLUSH_ERR, and the send queue goes on).
     fn dci_stream_check(&mut self, qp: &Qp, w: &SendWqe) -> Option<Outcome> {
         let d = qp.dci.as_ref()?;
-        if u32::from(w.dci_stream) >= 1u32 << d.log_channels {
-            return Some(Outcome::Failed(synd::LOCAL_QP_OP));
-        }
         if d.errored.contains(&w.dci_stream) {
             self.send_error_cqe(qp, w.wqe_index, w.opcode, synd::WR_FLUSH);
             return Some(Outcome::Flushed);
@@ -472,6 +472,11 @@ impl Hca {
 
     /// The requester error CQE of WQE `wqe_index` (`opcode`) of `qp`.
     fn send_error_cqe(&mut self, qp: &Qp, wqe_index: u16, opcode: u8, syndrome: u8) {
+        log::debug!(
+            "model: QP {:#x} ({:?}) WQE {wqe_index} opcode {opcode:#x}: error CQE syndrome {syndrome:#x}",
+            qp.qpn,
+            qp.st
+        );
         let mut c = [0u8; 64];
         c[0x37] = syndrome;
         c[0x38..0x3c].copy_from_slice(&((u32::from(opcode) << 24) | qp.qpn).to_be_bytes());
@@ -528,7 +533,7 @@ impl Hca {
             sges: Vec::new(),
             xrc_srqn: None,
             dc_key: 0,
-            dci_stream: u16::from_be_bytes([raw[9], raw[10]]),
+            dci_stream: dci_channel(qp, u16::from_be_bytes([raw[9], raw[10]])),
             fence_mode: raw[11] >> 5,
         };
         let mut off = 16;
@@ -540,7 +545,12 @@ impl Hca {
             w.xrc_srqn = Some(seg.get32(wqe_xrc_seg::xrc_srqn) & 0xff_ffff);
             off += WqeXrcSeg::BYTES;
         }
+        // A segment cut off by the WQE's own size (`ds`): the WQE does not parse.
+        let room = |off: usize, n: usize| raw.len() >= off + n;
         if matches!(qp.st, ServiceType::Ud | ServiceType::Dci) {
+            if !room(off, 48) {
+                return None;
+            }
             // A DCI's address vector holds the DC access key where UD's holds the Q_Key
             // (rdma-core 56 mlx5dv.h `struct mlx5_wqe_av`: `key.dc_key`), and the target DCT's
             // number in `dqp_dct` (qp.c `mlx5_send_wr_set_dc_addr`).
@@ -574,6 +584,10 @@ impl Hca {
                     | wqe_opcode::ATOMIC_FA
             )
         {
+            let atomic = matches!(opcode, wqe_opcode::ATOMIC_CS | wqe_opcode::ATOMIC_FA);
+            if !room(off, if atomic { 32 } else { 16 }) {
+                return None;
+            }
             w.raddr = be64(off);
             w.rkey = be32(off + 8);
             off += 16;
@@ -1517,6 +1531,20 @@ impl Hca {
     }
 }
 
+/// The stream a DCI request runs on: the low `log_num_dci_stream_channels` bits of its control
+/// segment's `dci_stream_channel_id` (0 on any other QP). Hardware takes any id: perftest
+/// (src/perftest_resources.c, built with rdma-core's DCS) posts ids 0, 1, 2, ... through
+/// `mlx5dv_wr_set_dc_addr_stream` on a DCI created without streams (its mask
+/// `0xffffffff >> (32 - 0)` is all ones on x86), and its DC tests run on ConnectX; so an id
+/// past the DCI's streams is not an error. Which channel such an id lands on is not in public
+/// sources: the low bits is this model's choice (with one stream, every id is stream 0).
+fn dci_channel(qp: &Qp, id: u16) -> u16 {
+    qp.dci.as_ref().map_or(0, |d| {
+        let channels = 1u32 << d.log_channels.min(16);
+        (u32::from(id) & (channels - 1)) as u16
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1625,6 +1653,37 @@ mod tests {
             xrc_srqn: None,
             dc_key: 0,
         }
+    }
+
+    #[test]
+    fn a_dci_request_runs_on_the_low_bits_of_its_stream_id() {
+        let mut qp = rc_qp(0x100, 0);
+        qp.st = ServiceType::Dci;
+        // Not a DCI: no streams.
+        assert_eq!(dci_channel(&rc_qp(0x100, 0), 7), 0);
+        // A DCI created without streams (as perftest's, which still names ids 0, 1, 2, ...).
+        qp.dci = Some(crate::qp::DciStreams::default());
+        assert_eq!(dci_channel(&qp, 0), 0);
+        assert_eq!(dci_channel(&qp, 1), 0);
+        assert_eq!(dci_channel(&qp, 0xffff), 0);
+        // Four streams.
+        qp.dci = Some(crate::qp::DciStreams {
+            log_channels: 2,
+            ..Default::default()
+        });
+        assert_eq!(dci_channel(&qp, 3), 3);
+        assert_eq!(dci_channel(&qp, 6), 2);
+        // As parsed from a WQE: control segment bytes 9..11 (rdma-core mlx5dv.h
+        // `mlx5_wqe_ctrl_seg.dci_stream_channel_id`).
+        let mut raw = vec![0u8; 128];
+        raw[3] = wqe_opcode::RDMA_WRITE;
+        raw[7] = 6; // control, address vector (3 x 16 bytes), remote address, data
+        raw[9..11].copy_from_slice(&5u16.to_be_bytes());
+        let w = Hca::parse_send_wqe(&qp, raw.clone(), 2);
+        assert_eq!(w.map(|w| w.dci_stream), Some(1));
+        // A `ds` that leaves no room for the remote address segment: malformed, no panic.
+        raw[7] = 4;
+        assert!(Hca::parse_send_wqe(&qp, raw, 2).is_none());
     }
 
     #[test]
