@@ -45,6 +45,10 @@ cargo build --locked --target x86_64-unknown-none -p bareverbs --features log
 cargo build --locked --target x86_64-unknown-none -p bareverbs --features defmt
 cargo build --locked --target x86_64-unknown-none -p bareverbs --features alloc
 
+step "the unikernel image (examples/unikernel, its own workspace): format, lints, release build"
+(cd examples/unikernel && cargo fmt -- --check && cargo clippy --locked --release -- -D warnings &&
+  cargo build --locked --release)
+
 step "data-path cost benchmark still runs (instruction counts, no thresholds; README table)"
 if ! command -v valgrind >/dev/null || ! command -v gcc >/dev/null ||
   [ ! -f /usr/include/infiniband/mlx5dv.h ]; then
@@ -100,6 +104,9 @@ else
 
   step "guest: dc_pingpong (a DCI and a DCT on an SRQ per side) between two model HCAs over VFIO"
   PINGPONG=dc_pingpong qemu-tests/rig/test-pingpong.sh
+
+  step "guest: the unikernel boots with two model HCAs and no Linux (bring-up, devinfo, RC and UD with data checked, teardown)"
+  qemu-tests/rig/test-unikernel.sh
 
   step "guest: the RDMA test's steps on soft-RoCE (rdma-core in the guest, no model)"
   SELFCHECK=rxe qemu-tests/rig/test-mlx5-ib.sh

@@ -3,8 +3,12 @@
 # initramfs and optional vfio-user-pci devices, under a hard deadline. The guest's serial
 # console goes to a log file (and to stdout unless --quiet).
 #
-# Usage: run-guest.sh --initrd PATH [options]
-#   --initrd PATH         initramfs from make-initramfs.sh (required)
+# Usage: run-guest.sh --initrd PATH [options]   or   run-guest.sh --kernel IMAGE [options]
+#   --initrd PATH         initramfs from make-initramfs.sh (required with the rig kernel)
+#   --kernel IMAGE        boot IMAGE (a PVH ELF, e.g. the unikernel) instead of the rig kernel:
+#                         no initramfs, no kernel command line
+#   --debug-exit          add isa-debug-exit (port 0xf4): the guest ends QEMU by writing its
+#                         rc there, QEMU exits (rc << 1) | 1; status 1 counts as a clean exit
 #   --mode MODE           guest mode, rig=MODE on the kernel command line (default smoke)
 #   --vfio-user SOCKET    add a vfio-user-pci device served on the UNIX socket SOCKET, behind
 #                         its own pcie-root-port (repeatable; start the server first)
@@ -35,13 +39,15 @@ orig_args=("$@") # for the re-exec into a private mount namespace
 
 usage() { sed -n '2,28s/^# \{0,1\}//p' "$0"; }
 
-initrd="" mode=smoke iommu=0 deadline=120 log="" dir="" mem=512M smp=1 machine=q35
+initrd="" kernel="" debug_exit=0 mode=smoke iommu=0 deadline=120 log="" dir="" mem=512M smp=1 machine=q35
 socket_wait=10 interactive=0 quiet=0 dry_run=0
 sockets=() appends=() expects=() qemu_extra=()
 need_arg() { [ "$2" -ge 2 ] || rig_die "$1 needs a value"; }
 while [ $# -gt 0 ]; do
   case $1 in
     --initrd) need_arg "$1" $#; initrd=$2; shift ;;
+    --kernel) need_arg "$1" $#; kernel=$2; shift ;;
+    --debug-exit) debug_exit=1 ;;
     --mode) need_arg "$1" $#; mode=$2; shift ;;
     --vfio-user) need_arg "$1" $#; sockets+=("$2"); shift ;;
     --iommu) iommu=1 ;;
@@ -64,8 +70,13 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-[ -n "$initrd" ] || { usage >&2; rig_die "--initrd is required (build one with make-initramfs.sh)"; }
-[ -f "$initrd" ] || rig_die "initramfs '$initrd' not found"
+if [ -n "$kernel" ]; then
+  [ -z "$initrd" ] || rig_die "--kernel boots an image without an initramfs: drop --initrd"
+  [ -f "$kernel" ] || rig_die "kernel image '$kernel' not found"
+else
+  [ -n "$initrd" ] || { usage >&2; rig_die "--initrd is required (build one with make-initramfs.sh)"; }
+  [ -f "$initrd" ] || rig_die "initramfs '$initrd' not found"
+fi
 case $deadline in '' | *[!0-9]*) rig_die "--timeout must be whole seconds, got '$deadline'" ;; esac
 [ "$deadline" -gt 0 ] || rig_die "--timeout must be > 0"
 case $socket_wait in '' | *[!0-9]*) rig_die "--socket-wait must be whole seconds" ;; esac
@@ -80,10 +91,13 @@ rig_need_cmds chroot mount umount mountpoint flock timeout realpath tail
 [ "$dry_run" -eq 1 ] || rig_enter_mount_ns "${orig_args[@]}"
 rig_require_built
 
-initrd=$(realpath "$initrd")
-[ -n "$dir" ] || dir=$(dirname "$initrd")
+boot_file=${kernel:-$initrd}
+boot_file=$(realpath "$boot_file")
+[ -z "$kernel" ] || kernel=$boot_file
+[ -n "$kernel" ] || initrd=$boot_file
+[ -n "$dir" ] || dir=$(dirname "$boot_file")
 dir=$(realpath -m "$dir")
-[ -n "$log" ] || log=$(dirname "$initrd")/guest-$mode.log
+[ -n "$log" ] || log=$(dirname "$boot_file")/guest-$mode.log
 log=$(realpath -m "$log")
 
 # Directories to bind-mount at the same path inside the chroot: DIR, then the directory of
@@ -107,7 +121,7 @@ add_bind() {
   under_bind "$d" || binds+=("$d")
 }
 add_bind "$dir"
-add_bind "$(dirname "$initrd")"
+add_bind "$(dirname "$boot_file")"
 abs_sockets=()
 for s in "${sockets[@]}"; do
   case $s in *'"'* | *\\*) rig_die "socket path may not contain '\"' or '\\': $s" ;; esac
@@ -123,8 +137,13 @@ for a in "${appends[@]}"; do cmdline+=" $a"; done
 
 qemu=(qemu-system-x86_64 -accel tcg -cpu max -smp "$smp" -m "$mem"
   -object "memory-backend-memfd,id=mem,size=$mem,share=on" -machine "$machine,memory-backend=mem"
-  -nodefaults -display none -serial stdio -no-reboot
-  -kernel "$RIG_VMLINUZ" -initrd "$initrd" -append "$cmdline")
+  -nodefaults -display none -serial stdio -no-reboot)
+if [ -n "$kernel" ]; then
+  qemu+=(-kernel "$kernel")
+else
+  qemu+=(-kernel "$RIG_VMLINUZ" -initrd "$initrd" -append "$cmdline")
+fi
+[ "$debug_exit" -eq 0 ] || qemu+=(-device isa-debug-exit,iobase=0xf4,iosize=0x04)
 # The vIOMMU must come before the root ports and the devices.
 [ "$iommu" -eq 0 ] || qemu+=(-device "intel-iommu,caching-mode=on")
 i=0
@@ -229,6 +248,12 @@ for e in "${expects[@]}"; do
   grep -a -q -F -- "$e" "$log" || missing+=("$e")
 done
 
+# isa-debug-exit: the guest's rc 0 is QEMU's status 1; any other odd status is the guest's
+# failure, which its GUEST-DONE line reports.
+if [ "$debug_exit" -eq 1 ] && [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] && [ $((rc % 2)) -eq 1 ]; then
+  rig_log "isa-debug-exit: QEMU status $rc is guest rc $((rc >> 1))"
+  rc=0
+fi
 # timeout exits 124 when it sent SIGTERM, 137 when it had to SIGKILL as well. 137 before
 # the deadline means someone else killed QEMU (the OOM killer, a user): not a deadline.
 if [ "$rc" -eq 124 ] || { [ "$rc" -eq 137 ] && [ "$wall" -ge $((deadline * 1000)) ]; }; then
