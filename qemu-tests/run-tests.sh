@@ -45,9 +45,15 @@ cargo build --locked --target x86_64-unknown-none -p bareverbs --features log
 cargo build --locked --target x86_64-unknown-none -p bareverbs --features defmt
 cargo build --locked --target x86_64-unknown-none -p bareverbs --features alloc
 
-step "the unikernel image (examples/unikernel, its own workspace): format, lints, release build"
+step "the unikernel image (examples/unikernel, its own workspace): format, lints, release build, no driver stack frame above 4 KiB"
 (cd examples/unikernel && cargo fmt -- --check && cargo clippy --locked --release -- -D warnings &&
   cargo build --locked --release)
+if ! command -v objdump >/dev/null || ! command -v nm >/dev/null; then
+  apt-get update -q >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends binutils >/dev/null
+fi
+examples/unikernel/measure.py examples/unikernel/target/x86_64-unknown-none/release/bareverbs-unikernel \
+  --max-driver-frame 4096
 
 step "data-path cost benchmark still runs (instruction counts, no thresholds; README table)"
 if ! command -v valgrind >/dev/null || ! command -v gcc >/dev/null ||

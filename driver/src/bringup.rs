@@ -45,20 +45,34 @@ fn wait_fw_init<H: Hal>(hal: &H, timeout: Duration, poll: Duration) -> Result<()
     }
 }
 
+/// Bytes of a QUERY_HCA_CAP output and of a SET_HCA_CAP input (header and a 4 KiB block).
+const CAP_MSG: usize = QueryHcaCapOut::BYTES;
+const _: () = assert!(CAP_MSG == SetHcaCapIn::BYTES);
+/// One capability message.
+type CapMsg = [u8; CAP_MSG];
+
 fn cap_view(out: &[u8]) -> Result<View<'_, CmdHcaCap>, Error> {
     Ok(View::<QueryHcaCapOut>::new_checked(out)?
         .sub(query_hca_cap_out::capability)
         .sub(hca_cap_union::cmd_hca_cap))
 }
 
-impl<H: Hal> Device<H> {
-    /// Brings the HCA behind `hal` up to a ready state: firmware initialized, pages given, a UAR
-    /// and an event queue for asynchronous and page-request events, device facts and port
-    /// state read.
-    ///
-    /// # Errors
-    /// [`StepError`] naming the step that failed; everything done before it is undone.
-    pub fn bring_up(hal: H, cfg: Config) -> Result<Self, StepError> {
+/// What bring-up reads before the device exists: the firmware's revision and timeouts, the
+/// command queue. Small, so that [`Device::bring_up_in`] builds the device in place.
+struct Unready<H: Hal> {
+    hal: H,
+    cfg: Config,
+    cmd: CmdQueue<H>,
+    cmd_timeout: Duration,
+    fw_init: Duration,
+    fw_version: (u16, u16, u16),
+    rev: u16,
+    embedded_cpu: bool,
+}
+
+impl<H: Hal> Unready<H> {
+    /// Step 1 and the command interface: firmware ready, its revision, the command queue.
+    fn start(hal: H, cfg: Config) -> Result<Self, StepError> {
         let t = cfg.timeouts;
         let bar = hal.bar0();
         // Step 1: firmware ready, command interface revision (mlx5_function_enable).
@@ -97,18 +111,105 @@ impl<H: Hal> Device<H> {
             fw_rev::fw_rev_minor.get(fw) as u16,
             cmdif_rev_fw_sub::fw_rev_subminor.get(cmdif) as u16,
         );
-        let mut dev = Device {
+        info!(
+            "mlx5: firmware {}.{}.{}, cmdif {}",
+            fw_version.0, fw_version.1, fw_version.2, rev
+        );
+        Ok(Unready {
             hal,
             cfg,
+            cmd,
+            cmd_timeout,
+            fw_init,
+            fw_version,
+            rev,
+            embedded_cpu,
+        })
+    }
+}
+
+impl<H: Hal> Device<H> {
+    /// Brings the HCA behind `hal` up to a ready state: firmware initialized, pages given, a UAR
+    /// and an event queue for asynchronous and page-request events, device facts and port
+    /// state read.
+    ///
+    /// # Errors
+    /// [`StepError`] naming the step that failed; everything done before it is undone.
+    pub fn bring_up(hal: H, cfg: Config) -> Result<Self, StepError> {
+        let parts = Unready::start(hal, cfg)?;
+        let fw_init = parts.fw_init;
+        let mut dev = Self::assemble(parts);
+        match dev.run_bring_up(fw_init) {
+            Ok(()) => Ok(dev),
+            Err(e) => {
+                warn!("bring-up failed: {}", e);
+                dev.shutdown_quietly();
+                Err(e)
+            }
+        }
+    }
+
+    /// [`Device::bring_up`] into `slot`, the device's storage: a `static`, a field, a
+    /// caller's frame. The device (tens of KiB: its tables are inline, `no_std` and no
+    /// allocator) is built in place and brought up there, so that no frame of the bring-up
+    /// holds a copy of it: what a unikernel or a kernel thread with a small stack needs.
+    /// A device already in `slot` is dropped first (its teardown). On failure `slot` is
+    /// `None`; [`Device::teardown_in`] is the matching teardown.
+    ///
+    /// # Errors
+    /// As [`Device::bring_up`].
+    pub fn bring_up_in(
+        slot: &mut Option<Self>,
+        hal: H,
+        cfg: Config,
+    ) -> Result<&mut Self, StepError> {
+        *slot = None;
+        let parts = Unready::start(hal, cfg)?;
+        let fw_init = parts.fw_init;
+        let r = slot.insert(Self::assemble(parts)).run_bring_up(fw_init);
+        if let Err(e) = r {
+            warn!("bring-up failed: {}", e);
+            if let Some(dev) = slot.as_mut() {
+                dev.shutdown_quietly();
+            }
+            *slot = None;
+            return Err(e);
+        }
+        // `slot` was filled above; the error is never returned.
+        slot.as_mut()
+            .ok_or(Error::DeviceGone)
+            .at(Step::WaitFirmware)
+    }
+
+    /// Tears down the device in `slot` ([`Device::teardown`] in place) and empties the slot;
+    /// nothing to do for an empty one.
+    ///
+    /// # Errors
+    /// As [`Device::teardown`].
+    pub fn teardown_in(slot: &mut Option<Self>) -> Result<(), StepError> {
+        let r = match slot.as_mut() {
+            Some(dev) => dev.shutdown(),
+            None => Ok(()),
+        };
+        *slot = None;
+        r
+    }
+
+    /// The device with nothing done yet, from what [`Unready::start`] read.
+    #[inline(always)]
+    fn assemble(p: Unready<H>) -> Self {
+        Device {
+            hal: p.hal,
+            cfg: p.cfg,
             info: DeviceInfo {
-                fw_version,
-                cmdif_rev: rev,
-                embedded_cpu,
+                fw_version: p.fw_version,
+                cmdif_rev: p.rev,
+                embedded_cpu: p.embedded_cpu,
                 ..DeviceInfo::default()
             },
             ctl: spin::Mutex::new(Control {
-                cmd,
-                cmd_timeout,
+                cmd: p.cmd,
+                cmd_timeout: p.cmd_timeout,
                 pages: PageManager::new(),
                 uar: None,
                 eq: None,
@@ -130,18 +231,6 @@ impl<H: Hal> Device<H> {
             fatal: core::sync::atomic::AtomicBool::new(false),
             books: spin::RwLock::new(crate::verbs::book::Books::new()),
             srq_books: spin::RwLock::new(crate::verbs::srq_ring::SrqBooks::new()),
-        };
-        info!(
-            "mlx5: firmware {}.{}.{}, cmdif {}",
-            fw_version.0, fw_version.1, fw_version.2, rev
-        );
-        match dev.run_bring_up(fw_init) {
-            Ok(()) => Ok(dev),
-            Err(e) => {
-                warn!("bring-up failed: {}", e);
-                dev.shutdown_quietly();
-                Err(e)
-            }
         }
     }
 
@@ -280,20 +369,18 @@ impl<H: Hal> Device<H> {
     /// Linux `handle_hca_cap_atomic`: when the device has atomics and can answer them in host
     /// byte order, SET_HCA_CAP (atomic) asks it to — the mode IB atomics need (mlx5_ib reports
     /// none otherwise). The block is zero but for the mode, as Linux sends it.
-    fn set_atomic_caps(&mut self, general_cur_atomic: bool) -> Result<(), Error> {
-        if !general_cur_atomic {
-            return Ok(());
-        }
-        let mut cur = [0u8; QueryHcaCapOut::BYTES];
-        self.query_cap_group(hca_cap_op_mod::ATOMIC, hca_cap_op_mod::CUR, &mut cur)?;
-        let mut max = [0u8; QueryHcaCapOut::BYTES];
-        self.query_cap_group(hca_cap_op_mod::ATOMIC, hca_cap_op_mod::MAX, &mut max)?;
-        if Self::atomic_view(&cur)?.get(atomic_caps::supported_atomic_req_8b_endianness_mode_1) == 0
+    ///
+    /// `cur` and `set` are scratch: the atomic block queried, the SET_HCA_CAP input built.
+    fn set_atomic_caps_in(&mut self, cur: &mut CapMsg, set: &mut CapMsg) -> Result<(), Error> {
+        self.query_cap_group(hca_cap_op_mod::ATOMIC, hca_cap_op_mod::CUR, cur)?;
+        // Queried as Linux does (`mlx5_core_get_caps_mode` HCA_CAP_OPMOD_GET_MAX); unused.
+        self.query_cap_group(hca_cap_op_mod::ATOMIC, hca_cap_op_mod::MAX, set)?;
+        if Self::atomic_view(cur)?.get(atomic_caps::supported_atomic_req_8b_endianness_mode_1) == 0
         {
             return Ok(());
         }
-        let mut set = [0u8; SetHcaCapIn::BYTES];
-        input::<SetHcaCap>(&mut set)?.set(
+        set.fill(0);
+        input::<SetHcaCap>(set)?.set(
             set_hca_cap_in::op_mod,
             hca_cap_op_mod::set(hca_cap_op_mod::ATOMIC),
         );
@@ -303,18 +390,41 @@ impl<H: Hal> Device<H> {
             atomic::REQ_MODE_HOST_ENDIANNESS,
         );
         let mut out = [0u8; SetHcaCapOut::BYTES];
-        self.exec::<SetHcaCap>(&mut set, &mut out)
+        self.exec::<SetHcaCap>(set, &mut out)
+    }
+
+    /// Two capability-message buffers off the stack for `f`: a DMA allocation used as plain
+    /// CPU memory (never shown to the device), freed on return. The messages are 4 KiB each,
+    /// and `no_std` stacks (a unikernel's, a kernel thread's) are small.
+    fn with_cap_buffers<R>(
+        &mut self,
+        f: impl FnOnce(&mut Self, &mut CapMsg, &mut CapMsg) -> Result<R, Error>,
+    ) -> Result<R, Error> {
+        let mut buf = self.hal.dma_alloc(2 * CAP_MSG, 64)?;
+        let short = bareverbs_hal::DmaError::OutOfBounds {
+            offset: 0,
+            len: 2 * CAP_MSG,
+            region: buf.len(),
+        };
+        let (a, b) = buf
+            .as_mut_slice()
+            .split_first_chunk_mut::<CAP_MSG>()
+            .ok_or(short)?;
+        let b = b.first_chunk_mut::<CAP_MSG>().ok_or(short)?;
+        f(self, a, b)
     }
 
     /// QUERY_HCA_CAP (max, cur) and SET_HCA_CAP of the general capabilities, changing what
     /// Linux's `handle_hca_cap` changes.
     fn set_caps(&mut self) -> Result<(), Error> {
-        let mut max = [0u8; QueryHcaCapOut::BYTES];
-        self.query_cap(hca_cap_op_mod::MAX, &mut max)?;
-        let mut set = [0u8; SetHcaCapIn::BYTES];
-        self.query_cap(hca_cap_op_mod::CUR, &mut set)?;
-        let atomic = cap_view(&set)?.get(cmd_hca_cap::atomic) != 0;
-        let max_v = cap_view(&max)?;
+        self.with_cap_buffers(|dev, max, set| dev.set_caps_in(max, set))
+    }
+
+    fn set_caps_in(&mut self, max: &mut CapMsg, set: &mut CapMsg) -> Result<(), Error> {
+        self.query_cap(hca_cap_op_mod::MAX, max)?;
+        self.query_cap(hca_cap_op_mod::CUR, set)?;
+        let atomic = cap_view(set)?.get(cmd_hca_cap::atomic) != 0;
+        let max_v = cap_view(max)?;
         let (max_qp, max_drain, max_dct, max_release, max_ports) = (
             max_v.get(cmd_hca_cap::log_max_qp),
             max_v.get(cmd_hca_cap::drain_sigerr),
@@ -324,7 +434,7 @@ impl<H: Hal> Device<H> {
         );
         // The current capabilities sit at the same offset in both messages.
         set[..16].fill(0);
-        let mut v = input_keep::<SetHcaCap>(&mut set)?;
+        let mut v = input_keep::<SetHcaCap>(set)?;
         v.set(
             set_hca_cap_in::op_mod,
             hca_cap_op_mod::set(hca_cap_op_mod::GENERAL),
@@ -341,18 +451,23 @@ impl<H: Hal> Device<H> {
             .set(cmd_hca_cap::release_all_pages, max_release)
             .set(cmd_hca_cap::num_vhca_ports, max_ports);
         let mut out = [0u8; SetHcaCapOut::BYTES];
-        self.exec::<SetHcaCap>(&mut set, &mut out)?;
-        self.set_atomic_caps(atomic)
+        self.exec::<SetHcaCap>(set, &mut out)?;
+        if atomic {
+            self.set_atomic_caps_in(max, set)?;
+        }
+        Ok(())
     }
 
     fn query_caps(&mut self) -> Result<(), Error> {
-        let mut out = [0u8; QueryHcaCapOut::BYTES];
-        self.query_cap(hca_cap_op_mod::CUR, &mut out)?;
-        let mut caps = Caps::from_cap(&cap_view(&out)?);
-        if caps.atomic {
-            self.query_cap_group(hca_cap_op_mod::ATOMIC, hca_cap_op_mod::CUR, &mut out)?;
-            caps = caps.with_atomic_caps(&Self::atomic_view(&out)?);
-        }
+        let caps = self.with_cap_buffers(|dev, out, _| {
+            dev.query_cap(hca_cap_op_mod::CUR, out)?;
+            let mut caps = Caps::from_cap(&cap_view(out)?);
+            if caps.atomic {
+                dev.query_cap_group(hca_cap_op_mod::ATOMIC, hca_cap_op_mod::CUR, out)?;
+                caps = caps.with_atomic_caps(&Self::atomic_view(out)?);
+            }
+            Ok(caps)
+        })?;
         self.info.caps = caps;
         let mut inp = [0u8; QueryAdapterIn::BYTES];
         input::<QueryAdapter>(&mut inp)?;
@@ -631,11 +746,9 @@ impl<H: Hal> Device<H> {
     /// Gives up every DMA region the device might still touch, without freeing it.
     fn abandon(&mut self) {
         self.ctl.get_mut().pages.leak_all();
-        self.ctl
-            .get_mut()
-            .cq_orphans
-            .take_all()
-            .for_each(crate::verbs::cq_orphan::Orphan::leak);
+        while let Some(o) = self.ctl.get_mut().cq_orphans.pop() {
+            o.leak();
+        }
         if let Some(eq) = self.ctl.get_mut().eq.take() {
             eq.buf.leak();
         }

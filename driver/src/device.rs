@@ -21,8 +21,10 @@ use crate::trace::{Outcome, Trace, TraceRecord};
 use crate::uar::Uar;
 use bareverbs_firmware_cmd::ifc::eqe::data as eqe_data;
 
-/// Addresses per MANAGE_PAGES command (4 KiB of addresses, nine mailbox blocks).
-pub const PAGES_PER_COMMAND: usize = 512;
+/// Addresses per MANAGE_PAGES command (2 KiB of addresses, five mailbox blocks): the
+/// command is built on the stack, and `no_std` stacks are small (a unikernel's, a kernel
+/// thread's), so a request for more pages takes several commands.
+pub const PAGES_PER_COMMAND: usize = 256;
 const PAGES_MSG: usize = 16 + 8 * PAGES_PER_COMMAND;
 /// Ports the driver keeps state for.
 pub const MAX_PORTS: usize = 4;
@@ -647,12 +649,24 @@ impl<H: Hal> Control<H> {
 
     /// Gives firmware `n` pages (MANAGE_PAGES GIVE in batches of [`PAGES_PER_COMMAND`]).
     pub(crate) fn give_pages(&mut self, hal: &H, n: usize, slot: Slot) -> Result<(), Error> {
+        // Every page first (all or nothing), then the commands.
+        self.pages.reserve(hal, n)?;
+        let r = self.give_reserved(hal, n, slot);
+        if r.is_err() {
+            self.pages.release_empty();
+        }
+        r
+    }
+
+    fn give_reserved(&mut self, hal: &H, n: usize, slot: Slot) -> Result<(), Error> {
         let mut left = n;
         while left > 0 {
             let batch = left.min(PAGES_PER_COMMAND);
             let mut buf = [0u8; PAGES_MSG];
             let len = ManagePagesIn::BYTES + 8 * batch;
-            let mut given: Vec<u64, PAGES_PER_COMMAND> = Vec::new();
+            // The pages taken so far are the first `taken` addresses of the command itself.
+            let mut taken = 0;
+            let mut failed = None;
             {
                 let mut v = ViewMut::<ManagePagesIn>::zeroed(&mut buf[..len])?;
                 v.set(manage_pages_in::op_mod, manage_pages_op_mod::GIVE)
@@ -661,25 +675,25 @@ impl<H: Hal> Control<H> {
                     match self.pages.take_free(hal) {
                         Ok(iova) => {
                             v.set_array(manage_pages_in::pas, k, iova.0)?;
-                            let _ = given.push(iova.0);
+                            taken += 1;
                         }
                         Err(e) => {
-                            for p in &given {
-                                let _ = self.pages.put_back(*p);
-                            }
-                            return Err(e);
+                            failed = Some(e);
+                            break;
                         }
                     }
                 }
+            }
+            if let Some(e) = failed {
+                self.put_back_listed(&buf[..len], taken);
+                return Err(e);
             }
             let mut out = [0u8; ManagePagesOut::BYTES];
             match self.exec_on(hal, slot, Opcode::MANAGE_PAGES, &mut buf[..len], &mut out) {
                 Ok(()) => {}
                 Err(e @ Error::Command(_)) => {
                     // Firmware refused them: they are still ours.
-                    for p in &given {
-                        let _ = self.pages.put_back(*p);
-                    }
+                    self.put_back_listed(&buf[..len], taken);
                     return Err(e);
                 }
                 // Timed out: firmware may hold them; they stay marked given and are never freed.
@@ -688,6 +702,18 @@ impl<H: Hal> Control<H> {
             left -= batch;
         }
         Ok(())
+    }
+
+    /// Marks free again the first `n` pages a MANAGE_PAGES GIVE input (`cmd`) lists.
+    fn put_back_listed(&mut self, cmd: &[u8], n: usize) {
+        let Ok(v) = View::<ManagePagesIn>::new_checked(cmd) else {
+            return;
+        };
+        for k in 0..n {
+            if let Some(iova) = v.array(manage_pages_in::pas, k) {
+                let _ = self.pages.put_back(iova);
+            }
+        }
     }
 
     /// Takes back up to `n` pages (MANAGE_PAGES TAKE); returns how many firmware returned.

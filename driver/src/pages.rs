@@ -74,6 +74,55 @@ impl<H: Hal> PageManager<H> {
         Ok(iova)
     }
 
+    /// Makes sure `n` pages can be taken without allocating: allocates the chunks missing.
+    /// All or nothing: on failure the chunks it allocated are freed again, so a request
+    /// firmware cannot be given is refused whole (as Linux's `give_pages` allocates every
+    /// page before its command).
+    pub(crate) fn reserve(&mut self, hal: &H, n: usize) -> Result<(), Error> {
+        let had = self.chunks.len();
+        while self.chunks.len() * PAGES_PER_CHUNK - self.given() < n {
+            if self.chunks.is_full() {
+                self.release_empty_from(had);
+                return Err(Error::PageTableFull {
+                    given: self.given(),
+                });
+            }
+            match hal.dma_alloc(CHUNK_BYTES, ADAPTER_PAGE_SIZE) {
+                Ok(mem) => {
+                    let mem = mem.share();
+                    // Capacity checked above.
+                    let _ = self.chunks.push(Chunk {
+                        mem,
+                        used: [0; WORDS],
+                    });
+                }
+                Err(e) => {
+                    self.release_empty_from(had);
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Frees the chunks at index `from` and after that hold no page.
+    fn release_empty_from(&mut self, from: usize) {
+        let mut i = from;
+        while i < self.chunks.len() {
+            if self.chunks[i].count() == 0 {
+                drop(self.chunks.swap_remove(i));
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Frees every chunk that holds no page (what [`PageManager::reserve`] allocated and a
+    /// refused command left unused).
+    pub(crate) fn release_empty(&mut self) {
+        self.release_empty_from(0);
+    }
+
     /// Marks `iova` returned by firmware; frees its chunk once the chunk is empty.
     pub(crate) fn put_back(&mut self, iova: u64) -> Result<(), Error> {
         let found = self

@@ -98,11 +98,11 @@ impl<V, const N: usize> Table<V, N> {
         self.map.len()
     }
 
-    /// Takes every value out, leaving the table empty.
-    // One body for both maps: heapless's `IndexMap` has no `into_values`.
-    #[allow(clippy::iter_kv_map)]
-    pub(crate) fn take_all(&mut self) -> impl Iterator<Item = V> {
-        core::mem::take(&mut self.map).into_iter().map(|(_, v)| v)
+    /// Takes one value out (any), or `None` when the table is empty. Draining a table with
+    /// it copies no table: a table can be tens of KiB, and `no_std` stacks are small.
+    pub(crate) fn pop(&mut self) -> Option<V> {
+        let k = *self.map.keys().next()?;
+        self.map.remove(&k)
     }
 
     /// Every entry, in no particular order.

@@ -84,6 +84,47 @@ fn bring_up_and_teardown_in_both_drives_twice() {
 }
 
 #[test]
+fn bring_up_in_and_teardown_in_use_the_callers_storage() {
+    let hal = SimHal::new(ModelConfig::default(), Drive::Synchronous);
+    let mut slot = None;
+    let dev = Device::bring_up_in(&mut slot, &hal, Config::default()).unwrap();
+    assert_eq!(hal.model().state(), HcaState::Initialized);
+    dev.alloc_pd().unwrap().dealloc().unwrap();
+    // Into a slot that holds a device: that one is torn down first.
+    Device::bring_up_in(&mut slot, &hal, Config::default()).unwrap();
+    assert_eq!(hal.model().state(), HcaState::Initialized);
+    let teardowns = hal
+        .model()
+        .trace()
+        .iter()
+        .filter(|t| t.opcode == Opcode::TEARDOWN_HCA)
+        .count();
+    assert_eq!(teardowns, 1);
+    Device::teardown_in(&mut slot).unwrap();
+    assert!(slot.is_none());
+    assert_clean(&hal);
+    // An empty slot: nothing to do.
+    Device::teardown_in(&mut slot).unwrap();
+
+    // A bring-up that fails leaves the slot empty and the device as it found it.
+    let hal = hal_with(Faults {
+        commands: vec![CommandFault {
+            opcode: Opcode::INIT_HCA.0,
+            op_mod: None,
+            skip: 0,
+            times: Some(1),
+            action: FaultAction::Status(CmdStatus::BadParameter, SYNDROME),
+        }],
+        ..Faults::default()
+    });
+    let mut slot = None;
+    let e = Device::bring_up_in(&mut slot, &hal, quick()).err().unwrap();
+    assert_eq!(e.step, Step::InitHca);
+    assert!(slot.is_none());
+    assert_clean(&hal);
+}
+
+#[test]
 fn driver_trace_matches_the_model_and_linux_order() {
     let hal = SimHal::synchronous();
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
@@ -325,8 +366,8 @@ fn page_requests_the_driver_cannot_satisfy() {
 
 #[test]
 fn mailbox_chains_longer_than_one_block_both_ways() {
-    // 700 init pages: GIVE of 512 + 188 addresses (9 + 3 input blocks) and TAKE of 512 + 204
-    // (9 + 4 output blocks); QUERY_HCA_CAP output is 8 blocks.
+    // 700 init pages: GIVEs of 256 + 256 + 188 addresses (5 + 5 + 3 input blocks) and TAKEs
+    // of 256 + 256 + 204 (5 + 5 + 4 output blocks); QUERY_HCA_CAP output is 8 blocks.
     let hal = SimHal::new(
         ModelConfig {
             init_pages: 700,
@@ -347,7 +388,7 @@ fn mailbox_chains_longer_than_one_block_both_ways() {
         .iter()
         .filter(|t| t.opcode == Opcode::MANAGE_PAGES)
         .count();
-    assert_eq!(takes, 2);
+    assert_eq!(takes, 3);
     assert_clean(&hal);
 }
 

@@ -30,7 +30,8 @@ rc=0
   --timeout "${TIMEOUT:-600}" --quiet --log "$work/guest.log" \
   --expect "hca_id:	mlx5_0" --expect "hca_id:	mlx5_1" --expect "state:		PORT_ACTIVE (4)" \
   --expect "rc: 200 round trips checked byte for byte" --expect "ud: 50 exchanges checked byte for byte" \
-  --expect "teardown: both HCAs down, every DMA page back" --expect "bareverbs unikernel: PASS" || rc=$?
+  --expect "teardown: both HCAs down, every DMA page back" --expect "stack: " \
+  --expect "bareverbs unikernel: PASS" || rc=$?
 wait "$spid" 2>/dev/null || true
 trap - EXIT
 

@@ -12,7 +12,7 @@
 //! local APIC. A BAR above 4 GiB is not mapped (`pci.rs` refuses it).
 
 /// Bytes of the boot stack (the one stack of the image).
-pub const STACK_BYTES: usize = 256 * 1024;
+pub const STACK_BYTES: usize = 64 * 1024;
 
 core::arch::global_asm!(
     r#"
@@ -126,9 +126,46 @@ boot_pd:
 
     .section .bss.boot, "aw", @nobits
     .p2align 12
+    .global boot_stack
 boot_stack:
     .skip {stack}
 boot_stack_top:
     "#,
     stack = const STACK_BYTES,
 );
+
+extern "C" {
+    /// The lowest byte of the boot stack (`boot.rs`'s assembly).
+    static boot_stack: u8;
+}
+
+const PAINT: u8 = 0xa5;
+
+fn stack_bottom() -> usize {
+    core::ptr::addr_of!(boot_stack) as usize
+}
+
+/// Fills the unused part of the stack (below the caller's frame, less a margin) with a
+/// pattern, for [`stack_used`].
+#[inline(never)]
+pub fn paint_stack() {
+    let marker = 0u8;
+    let here = core::ptr::addr_of!(marker) as usize;
+    let bottom = stack_bottom();
+    let end = here.saturating_sub(1024).max(bottom);
+    // SAFETY: `bottom..end` is the boot stack below this frame and a 1 KiB margin: no live
+    // data (the stack grows down and nothing has used this part since boot).
+    unsafe { core::ptr::write_bytes(bottom as *mut u8, PAINT, end - bottom) };
+}
+
+/// Bytes of the stack ever used since [`paint_stack`]: from its top down to the lowest byte
+/// no longer holding the pattern.
+pub fn stack_used() -> usize {
+    let bottom = stack_bottom();
+    let mut p = bottom;
+    // SAFETY: reads within the boot stack, below every live frame or inside them (bytes).
+    while p < bottom + STACK_BYTES && unsafe { core::ptr::read_volatile(p as *const u8) } == PAINT {
+        p += 1;
+    }
+    bottom + STACK_BYTES - p
+}

@@ -13,6 +13,7 @@ mod pci;
 mod port;
 mod run;
 mod serial;
+mod static_cell;
 
 static LOGGER: serial::Logger = serial::Logger;
 
@@ -20,14 +21,20 @@ static LOGGER: serial::Logger = serial::Logger;
 /// PVH's `hvm_start_info`.
 #[no_mangle]
 extern "C" fn kmain(start_info: u32) -> ! {
+    boot::paint_stack();
     serial::init();
-    // The driver's log records on the console (warnings and above: bring-up is quiet).
+    // The driver's log records on the console (info and above).
     if log::set_logger(&LOGGER).is_ok() {
         log::set_max_level(log::LevelFilter::Info);
     }
     println!("bareverbs unikernel: PVH start info at {start_info:#x}");
     match run::run(u64::from(start_info)) {
         Ok(()) => {
+            println!(
+                "stack: {} bytes used at most, of {} KiB",
+                boot::stack_used(),
+                boot::STACK_BYTES / 1024
+            );
             println!("bareverbs unikernel: PASS");
             exit::exit(true)
         }

@@ -14,6 +14,7 @@ use bareverbs::{Config, Device, Error, PortState, StepError};
 
 use crate::hal::{pages_in_use, BareHal};
 use crate::pci::{self, Function, PciError};
+use crate::static_cell::StaticCell;
 use crate::{acpi, clock, println};
 
 /// RC ping-pong round trips, and their message size.
@@ -53,6 +54,8 @@ pub enum Fail {
     Data(&'static str, u32),
     /// DMA pages still in use after both teardowns.
     Leak(usize),
+    /// The run's statics were taken already (`run` called twice).
+    Reentered,
 }
 
 impl fmt::Display for Fail {
@@ -76,6 +79,7 @@ impl fmt::Display for Fail {
             ),
             Fail::Data(what, i) => write!(f, "{what}: iteration {i}: data does not match"),
             Fail::Leak(n) => write!(f, "{n} DMA pages still in use after teardown"),
+            Fail::Reentered => write!(f, "the devices' storage is taken: run twice"),
         }
     }
 }
@@ -107,16 +111,19 @@ pub fn run(start_info: u64) -> Result<(), Fail> {
     };
     // No IOMMU: both devices see physical memory, one device-address space.
     let domain = DmaDomain::fresh();
-    let h0 = open(f0, domain)?;
-    let h1 = open(f1, domain)?;
-    let d0 = Device::bring_up(&h0, Config::default()).map_err(Fail::BringUp)?;
-    let d1 = Device::bring_up(&h1, Config::default()).map_err(Fail::BringUp)?;
-    devinfo("mlx5_0", &d0, f0);
-    devinfo("mlx5_1", &d1, f1);
-    rc_pingpong(&d0, &d1)?;
-    ud_exchange(&d0, &d1)?;
-    d1.teardown().map_err(Fail::Teardown)?;
-    d0.teardown().map_err(Fail::Teardown)?;
+    let (Some(h0), Some(h1), Some(s0), Some(s1)) =
+        (HAL0.take(), HAL1.take(), DEV0.take(), DEV1.take())
+    else {
+        return Err(Fail::Reentered);
+    };
+    let h0: &'static BareHal = h0.insert(open(f0, domain)?);
+    let h1: &'static BareHal = h1.insert(open(f1, domain)?);
+    // The devices are built in place in their statics: no frame holds one.
+    let r = both(s0, s1, h0, h1, f0, f1);
+    // Torn down whatever happened (an empty slot is a no-op).
+    let t1 = Device::teardown_in(s1).map_err(Fail::Teardown);
+    let t0 = Device::teardown_in(s0).map_err(Fail::Teardown);
+    r.and(t1).and(t0)?;
     f0.disable();
     f1.disable();
     let left = pages_in_use();
@@ -125,6 +132,34 @@ pub fn run(start_info: u64) -> Result<(), Fail> {
     }
     println!("teardown: both HCAs down, every DMA page back");
     Ok(())
+}
+
+type Slot = Option<Device<&'static BareHal>>;
+
+static HAL0: StaticCell<Option<BareHal>> = StaticCell::new(None);
+static HAL1: StaticCell<Option<BareHal>> = StaticCell::new(None);
+static DEV0: StaticCell<Slot> = StaticCell::new(None);
+static DEV1: StaticCell<Slot> = StaticCell::new(None);
+
+/// Brings both devices up in their slots, prints them, runs the traffic.
+fn both(
+    s0: &mut Slot,
+    s1: &mut Slot,
+    h0: &'static BareHal,
+    h1: &'static BareHal,
+    f0: Function,
+    f1: Function,
+) -> Result<(), Fail> {
+    let cfg = Config::default();
+    Device::bring_up_in(s0, h0, cfg).map_err(Fail::BringUp)?;
+    Device::bring_up_in(s1, h1, cfg).map_err(Fail::BringUp)?;
+    let (Some(d0), Some(d1)) = (s0.as_ref(), s1.as_ref()) else {
+        return Err(Fail::Reentered);
+    };
+    devinfo("mlx5_0", d0, f0);
+    devinfo("mlx5_1", d1, f1);
+    rc_pingpong(d0, d1)?;
+    ud_exchange(d0, d1)
 }
 
 fn open(f: Function, domain: DmaDomain) -> Result<BareHal, Fail> {
