@@ -81,6 +81,9 @@ for t in rc ud; do
   cargo run --locked -q -p bareverbs-examples --bin ${t}_pingpong -- -n 200 -s 1024 -c -e -p $((20000 + RANDOM % 20000)) >/dev/null
 done
 
+step "the model's fabric captured to pcap and decoded by tshark (Wireshark's InfiniBand dissector)"
+qemu-tests/pcap-check.sh 2>/dev/null
+
 if [ "${1:-}" = "--no-guest" ]; then
   step "guest tests skipped (--no-guest)"
 else

@@ -46,6 +46,8 @@ pub struct Opts {
     pub server: Option<String>,
     /// PCI device to drive through VFIO.
     pub pci: Option<String>,
+    /// Capture the model's fabric to this pcap file (in-process runs).
+    pub pcap: Option<String>,
 }
 
 fn usage(prog: &str) -> String {
@@ -79,6 +81,7 @@ pub fn parse(prog: &str, args: &[String]) -> Result<Opts, String> {
         events: false,
         server: None,
         pci: None,
+        pcap: None,
     };
     let mut size_given = false;
     let mut it = args.iter().peekable();
@@ -114,6 +117,7 @@ pub fn parse(prog: &str, args: &[String]) -> Result<Opts, String> {
             "-c" | "--chk" => o.check = true,
             "-e" | "--events" => o.events = true,
             "--pci" => o.pci = Some(val("pci")?),
+            "--pcap" => o.pcap = Some(val("pcap")?),
             "-h" | "--help" => return Err(usage(prog)),
             s if s.starts_with('-') => return Err(format!("unknown option {s}\n{}", usage(prog))),
             s => o.server = Some(s.to_string()),
@@ -576,6 +580,12 @@ pub fn main_with(
         None => {
             // Both sides in this process, on two model HCAs joined by a fabric.
             let fabric = Fabric::new();
+            if let Some(p) = &o.pcap {
+                if let Err(e) = fabric.capture_to(std::path::Path::new(p)) {
+                    eprintln!("{prog}: --pcap {p}: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
             let server_opts = Opts {
                 server: None,
                 ..o.clone()
@@ -598,6 +608,15 @@ pub fn main_with(
             let server = server
                 .join()
                 .unwrap_or_else(|_| Err("server thread panicked".into()));
+            if let Some(p) = &o.pcap {
+                match fabric.stop_capture() {
+                    Ok(n) => eprintln!("{prog}: {n} packets captured to {p}"),
+                    Err(e) => {
+                        eprintln!("{prog}: --pcap {p}: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
             (server, client)
         }
     };

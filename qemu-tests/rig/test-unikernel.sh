@@ -5,6 +5,7 @@
 # isa-debug-exit. Fails on a non-zero exit, the deadline, a missing console line, or a model
 # HCA not clean at the end.
 # Usage: test-unikernel.sh [WORKDIR]   (default /tmp/bareverbs-unikernel)
+#   UK_PCAP=FILE: the model server also captures its fabric to FILE (pcap, InfiniBand)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 top=$(cd "$here/../.." && pwd)
@@ -20,7 +21,7 @@ cp "$top/examples/unikernel/target/x86_64-unknown-none/release/bareverbs-unikern
 
 rm -f "$work"/mlx5-*.sock "$work"/hca*.trace
 "$target/release/mlx5-vfio-user" --socket "$work/mlx5-0.sock" --socket "$work/mlx5-1.sock" \
-  --trace-dir "$work" >"$work/server.log" 2>&1 &
+  --trace-dir "$work" ${UK_PCAP:+--pcap "$UK_PCAP"} >"$work/server.log" 2>&1 &
 spid=$!
 trap 'kill $spid 2>/dev/null || true' EXIT
 

@@ -5,9 +5,13 @@
 //! engine thread is busy, possibly sending the other way) leaves the request queued and retries
 //! on its next round, so two HCAs sending to each other cannot deadlock.
 
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::engine::Device;
+use crate::pcap::Capture;
 
 struct Member {
     base_lid: u16,
@@ -19,6 +23,9 @@ struct Member {
 #[derive(Default)]
 pub struct Fabric {
     members: Mutex<Vec<Member>>,
+    /// What crosses the fabric, written as InfiniBand packets (`Fabric::capture_to`).
+    capture: Mutex<Option<Capture>>,
+    capturing: AtomicBool,
 }
 
 impl Fabric {
@@ -52,6 +59,64 @@ impl Fabric {
         let mut m = self.members.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(x) = m.iter_mut().find(|x| x.base_lid == old) {
             x.base_lid = new;
+        }
+    }
+
+    /// Writes every packet that crosses the fabric from now on to the pcap file `path`
+    /// (`pcap.rs`: InfiniBand in ERF records, what Wireshark and `tshark` dissect), replacing
+    /// a capture in progress.
+    ///
+    /// # Errors
+    /// Creating the file.
+    pub fn capture_to(&self, path: &Path) -> io::Result<()> {
+        let c = Capture::create(path)?;
+        *self.capture.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
+        self.capturing.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Ends the capture: flushes and closes the file; returns the packets written (0 without
+    /// a capture).
+    ///
+    /// # Errors
+    /// Writing the file out.
+    pub fn stop_capture(&self) -> io::Result<u64> {
+        self.capturing.store(false, Ordering::Release);
+        let c = self
+            .capture
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        match c {
+            Some(mut c) => {
+                c.flush()?;
+                Ok(c.packets())
+            }
+            None => Ok(0),
+        }
+    }
+
+    /// Whether packets are being captured (cheap: checked on every message).
+    pub(crate) fn capturing(&self) -> bool {
+        self.capturing.load(Ordering::Acquire)
+    }
+
+    /// Appends `pkts` to the capture and flushes it. A write error ends the capture, with a
+    /// warning.
+    pub(crate) fn record(&self, pkts: &[Vec<u8>]) {
+        let mut c = self.capture.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(cap) = c.as_mut() else {
+            return;
+        };
+        // Flushed per message: a server stopped by a signal leaves a whole file.
+        let r = pkts
+            .iter()
+            .try_for_each(|p| cap.write_ib(p))
+            .and_then(|()| cap.flush());
+        if let Err(e) = r {
+            log::warn!("model: capture stopped: {e}");
+            *c = None;
+            self.capturing.store(false, Ordering::Release);
         }
     }
 

@@ -180,34 +180,34 @@ pub(crate) enum Kind {
 /// A request on the wire, reduced to what the responder needs.
 #[derive(Clone)]
 pub(crate) struct Request {
-    kind: Kind,
-    st: ServiceType,
+    pub(crate) kind: Kind,
+    pub(crate) st: ServiceType,
     /// PSN of the request's first packet (RC and UC).
-    psn: u32,
-    src_qpn: u32,
-    slid: u16,
+    pub(crate) psn: u32,
+    pub(crate) src_qpn: u32,
+    pub(crate) slid: u16,
     /// The destination LID the request was sent to (its low LMC bits are the path bits).
-    dlid: u16,
-    sl: u8,
-    dst_qpn: u32,
-    payload: Vec<u8>,
-    imm: Option<u32>,
-    solicited: bool,
-    raddr: u64,
-    rkey: u32,
-    len: u64,
-    swap_add: u64,
-    compare: u64,
-    qkey: u32,
+    pub(crate) dlid: u16,
+    pub(crate) sl: u8,
+    pub(crate) dst_qpn: u32,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) imm: Option<u32>,
+    pub(crate) solicited: bool,
+    pub(crate) raddr: u64,
+    pub(crate) rkey: u32,
+    pub(crate) len: u64,
+    pub(crate) swap_add: u64,
+    pub(crate) compare: u64,
+    pub(crate) qkey: u32,
     /// The 40-byte GRH the packet carries (UD with a global route), as the receiver's HCA
     /// writes it into the start of the receive buffer.
-    grh: Option<[u8; 40]>,
+    pub(crate) grh: Option<[u8; 40]>,
     /// Packets the message takes on the wire (and a READ's response), for the port counters.
-    pkts: u32,
+    pub(crate) pkts: u32,
     /// XRC: the XRC SRQ at the target the request is for (the XRCETH's XRCSRQ).
-    xrc_srqn: Option<u32>,
+    pub(crate) xrc_srqn: Option<u32>,
     /// DC: the access key the DCT must hold.
-    dc_key: u64,
+    pub(crate) dc_key: u64,
 }
 
 /// The responder's answer.
@@ -1281,6 +1281,9 @@ impl Hca {
     /// others. `None`: the responder's HCA is busy, try again.
     fn route(&mut self, dlid: u16, req: &Request) -> Option<Response> {
         let resp = self.route_to(dlid, req)?;
+        if let Some(f) = self.fabric.as_ref().filter(|f| f.capturing()) {
+            f.record(&crate::ib_wire::packets(req, &resp));
+        }
         // What left and came back through the requester's port (READ and atomic responses
         // carry data back; acknowledgements are not counted).
         self.count_traffic(req.slid, Traffic::Xmit, req.payload.len() as u64, req.pkts);

@@ -38,6 +38,7 @@ fn main() -> ExitCode {
     let mut trace_dir: Option<PathBuf> = None;
     let mut eth = false;
     let mut pages_before = None;
+    let mut pcap: Option<PathBuf> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -50,6 +51,10 @@ fn main() -> ExitCode {
                 None => return usage("--trace-dir needs a directory"),
             },
             "--eth" => eth = true,
+            "--pcap" => match args.next() {
+                Some(p) => pcap = Some(PathBuf::from(p)),
+                None => return usage("--pcap needs a file"),
+            },
             "--pages-before" => match args.next().as_deref().and_then(parse_pages_before) {
                 Some(p) => pages_before = Some(p),
                 None => return usage("--pages-before needs OPCODE:N, e.g. 0x200:8"),
@@ -63,6 +68,12 @@ fn main() -> ExitCode {
     }
     // Every HCA of this server is on one fabric: they reach each other by LID.
     let fabric = bareverbs_model::Fabric::new();
+    if let Some(p) = &pcap {
+        if let Err(e) = fabric.capture_to(p) {
+            return usage(&format!("--pcap {}: {e}", p.display()));
+        }
+        log::info!("capturing the fabric to {}", p.display());
+    }
     let threads: Vec<_> = sockets
         .into_iter()
         .enumerate()
@@ -88,6 +99,14 @@ fn main() -> ExitCode {
             Err(_) => ok = false,
         }
     }
+    match fabric.stop_capture() {
+        Ok(0) => {}
+        Ok(n) => log::info!("capture: {n} packets"),
+        Err(e) => {
+            eprintln!("mlx5-vfio-user: capture: {e}");
+            ok = false;
+        }
+    }
     if ok {
         ExitCode::SUCCESS
     } else {
@@ -101,7 +120,7 @@ fn usage(msg: &str) -> ExitCode {
     }
     eprintln!(
         "usage: mlx5-vfio-user --socket PATH [--socket PATH ...] [--trace-dir DIR] [--eth] \
-         [--pages-before OPCODE:N]"
+         [--pages-before OPCODE:N] [--pcap FILE]"
     );
     if msg.is_empty() {
         ExitCode::SUCCESS
