@@ -3,6 +3,7 @@
 # unmodified Linux mlx5_core probe them, unloads it, resets the functions, probes and unloads
 # again. Prints the model's command traces and the guest's mlx5 messages.
 # Usage: probe.sh [WORKDIR]   (builds the server and the initramfs if needed)
+#   SERVER_ARGS="--eth": extra arguments for the model server (e.g. the Ethernet port type)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
@@ -18,7 +19,7 @@ for n in $(seq 0 $((${HCAS:-2} - 1))); do
   socks+=(--socket "$work/mlx5-$n.sock")
   devs+=(--vfio-user "$work/mlx5-$n.sock")
 done
-"$server" "${socks[@]}" --trace-dir "$work" >"$work/server.log" 2>&1 &
+"$server" "${socks[@]}" --trace-dir "$work" ${SERVER_ARGS:-} >"$work/server.log" 2>&1 &
 spid=$!
 trap 'kill $spid 2>/dev/null || true' EXIT
 rc=0
