@@ -84,6 +84,17 @@ done
 step "the model's fabric captured to pcap and decoded by tshark (Wireshark's InfiniBand dissector)"
 qemu-tests/pcap-check.sh 2>/dev/null
 
+# The perftest tools, both sides in process: bandwidth with two QPs, every size (-a), a
+# duration (-D), latency.
+for t in write_bw send_bw read_bw; do
+  cargo run --locked -q -p bareverbs-examples --bin ib_$t -- -n 200 -s 4096 -q 2 -p $((20000 + RANDOM % 20000)) >/dev/null
+done
+cargo run --locked -q -p bareverbs-examples --bin ib_write_bw -- -a -n 4 -p $((20000 + RANDOM % 20000)) >/dev/null
+cargo run --locked -q -p bareverbs-examples --bin ib_read_bw -- -D 1 --report_gbits -p $((20000 + RANDOM % 20000)) >/dev/null
+for t in write_lat send_lat; do
+  cargo run --locked -q -p bareverbs-examples --bin ib_$t -- -n 200 -p $((20000 + RANDOM % 20000)) >/dev/null
+done
+
 if [ "${1:-}" = "--no-guest" ]; then
   step "guest tests skipped (--no-guest)"
 else
@@ -113,6 +124,10 @@ else
 
   step "guest: dc_pingpong (a DCI and a DCT on an SRQ per side) between two model HCAs over VFIO"
   PINGPONG=dc_pingpong qemu-tests/rig/test-pingpong.sh
+
+  step "guest: the perftest tools ib_write_bw (two QPs) and ib_send_lat between two model HCAs over VFIO"
+  PINGPONG=ib_write_bw qemu-tests/rig/test-pingpong.sh
+  PINGPONG=ib_send_lat qemu-tests/rig/test-pingpong.sh
 
   step "guest: the unikernel boots with two model HCAs and no Linux (bring-up, devinfo, RC and UD with data checked, teardown)"
   qemu-tests/rig/test-unikernel.sh

@@ -8,6 +8,8 @@ prog=/bin/$name
 case $name in
   xsrq_pingpong) args=${PP_ARGS:--c 1 -n 50 -s 1024} ;;
   mcast) args=${PP_ARGS:--n 100 -s 1024} ;;
+  ib_*_bw) args=${PP_ARGS:--n 200 -s 4096 -q 2} ;;
+  ib_*_lat) args=${PP_ARGS:--n 200} ;;
   *) args=${PP_ARGS:--n 200 -s 1024 -c} ;;
 esac
 # PP_EVENTS=1: wait on completion events (-e, a completion channel) instead of spinning.

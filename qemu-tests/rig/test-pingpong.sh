@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Guest test: rc_pingpong, or the program named by PINGPONG (srq_pingpong, xsrq_pingpong,
-# mcast, dc_pingpong; our driver; PP_EVENTS=1: event-driven, -e) between two model HCAs served by one vfio-user server
+# mcast, dc_pingpong, the perftest tools ib_write_bw ... ib_send_lat; our driver; PP_EVENTS=1: event-driven, -e) between two model HCAs served by one vfio-user server
 # (one fabric), both bound to vfio-pci in one guest behind the emulated IOMMU. Passes when
 # both sides finish with their data checked and both HCAs end clean (no failed command, no
 # pages held, no DMA fault).
@@ -38,6 +38,8 @@ log="$work/guest.log"
 case $prog in
   mcast) ok="RIG-PINGPONG both=0" report='^[0-9]+ datagrams of .* every copy checked' ;;
   xsrq_pingpong) ok="RIG-PINGPONG client=0 server=0" report='^success' ;;
+  # perftest's result row: bytes, iterations, then the figures.
+  ib_*) ok="RIG-PINGPONG client=0 server=0" report='^ [0-9]+ +[0-9]+ +[0-9.]+ ' ;;
   *) ok="RIG-PINGPONG client=0 server=0" report='^[0-9]+ iters in' ;;
 esac
 [ "$rc" = 0 ] || bad "guest run failed (status $rc)"
@@ -51,6 +53,6 @@ for t in "$work/hca0.trace" "$work/hca1.trace"; do
     bad "$t not clean at the end: $(grep '^END' "$t" || echo 'no END line')"
 done
 echo "== ping-pong in the guest"
-grep -E "RIG-PINGPONG|address:|bytes in|iters in|local:|remote:|^success|datagrams of" "$log" || true
+grep -E "RIG-PINGPONG|address:|bytes in|iters in|local:|remote:|^success|datagrams of|^ #bytes|^ [0-9]+ +[0-9]+ " "$log" || true
 if [ "$fail" = 0 ]; then echo "PASS: $prog between two model HCAs over VFIO in the guest"; fi
 exit "$fail"

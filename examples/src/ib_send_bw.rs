@@ -1,0 +1,8 @@
+//! `ib_send_bw`: perftest's `ib_send_bw` on bareverbs (its common options and result table).
+//! Without `--pci`, both sides run in this process on two model HCAs.
+
+mod perftest;
+
+fn main() -> std::process::ExitCode {
+    perftest::main_for(perftest::Test::SendBw, "ib_send_bw")
+}

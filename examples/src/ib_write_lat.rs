@@ -1,0 +1,8 @@
+//! `ib_write_lat`: perftest's `ib_write_lat` on bareverbs (its common options and result table).
+//! Without `--pci`, both sides run in this process on two model HCAs.
+
+mod perftest;
+
+fn main() -> std::process::ExitCode {
+    perftest::main_for(perftest::Test::WriteLat, "ib_write_lat")
+}
