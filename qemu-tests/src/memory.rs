@@ -7,7 +7,7 @@
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::collections::BTreeMap;
 use std::ptr::NonNull;
-use std::sync::atomic::{fence, AtomicU8, Ordering};
+use std::sync::atomic::{fence, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bareverbs_hal::{DmaDomain, DmaError, DmaMemory, Iova};
@@ -195,9 +195,25 @@ impl AddressSpace for HostMemory {
     // byte written after an entry's body publishes that body to a driver that acquires it.
     fn read(&self, iova: u64, dst: &mut [u8]) -> Result<(), DmaFault> {
         self.with_region(iova, dst.len(), DmaKind::Read, |p| {
-            for (i, d) in dst.iter_mut().enumerate() {
+            // Bytes up to an 8-byte boundary, then whole words, then the tail: the accesses
+            // stay atomic (hal's `SharedDma` does the same on the driver's side) at an eighth
+            // of the operations.
+            let head = p.align_offset(8).min(dst.len());
+            let words = (dst.len() - head) / 8;
+            for (i, d) in dst[..head].iter_mut().enumerate() {
                 // SAFETY: in bounds of the region (with_region), which is only ever accessed
                 // atomically while shared (the driver's `SharedDma` accessors, these).
+                *d = unsafe { AtomicU8::from_ptr(p.add(i)) }.load(Ordering::Relaxed);
+            }
+            for w in 0..words {
+                let at = head + 8 * w;
+                // SAFETY: in bounds (at + 8 <= len) and 8-aligned (head reached alignment).
+                let v =
+                    unsafe { AtomicU64::from_ptr(p.add(at).cast::<u64>()) }.load(Ordering::Relaxed);
+                dst[at..at + 8].copy_from_slice(&v.to_ne_bytes());
+            }
+            for (i, d) in dst.iter_mut().enumerate().skip(head + 8 * words) {
+                // SAFETY: as above.
                 *d = unsafe { AtomicU8::from_ptr(p.add(i)) }.load(Ordering::Relaxed);
             }
             fence(Ordering::Acquire);
@@ -207,7 +223,21 @@ impl AddressSpace for HostMemory {
     fn write(&self, iova: u64, src: &[u8]) -> Result<(), DmaFault> {
         self.with_region(iova, src.len(), DmaKind::Write, |p| {
             fence(Ordering::Release);
-            for (i, s) in src.iter().enumerate() {
+            let head = p.align_offset(8).min(src.len());
+            let words = (src.len() - head) / 8;
+            for (i, s) in src[..head].iter().enumerate() {
+                // SAFETY: as in `read`.
+                unsafe { AtomicU8::from_ptr(p.add(i)) }.store(*s, Ordering::Relaxed);
+            }
+            for w in 0..words {
+                let at = head + 8 * w;
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&src[at..at + 8]);
+                // SAFETY: as in `read`.
+                unsafe { AtomicU64::from_ptr(p.add(at).cast::<u64>()) }
+                    .store(u64::from_ne_bytes(b), Ordering::Relaxed);
+            }
+            for (i, s) in src.iter().enumerate().skip(head + 8 * words) {
                 // SAFETY: as in `read`.
                 unsafe { AtomicU8::from_ptr(p.add(i)) }.store(*s, Ordering::Relaxed);
             }

@@ -145,8 +145,9 @@ pub struct Qp {
     pub no_sq: bool,
     /// No receive queue (`qpc.rq_type` zero-length RQ): the buffer holds the SQ alone.
     pub no_rq: bool,
-    /// Buffer pages (RQ first, then SQ).
-    pub pas: Vec<u64>,
+    /// Buffer pages (RQ first, then SQ); shared, so that a copy of the QP (one per executed
+    /// WQE) copies no page list.
+    pub pas: std::sync::Arc<[u64]>,
     /// Bytes per buffer page (`4096 << log_page_size`).
     pub page_size: u64,
     /// Where the work buffer starts in its first page, in bytes (`qpc.page_offset`, see

@@ -1592,7 +1592,7 @@ mod tests {
             rq_wqe_shift: 4,
             no_sq: true,
             no_rq: false,
-            pas: Vec::new(),
+            pas: Default::default(),
             page_size: 4096,
             page_offset: 0,
             dbr: 0,

@@ -70,7 +70,7 @@ impl Hca {
             rq_wqe_shift: 4,
             no_sq: true,
             no_rq: true,
-            pas: Vec::new(),
+            pas: Default::default(),
             page_size: 4096,
             page_offset: 0,
             dbr: 0,

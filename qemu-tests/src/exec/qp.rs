@@ -90,7 +90,7 @@ impl Hca {
             rq_wqe_shift: c.get(qpc::log_rq_stride) as u8 + 4,
             no_sq,
             no_rq,
-            pas: Vec::new(),
+            pas: Default::default(),
             page_size: 4096 << log_page,
             page_offset: crate::page_list::page_offset_bytes(
                 4096 << log_page,
