@@ -17,7 +17,7 @@
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -26,6 +26,9 @@ use bareverbs::{Config, Device};
 use bareverbs_hal::Hal;
 use bareverbs_model::{Drive, Fabric, ModelConfig, SimHal};
 use bareverbs_vfio::VfioHal;
+
+#[path = "cli.rs"]
+mod cli;
 
 /// How long a side waits for a completion, a memory update or its peer before giving up.
 const STALL: Duration = Duration::from_secs(20);
@@ -139,13 +142,7 @@ pub fn parse(prog: &str, test: Test, args: &[String]) -> Result<Opts, String> {
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
-        let (key, inline) = match a.split_once('=') {
-            Some((k, v)) if a.starts_with("--") => (k.to_string(), Some(v.to_string())),
-            _ if a.starts_with('-') && !a.starts_with("--") && a.len() > 2 => {
-                (a[..2].to_string(), Some(a[2..].to_string()))
-            }
-            _ => (a.clone(), None),
-        };
+        let (key, inline) = cli::split_option(a);
         let mut val = |name: &str| -> Result<String, String> {
             inline
                 .clone()
@@ -253,27 +250,9 @@ struct Link {
 
 impl Link {
     fn open(o: &Opts) -> Result<Self, String> {
-        let s = match &o.server {
-            Some(host) => {
-                let start = Instant::now();
-                loop {
-                    match TcpStream::connect((host.as_str(), o.port)) {
-                        Ok(s) => break s,
-                        Err(e) if start.elapsed() > Duration::from_secs(10) => {
-                            return Err(format!("couldn't connect to {host}:{}: {e}", o.port))
-                        }
-                        Err(_) => std::thread::sleep(Duration::from_millis(20)),
-                    }
-                }
-            }
-            None => {
-                let l = TcpListener::bind(("0.0.0.0", o.port))
-                    .map_err(|e| format!("couldn't listen on port {}: {e}", o.port))?;
-                l.accept().map_err(|e| e.to_string())?.0
-            }
-        };
-        s.set_read_timeout(Some(STALL)).map_err(|e| e.to_string())?;
-        Ok(Link { s })
+        Ok(Link {
+            s: cli::link(o.server.as_deref(), o.port, STALL)?,
+        })
     }
 
     fn send(&mut self, line: &str) -> Result<(), String> {

@@ -3,7 +3,7 @@
 //! send it) and the ping-pong loop itself.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -12,6 +12,9 @@ use bareverbs::{Config, Device};
 use bareverbs_hal::{Deadline, Hal};
 use bareverbs_model::{Drive, Fabric, ModelConfig, SimHal};
 use bareverbs_vfio::VfioHal;
+
+#[path = "cli.rs"]
+pub mod cli;
 
 /// Q_Key the UD ping-pong uses (rdma-core's 0x11111111).
 const QKEY: u32 = 0x1111_1111;
@@ -86,13 +89,7 @@ pub fn parse(prog: &str, args: &[String]) -> Result<Opts, String> {
     let mut size_given = false;
     let mut it = args.iter().peekable();
     while let Some(a) = it.next() {
-        let (key, inline) = match a.split_once('=') {
-            Some((k, v)) if a.starts_with("--") => (k.to_string(), Some(v.to_string())),
-            _ if a.starts_with('-') && !a.starts_with("--") && a.len() > 2 => {
-                (a[..2].to_string(), Some(a[2..].to_string()))
-            }
-            _ => (a.clone(), None),
-        };
+        let (key, inline) = cli::split_option(a);
         let mut val = |name: &str| -> Result<String, String> {
             inline
                 .clone()
@@ -207,27 +204,7 @@ fn recv_dest(s: &mut TcpStream) -> Result<Dest, String> {
 /// while the server starts); the server waits for it as rdma-core's does. Reads time out
 /// after [`STALL`], so a peer that dies never leaves this side waiting.
 pub fn connect(o: &Opts) -> Result<TcpStream, String> {
-    let s = match &o.server {
-        Some(host) => {
-            let start = Instant::now();
-            loop {
-                match TcpStream::connect((host.as_str(), o.port)) {
-                    Ok(s) => break s,
-                    Err(e) if start.elapsed() > Duration::from_secs(10) => {
-                        return Err(format!("couldn't connect to {host}:{}: {e}", o.port))
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
-                }
-            }
-        }
-        None => {
-            let l = TcpListener::bind(("0.0.0.0", o.port))
-                .map_err(|e| format!("couldn't listen on port {}: {e}", o.port))?;
-            l.accept().map_err(|e| e.to_string())?.0
-        }
-    };
-    s.set_read_timeout(Some(STALL)).map_err(|e| e.to_string())?;
-    Ok(s)
+    cli::link(o.server.as_deref(), o.port, STALL)
 }
 
 /// Swaps addresses in rdma-core's order, so either side can face `ibv_*_pingpong`: the client
@@ -637,6 +614,7 @@ pub fn main_with(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::TcpListener;
 
     fn pair() -> (TcpStream, TcpStream) {
         let l = TcpListener::bind(("127.0.0.1", 0)).unwrap();

@@ -12,7 +12,7 @@ mod pingpong;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bareverbs::verbs::*;
 use bareverbs::{Config, Device};
@@ -76,13 +76,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
-        let (key, inline) = match a.split_once('=') {
-            Some((k, v)) if a.starts_with("--") => (k.to_string(), Some(v.to_string())),
-            _ if a.starts_with('-') && !a.starts_with("--") && a.len() > 2 => {
-                (a[..2].to_string(), Some(a[2..].to_string()))
-            }
-            _ => (a.clone(), None),
-        };
+        let (key, inline) = pingpong::cli::split_option(a);
         let mut val = |name: &str| -> Result<String, String> {
             inline
                 .clone()
@@ -408,16 +402,7 @@ fn run_side<H: Hal>(host: Host<'_, '_, H>, o: &Opts) -> Result<(), String> {
     };
     if let Some(host) = &o.server {
         // pp_client_connect: send, receive, connect (retrying while the server starts).
-        let start = Instant::now();
-        let mut s = loop {
-            match TcpStream::connect((host.as_str(), o.port)) {
-                Ok(s) => break s,
-                Err(err) if start.elapsed() > Duration::from_secs(10) => {
-                    return Err(format!("Couldn't connect to {host}:{}: {err}", o.port))
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(20)),
-            }
-        };
+        let mut s = pingpong::cli::connect_retrying(host, o.port)?;
         s.set_read_timeout(Some(Duration::from_secs(20)))
             .map_err(|err| err.to_string())?;
         let me = local(0, qpns[0].0, qpns[0].1);
