@@ -89,7 +89,7 @@ fn a_qp_whose_send_queue_cannot_be_read_is_fatal() {
     // The QP's buffer leaves the device's reach (an IOMMU mapping taken away): the device
     // cannot fetch the WQE the doorbell announces.
     let pages = hal.model().with(|h| h.qp(qpn).unwrap().pas.clone());
-    for p in pages {
+    for &p in pages.iter() {
         hal.model().memory().revoke(p, 4096);
     }
     let s = [sge(&mr, 0, 8)];

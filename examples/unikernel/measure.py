@@ -9,7 +9,8 @@ A frame is what a function's prologue takes from `rsp` before its first call: it
 immediates, and for frames of a page or more the stack-probe loop (`mov r11, rsp; sub r11, N;
 loop: sub rsp, 0x1000; mov [rsp], 0; ...`), counted once as N. Pushes of saved registers are
 not counted (at most 7 x 8 bytes). The driver's code is the size of the functions whose names
-are in its crates (`bareverbs::`, `bareverbs_firmware_cmd::`, `bareverbs_hal::`), generic ones
+are in its crates (`bareverbs::`, `bareverbs_firmware_cmd::`, `bareverbs_hal::` but for
+`bareverbs_hal::bare_metal`, the platform), generic ones
 as instantiated in the image; driver code inlined into the image's own functions counts as
 theirs. Needs binutils (`objdump`, `nm`, `size`).
 """
@@ -55,7 +56,8 @@ def frames(image):
 
 
 def code_by_crate(image):
-    crates = ["bareverbs_unikernel", "bareverbs_firmware_cmd", "bareverbs_hal", "bareverbs::"]
+    crates = ["bareverbs_unikernel", "bareverbs_hal::bare_metal", "bareverbs_firmware_cmd",
+              "bareverbs_hal", "bareverbs::"]
     tot = {}
     for line in run("nm", "-C", "-S", "--size-sort", image).splitlines():
         parts = line.split(None, 3)
@@ -84,8 +86,10 @@ def main():
     print("machine code by crate (bytes):")
     for c, v in sorted(tot.items(), key=lambda x: -x[1]):
         print(f"  {v:8d}  {c}")
-    driver = sum(v for c, v in tot.items() if c.startswith("bareverbs") and "unikernel" not in c)
-    print(f"  {driver:8d}  the driver (bareverbs, bareverbs_firmware_cmd, bareverbs_hal)")
+    driver = sum(v for c, v in tot.items()
+                 if c in ("bareverbs::", "bareverbs_firmware_cmd", "bareverbs_hal"))
+    print(f"  {driver:8d}  the driver (bareverbs, bareverbs_firmware_cmd, bareverbs_hal but its"
+          " bare_metal platform)")
     sizes = frames(image)
     print("largest stack frames (bytes):")
     for f, v in sorted(sizes.items(), key=lambda x: -x[1])[:10]:

@@ -2,13 +2,16 @@
 //! model, bare metal), BAR0 register access, DMA memory, barriers and a clock.
 //!
 //! This is the only `no_std` crate of the project with `unsafe`: everything that touches a raw
-//! pointer lives here, behind safe types whose contracts say what they rely on.
+//! pointer lives here, behind safe types whose contracts say what they rely on. That includes
+//! [`bare_metal`] (x86-64): the platform a unikernel runs the driver on.
 #![no_std]
 
 #[macro_use]
 mod fmt;
 
 pub mod addr;
+#[cfg(target_arch = "x86_64")]
+pub mod bare_metal;
 pub mod barrier;
 pub mod clock;
 pub mod dma;

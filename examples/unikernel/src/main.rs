@@ -4,16 +4,10 @@
 #![no_std]
 #![no_main]
 
-mod acpi;
 mod boot;
-mod clock;
 mod exit;
-mod hal;
-mod pci;
-mod port;
 mod run;
 mod serial;
-mod static_cell;
 
 static LOGGER: serial::Logger = serial::Logger;
 
@@ -22,7 +16,7 @@ static LOGGER: serial::Logger = serial::Logger;
 #[no_mangle]
 extern "C" fn kmain(start_info: u32) -> ! {
     boot::paint_stack();
-    serial::init();
+    serial::COM1.init();
     // The driver's log records on the console (info and above).
     if log::set_logger(&LOGGER).is_ok() {
         log::set_max_level(log::LevelFilter::Info);

@@ -5,17 +5,20 @@
 use core::fmt;
 use core::time::Duration;
 
-use bareverbs::hal::{DmaDomain, DmaError, Hal};
+use core::cell::UnsafeCell;
+use core::ptr::NonNull;
+
+use bareverbs::hal::bare_metal::{
+    find_ecam, find_functions, Arena, BareHal, Function, PciError, StaticCell, Tsc, VENDOR_MELLANOX,
+};
+use bareverbs::hal::{DmaError, Hal};
 use bareverbs::verbs::{
     AccessFlags, AhAttr, Cq, Mr, Mtu, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendFlags, SendOp,
     SendWr, Sge, UdDest, Wc, WcStatus,
 };
 use bareverbs::{Config, Device, Error, PortState, StepError};
 
-use crate::hal::{pages_in_use, BareHal};
-use crate::pci::{self, Function, PciError};
-use crate::static_cell::StaticCell;
-use crate::{acpi, clock, println};
+use crate::println;
 
 /// RC ping-pong round trips, and their message size.
 const RC_ITERS: u32 = 200;
@@ -94,30 +97,43 @@ fn verb_and<T>(what: &'static str) -> impl FnOnce((Error, T)) -> Fail {
 
 /// The run; `start_info` is PVH's start info (for the ACPI RSDP).
 pub fn run(start_info: u64) -> Result<(), Fail> {
-    let hz = clock::calibrate().ok_or(Fail::NoPit)?;
+    // SAFETY: this image owns the PIT and port 0x61.
+    let tsc = unsafe { Tsc::calibrate() }.ok_or(Fail::NoPit)?;
+    let hz = tsc.hz();
     println!(
         "clock: TSC {}.{:03} MHz (against the PIT)",
         hz / 1_000_000,
         hz / 1000 % 1000
     );
-    let ecam = acpi::ecam(start_info).ok_or(Fail::NoMcfg)?;
+    // SAFETY: `boot.rs` identity-maps 0-4 GiB (uncached above 2 GiB, where q35's ECAM window
+    // is), and nothing else in this image uses configuration space.
+    let ecam = unsafe { find_ecam(start_info) }.ok_or(Fail::NoMcfg)?;
     println!(
-        "pci: ECAM at {:#x}, buses {}..={} (ACPI MCFG)",
-        ecam.base, ecam.start_bus, ecam.end_bus
+        "pci: ECAM at {:#x}, buses {:?} (ACPI MCFG)",
+        ecam.base(),
+        ecam.buses()
     );
-    let (found, n) = pci::find::<4>(ecam, pci::VENDOR_MELLANOX);
+    let (found, n) = find_functions::<4>(ecam, VENDOR_MELLANOX);
     let (Some(f0), Some(f1)) = (found[0], found[1]) else {
         return Err(Fail::Devices(n));
     };
-    // No IOMMU: both devices see physical memory, one device-address space.
-    let domain = DmaDomain::fresh();
-    let (Some(h0), Some(h1), Some(s0), Some(s1)) =
-        (HAL0.take(), HAL1.take(), DEV0.take(), DEV1.take())
-    else {
+    let (Some(a), Some(h0), Some(h1), Some(s0), Some(s1)) = (
+        ARENA.take(),
+        HAL0.take(),
+        HAL1.take(),
+        DEV0.take(),
+        DEV1.take(),
+    ) else {
         return Err(Fail::Reentered);
     };
-    let h0: &'static BareHal = h0.insert(open(f0, domain)?);
-    let h1: &'static BareHal = h1.insert(open(f1, domain)?);
+    let base = NonNull::new(ARENA_MEMORY.0.get().cast::<u8>()).ok_or(Fail::Reentered)?;
+    // SAFETY: `ARENA_MEMORY` is zeroed `.bss`, 2 MiB-aligned, used only through this arena,
+    // identity-mapped, and q35 has no IOMMU here: its addresses are device addresses.
+    let arena: &'static Arena =
+        a.insert(unsafe { Arena::new(base, ARENA_BYTES) }.map_err(|e| Fail::Dma("arena", e))?);
+    // No IOMMU: both devices see physical memory, the arena's one device-address space.
+    let h0: &'static BareHal<'static> = h0.insert(open(f0, arena, tsc)?);
+    let h1: &'static BareHal<'static> = h1.insert(open(f1, arena, tsc)?);
     // The devices are built in place in their statics: no frame holds one.
     let r = both(s0, s1, h0, h1, f0, f1);
     // Torn down whatever happened (an empty slot is a no-op).
@@ -126,7 +142,7 @@ pub fn run(start_info: u64) -> Result<(), Fail> {
     r.and(t1).and(t0)?;
     f0.disable();
     f1.disable();
-    let left = pages_in_use();
+    let left = arena.pages_in_use();
     if left != 0 {
         return Err(Fail::Leak(left));
     }
@@ -134,10 +150,23 @@ pub fn run(start_info: u64) -> Result<(), Fail> {
     Ok(())
 }
 
-type Slot = Option<Device<&'static BareHal>>;
+/// Bytes of the DMA arena: rings, command pages and firmware pages of both HCAs.
+const ARENA_BYTES: usize = 32 << 20;
 
-static HAL0: StaticCell<Option<BareHal>> = StaticCell::new(None);
-static HAL1: StaticCell<Option<BareHal>> = StaticCell::new(None);
+/// The arena's memory, in `.bss`.
+#[repr(C, align(2097152))]
+struct ArenaMemory(UnsafeCell<[u8; ARENA_BYTES]>);
+
+// SAFETY: reached only through the one `Arena` built over it (a `StaticCell`, taken once).
+unsafe impl Sync for ArenaMemory {}
+
+static ARENA_MEMORY: ArenaMemory = ArenaMemory(UnsafeCell::new([0; ARENA_BYTES]));
+static ARENA: StaticCell<Option<Arena>> = StaticCell::new(None);
+
+type Slot = Option<Device<&'static BareHal<'static>>>;
+
+static HAL0: StaticCell<Option<BareHal<'static>>> = StaticCell::new(None);
+static HAL1: StaticCell<Option<BareHal<'static>>> = StaticCell::new(None);
 static DEV0: StaticCell<Slot> = StaticCell::new(None);
 static DEV1: StaticCell<Slot> = StaticCell::new(None);
 
@@ -145,8 +174,8 @@ static DEV1: StaticCell<Slot> = StaticCell::new(None);
 fn both(
     s0: &mut Slot,
     s1: &mut Slot,
-    h0: &'static BareHal,
-    h1: &'static BareHal,
+    h0: &'static BareHal<'static>,
+    h1: &'static BareHal<'static>,
     f0: Function,
     f1: Function,
 ) -> Result<(), Fail> {
@@ -162,7 +191,7 @@ fn both(
     ud_exchange(d0, d1)
 }
 
-fn open(f: Function, domain: DmaDomain) -> Result<BareHal, Fail> {
+fn open(f: Function, arena: &'static Arena, tsc: Tsc) -> Result<BareHal<'static>, Fail> {
     let (addr, len) = f.bar0().map_err(|e| Fail::Pci(f, e))?;
     let (vendor, device) = f.ids();
     println!(
@@ -174,9 +203,10 @@ fn open(f: Function, domain: DmaDomain) -> Result<BareHal, Fail> {
     );
     f.enable();
     let len = usize::try_from(len).map_err(|_| Fail::Pci(f, PciError::Unmapped { addr }))?;
-    // SAFETY: `bar0` checked that BAR0 lies below 4 GiB, which `boot.rs` maps uncached, and
-    // this is the only `BareHal` of `f`.
-    Ok(unsafe { BareHal::new(addr, len, domain) })
+    // SAFETY: `bar0` checked that BAR0 lies below 4 GiB, which `boot.rs` identity-maps
+    // (uncached above 2 GiB, where SeaBIOS places BARs); `enable` turned decoding and bus
+    // mastering on; this is the only `BareHal` of `f`.
+    Ok(unsafe { BareHal::new(arena, tsc, addr, len) })
 }
 
 fn guid(g: u64) -> [u16; 4] {

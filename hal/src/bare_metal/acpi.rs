@@ -2,25 +2,16 @@
 //! area scan), the XSDT or RSDT, and the MCFG's first allocation (ACPI 6.5 §5.2.5-5.2.8; PCI
 //! Firmware Specification 3.3 §4.1.2 for MCFG).
 
+use super::pci::Ecam;
+
 /// `hvm_start_info.magic` (Xen `arch-x86/hvm/start_info.h`).
 const PVH_MAGIC: u32 = 0x336e_c578;
-
-/// An ECAM window: configuration space of buses `start_bus..=end_bus` at `base`.
-#[derive(Clone, Copy, Debug)]
-pub struct Ecam {
-    /// Physical address of bus 0's configuration space (even when `start_bus` is not 0).
-    pub base: u64,
-    /// First bus decoded.
-    pub start_bus: u8,
-    /// Last bus decoded.
-    pub end_bus: u8,
-}
 
 fn rd<const N: usize>(addr: u64) -> [u8; N] {
     let mut b = [0u8; N];
     for (i, v) in b.iter_mut().enumerate() {
-        // SAFETY: firmware tables and the start info are in RAM below 4 GiB, identity-mapped
-        // by `boot.rs`; reading them has no side effect. Addresses come from the tables.
+        // SAFETY: `find_ecam`'s contract: memory below 4 GiB is identity-mapped and reading
+        // it has no side effect; `reachable` kept `addr` there. Addresses come from the tables.
         *v = unsafe { core::ptr::read_volatile((addr as usize + i) as *const u8) };
     }
     b
@@ -61,8 +52,14 @@ fn rsdp(start_info: u64) -> Option<u64> {
         .find(|&p| &rd::<8>(p) == b"RSD PTR " && checksum_ok(p, 20))
 }
 
-/// The first ECAM window the MCFG table names, or `None` without ACPI or MCFG.
-pub fn ecam(start_info: u64) -> Option<Ecam> {
+/// The first ECAM window the MCFG table names, or `None` without ACPI or MCFG. `start_info` is
+/// the physical address of PVH's `hvm_start_info` (0: scan the BIOS area for the RSDP).
+///
+/// # Safety
+/// Physical memory below 4 GiB is identity-mapped and reading it has no side effect (RAM and
+/// firmware tables), and the ECAM window the table names is mapped uncached and used by
+/// nothing else: the returned [`Ecam`] reaches configuration space through it.
+pub unsafe fn find_ecam(start_info: u64) -> Option<Ecam> {
     let rsdp = rsdp(start_info)?;
     let revision = rd::<1>(rsdp + 15)[0];
     let (root, entry) = if revision >= 2 && u64_at(rsdp + 24) != 0 {
@@ -90,11 +87,8 @@ pub fn ecam(start_info: u64) -> Option<Ecam> {
         }
         // Header (36), reserved (8), then 16-byte allocations: base, segment, start and end bus.
         let a = table + 44;
-        return Some(Ecam {
-            base: u64_at(a),
-            start_bus: rd::<1>(a + 10)[0],
-            end_bus: rd::<1>(a + 11)[0],
-        });
+        // SAFETY: the caller's promise covers the window MCFG names.
+        return Some(unsafe { Ecam::new(u64_at(a), rd::<1>(a + 10)[0], rd::<1>(a + 11)[0]) });
     }
     None
 }

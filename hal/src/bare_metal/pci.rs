@@ -1,8 +1,6 @@
-//! PCIe through ECAM: finding the mlx5 functions, sizing and enabling their BAR0, bus
-//! mastering. The BARs stay where the firmware (SeaBIOS) put them; MSI-X stays masked: the
-//! driver polls.
-
-use crate::acpi::Ecam;
+//! PCIe through ECAM: finding functions by vendor, sizing and enabling their BAR0, bus
+//! mastering. The BARs stay where the firmware put them; MSI-X is never enabled: the driver
+//! polls.
 
 /// Mellanox's PCI vendor id.
 pub const VENDOR_MELLANOX: u16 = 0x15b3;
@@ -36,6 +34,39 @@ impl core::fmt::Display for PciError {
     }
 }
 
+/// An ECAM window: configuration space of buses `start_bus..=end_bus` at `base`.
+#[derive(Clone, Copy, Debug)]
+pub struct Ecam {
+    base: u64,
+    start_bus: u8,
+    end_bus: u8,
+}
+
+impl Ecam {
+    /// The window at `base` (bus 0's configuration space, even when `start_bus` is not 0).
+    ///
+    /// # Safety
+    /// `base` is the platform's ECAM window for these buses, mapped (identity) uncached, and
+    /// nothing else uses it.
+    pub const unsafe fn new(base: u64, start_bus: u8, end_bus: u8) -> Self {
+        Ecam {
+            base,
+            start_bus,
+            end_bus,
+        }
+    }
+
+    /// Physical address of the window.
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// Buses decoded.
+    pub fn buses(&self) -> core::ops::RangeInclusive<u8> {
+        self.start_bus..=self.end_bus
+    }
+}
+
 /// A PCI function in the ECAM window.
 #[derive(Clone, Copy, Debug)]
 pub struct Function {
@@ -60,8 +91,8 @@ impl Function {
 
     /// Configuration dword at `off`.
     pub fn read32(&self, off: u16) -> u32 {
-        // SAFETY: the ECAM window (from MCFG, below 4 GiB, mapped uncached by `boot.rs`) holds
-        // this function's 4 KiB of configuration space; a dword read there is a config read.
+        // SAFETY: the ECAM window (`Ecam::new`'s contract) holds this function's 4 KiB of
+        // configuration space; a dword read there is a configuration read.
         unsafe { core::ptr::read_volatile(self.cfg(off)) }
     }
 
@@ -129,10 +160,10 @@ impl Function {
 }
 
 /// Every function of `vendor` in the window, in bus order, at most `N` (the rest ignored).
-pub fn find<const N: usize>(ecam: Ecam, vendor: u16) -> ([Option<Function>; N], usize) {
+pub fn find_functions<const N: usize>(ecam: Ecam, vendor: u16) -> ([Option<Function>; N], usize) {
     let mut out = [None; N];
     let mut n = 0;
-    for bus in ecam.start_bus..=ecam.end_bus {
+    for bus in ecam.buses() {
         for dev in 0..32u8 {
             for func in 0..8u8 {
                 let f = Function {

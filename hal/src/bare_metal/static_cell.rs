@@ -1,14 +1,14 @@
-//! Storage in a `static` handed out once as `&'static mut`: where the image keeps its two
-//! devices and their HALs, so that no stack frame holds a device (tens of KiB each).
-//!
-//! The value is a constant (`None`), so it is in the image (`.data`) rather than written at
-//! run time: writing a `None` of a device type through a pointer makes the compiler build
-//! the whole value on the stack first, which is what this storage is for avoiding.
+//! Storage in a `static` handed out once as `&'static mut`: where an image keeps its devices
+//! (tens of KiB each) so that no stack frame holds one.
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, Ordering};
 
 /// A `static` that gives out one `&'static mut` to its value.
+///
+/// Give it a constant value (`None`): it is then in the image (`.data`) rather than written at
+/// run time, and writing a large value at run time makes the compiler build it on the stack
+/// first, which is what this storage is for avoiding.
 pub struct StaticCell<T> {
     taken: AtomicBool,
     value: UnsafeCell<T>,
@@ -37,5 +37,19 @@ impl<T> StaticCell<T> {
         // SAFETY: `taken` was false: no reference to the value exists, and none will be given
         // out again.
         Some(unsafe { &mut *self.value.get() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cell_gives_its_value_once() {
+        static CELL: StaticCell<Option<u32>> = StaticCell::new(None);
+        let v = CELL.take().unwrap();
+        *v = Some(7);
+        assert_eq!(*v, Some(7));
+        assert!(CELL.take().is_none());
     }
 }
