@@ -218,6 +218,8 @@ commands! {
         QUERY_FLOW_TABLE_ENTRY = 0x937;
         DELETE_FLOW_TABLE_ENTRY = 0x938;
         ALLOC_FLOW_COUNTER = 0x939;
+        DEALLOC_FLOW_COUNTER = 0x93a;
+        QUERY_FLOW_COUNTER = 0x93b;
         MODIFY_FLOW_TABLE = 0x93c;
         CREATE_GENERAL_OBJECT = 0xa00;
     }

@@ -2,7 +2,9 @@
 //! SET_HCA_CAP (which general fields the driver may change, mlx5-reference 03 §6).
 
 use bareverbs_firmware_cmd::ifc::{
-    atomic, atomic_caps as a, cmd_hca_cap as c, AtomicCaps, CmdHcaCap,
+    atomic, atomic_caps as a, cmd_hca_cap as c, flow_table_nic_cap as ftn,
+    flow_table_prop_layout as ftp, per_protocol_networking_offload_caps as e, AtomicCaps,
+    CmdHcaCap, EthCaps, FlowTableNicCap,
 };
 use bareverbs_firmware_cmd::layout::{Field, Layout, ViewMut};
 
@@ -124,6 +126,25 @@ pub fn general_caps(cfg: &ModelConfig) -> (Vec<u8>, Vec<u8>) {
         for &(f, val) in values {
             v.set(f, val);
         }
+        if cfg.port_type_eth {
+            // The Ethernet NIC (eth.rs): offloads and NIC receive flow tables, and the queue,
+            // transport and steering objects Linux mlx5e creates.
+            let eth: &[(Field<CmdHcaCap>, u64)] = &[
+                (c::eth_net_offloads, 1),
+                (c::nic_flow_table, 1),
+                (c::log_max_rq, 10),
+                (c::log_max_sq, 10),
+                (c::log_max_tir, 10),
+                (c::log_max_tis, 8),
+                (c::log_max_tis_per_sq, 0),
+                (c::log_max_rqt, 8),
+                (c::log_max_rqt_size, 8),
+                (c::log_max_l2_table, 10),
+            ];
+            for &(f, val) in eth {
+                v.set(f, val);
+            }
+        }
     }
     let mut cur = max.clone();
     {
@@ -138,6 +159,72 @@ pub fn general_caps(cfg: &ModelConfig) -> (Vec<u8>, Vec<u8>) {
         v.set(c::drain_sigerr, 0u8).set(c::num_vhca_ports, 1u8);
     }
     (max, cur)
+}
+
+/// Ethernet offload capabilities (group 1; max and current alike): checksums, VLAN strip,
+/// LSO up to 64 KiB, RSS, loopback blocking per TIR; the inline header a send WQE needs is
+/// the NIC vport context's `min_wqe_inline_mode`. No LRO, no multi-packet send WQEs, no
+/// VLAN insertion by the WQE, no software parser.
+pub fn eth_caps() -> Vec<u8> {
+    let mut cur = vec![0u8; CAP_BYTES];
+    ViewMut::<EthCaps>::new_checked(&mut cur[..EthCaps::BYTES])
+        .unwrap_or_else(|_| unreachable!("the capability area holds the Ethernet caps"))
+        .set(e::csum_cap, 1u8)
+        .set(e::vlan_cap, 1u8)
+        .set(e::self_lb_en_modifiable, 1u8)
+        .set(e::max_lso_cap, 16u8)
+        .set(
+            e::wqe_inline_mode,
+            bareverbs_firmware_cmd::ifc::wqe_inline_mode::VPORT_CONTEXT,
+        )
+        .set(e::rss_ind_tbl_cap, 8u8);
+    cur
+}
+
+/// NIC flow table capabilities (group 7; max and current alike): receive tables only, four
+/// levels below the root, the match fields `eth/` steers on.
+pub fn flow_table_caps() -> Vec<u8> {
+    let mut cur = vec![0u8; CAP_BYTES];
+    {
+        let mut v = ViewMut::<FlowTableNicCap>::new_checked(&mut cur[..FlowTableNicCap::BYTES])
+            .unwrap_or_else(|_| unreachable!("the capability area holds the flow table caps"));
+        let mut rx = v.sub(ftn::flow_table_properties_nic_receive);
+        rx.set(ftp::ft_support, 1u8)
+            .set(ftp::flow_counter, 1u8)
+            .set(ftp::modify_root, 1u8)
+            .set(ftp::identified_miss_table_mode, 1u8)
+            .set(ftp::flow_table_modify, 1u8)
+            .set(ftp::log_max_ft_size, 20u8)
+            .set(ftp::max_ft_level, 64u8)
+            .set(ftp::log_max_ft_num, 8u8)
+            .set(ftp::log_max_flow_counter, 16u8)
+            .set(ftp::log_max_destination, 8u8)
+            .set(ftp::log_max_flow, 16u8);
+        use bareverbs_firmware_cmd::ifc::flow_table_fields_supported as f;
+        for part in [ftp::ft_field_support, ftp::ft_field_bitmask_support] {
+            let mut m = rx.sub(part);
+            for field in [
+                f::outer_dmac,
+                f::outer_smac,
+                f::outer_ether_type,
+                f::outer_ip_version,
+                f::outer_first_prio,
+                f::outer_first_cfi,
+                f::outer_first_vid,
+                f::outer_sip,
+                f::outer_dip,
+                f::outer_frag,
+                f::outer_ip_protocol,
+                f::outer_udp_sport,
+                f::outer_udp_dport,
+                f::outer_tcp_sport,
+                f::outer_tcp_dport,
+            ] {
+                m.set(field, 1u8);
+            }
+        }
+    }
+    cur
 }
 
 /// Maximum and current atomic capabilities (group 3): 8-byte compare-and-swap and

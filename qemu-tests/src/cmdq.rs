@@ -61,6 +61,7 @@ impl Hca {
             self.run_sq(qpn);
         }
         self.flush_err_rqs();
+        self.drain_eth_inbox();
         let now = self.now_ns();
         let mut i = 0;
         while i < self.pending.len() {

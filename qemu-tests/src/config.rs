@@ -20,6 +20,12 @@ pub struct ModelConfig {
     pub num_ports: u8,
     /// Ports are Ethernet (RoCE) instead of InfiniBand.
     pub port_type_eth: bool,
+    /// Ethernet: the largest frame the port receives, L2 header included (the NIC vport
+    /// context's `mtu`; Linux subtracts 22 bytes of header, VLAN tag and FCS for the netdev's).
+    pub eth_mtu: u16,
+    /// Ethernet: the headers every send WQE must inline (`MLX5_INLINE_MODE_*`: 0 none, 1 L2,
+    /// 2 IP, 3 TCP/UDP), reported as the NIC vport context's `min_wqe_inline_mode`.
+    pub eth_min_inline: u8,
     /// Node GUID; port GUIDs are derived from it.
     pub node_guid: u64,
     /// Base LID; port n gets `base_lid + ((n - 1) << lmc)`.
@@ -61,6 +67,8 @@ impl Default for ModelConfig {
             fw_version: (16, 35, 2000),
             num_ports: 1,
             port_type_eth: false,
+            eth_mtu: 1500 + 22,
+            eth_min_inline: 1,
             node_guid: 0x0002_c903_00a1_b2c0,
             base_lid: 1,
             lmc: 0,

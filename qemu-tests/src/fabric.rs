@@ -17,6 +17,8 @@ struct Member {
     base_lid: u16,
     lids: u16,
     dev: Weak<Device>,
+    /// Where Ethernet frames wait while the HCA is busy (Ethernet HCAs only).
+    inbox: Option<crate::eth::Inbox>,
 }
 
 /// HCAs that can reach each other.
@@ -36,13 +38,40 @@ impl Fabric {
 
     /// Attaches `dev`, whose ports have LIDs `base_lid..base_lid + lids`.
     pub fn join(&self, base_lid: u16, lids: u16, dev: &Arc<Device>) {
+        let inbox = dev.lock().eth.as_ref().map(|e| e.inbox.clone());
         let mut m = self.members.lock().unwrap_or_else(|e| e.into_inner());
         m.retain(|x| x.dev.strong_count() > 0);
         m.push(Member {
             base_lid,
             lids,
             dev: Arc::downgrade(dev),
+            inbox,
         });
+    }
+
+    /// An Ethernet frame from the HCA whose inbox is `from` reaches every other Ethernet HCA
+    /// of the fabric (a hub: each one's flow steering decides what to keep). An HCA that is
+    /// busy finds the frame in its inbox on its next round.
+    pub(crate) fn send_frame(&self, from: &crate::eth::Inbox, frame: &[u8]) {
+        let targets: Vec<(Arc<Device>, crate::eth::Inbox)> = {
+            let m = self.members.lock().unwrap_or_else(|e| e.into_inner());
+            m.iter()
+                .filter_map(|x| Some((x.dev.upgrade()?, x.inbox.clone()?)))
+                .filter(|(_, i)| !Arc::ptr_eq(i, from))
+                .collect()
+        };
+        for (dev, inbox) in targets {
+            match dev.try_lock() {
+                Some(mut hca) => hca.eth_receive(frame, false),
+                None => {
+                    inbox
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push_back(frame.to_vec());
+                }
+            }
+            dev.notify();
+        }
     }
 
     /// Every HCA of the fabric but the one whose base LID `is_self` recognises.

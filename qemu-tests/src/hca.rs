@@ -96,6 +96,8 @@ pub struct Hca {
     pub(crate) caps_cur: Vec<u8>,
     pub(crate) atomic_caps_max: Vec<u8>,
     pub(crate) atomic_caps_cur: Vec<u8>,
+    /// The Ethernet NIC (`eth/`), present when the port type is Ethernet.
+    pub(crate) eth: Option<crate::eth::Eth>,
     pub(crate) uars: BTreeSet<u32>,
     pub(crate) eqs: BTreeMap<u8, Eq>,
     pub(crate) pds: BTreeSet<u32>,
@@ -175,6 +177,7 @@ impl Hca {
             caps_cur,
             atomic_caps_max,
             atomic_caps_cur,
+            eth: None,
             uars: BTreeSet::new(),
             eqs: BTreeMap::new(),
             pds: BTreeSet::new(),
@@ -203,6 +206,14 @@ impl Hca {
             dma_faults: Vec::new(),
         };
         h.fault_hits = vec![0; h.cfg.faults.commands.len()];
+        if h.cfg.port_type_eth {
+            let mac = crate::eth::mac_of_guid(h.cfg.node_guid);
+            h.eth = Some(crate::eth::Eth::new(
+                mac,
+                h.cfg.eth_mtu,
+                h.cfg.eth_min_inline,
+            ));
+        }
         h
     }
 
@@ -228,7 +239,13 @@ impl Hca {
         let irq = self.irq.take();
         let trace = std::mem::take(&mut self.trace);
         let fabric = self.fabric.take();
+        let inbox = self.eth.as_ref().map(|e| e.inbox.clone());
         *self = Hca::new(cfg, self.clock.clone(), self.dma.clone());
+        if let (Some(e), Some(i)) = (self.eth.as_mut(), inbox) {
+            // The fabric keeps delivering to the same inbox.
+            i.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            e.inbox = i;
+        }
         self.irq = irq;
         self.trace = trace;
         self.fabric = fabric;

@@ -15,6 +15,7 @@ pub mod cq;
 pub mod dma;
 pub mod engine;
 pub mod eq;
+mod eth;
 pub mod exec;
 pub mod fabric;
 pub mod guest_memory;

@@ -120,10 +120,10 @@ pub(crate) struct XrcTarget {
 
 /// One gather/scatter entry of a WQE.
 #[derive(Clone, Copy, Debug)]
-struct Sge {
-    lkey: u32,
-    addr: u64,
-    len: u32,
+pub(crate) struct Sge {
+    pub lkey: u32,
+    pub addr: u64,
+    pub len: u32,
 }
 
 /// A parsed send WQE.
@@ -286,7 +286,10 @@ impl Hca {
             log::warn!("model: send doorbell of QP {qpn:#x} ignored: the device is halted");
             return;
         }
-        let Some(qp) = self.qps.get(&qpn) else { return };
+        let Some(qp) = self.qps.get(&qpn) else {
+            self.eth_sq_doorbell(uar, qpn);
+            return;
+        };
         if qp.uar != uar {
             log::warn!(
                 "model: QP {qpn:#x} rung through UAR {uar}, expected {}",
@@ -679,7 +682,7 @@ impl Hca {
         Ok(out)
     }
 
-    fn gather_sges(&mut self, pd: u32, sges: &[Sge]) -> Result<Vec<u8>, u8> {
+    pub(crate) fn gather_sges(&mut self, pd: u32, sges: &[Sge]) -> Result<Vec<u8>, u8> {
         let mut out = Vec::new();
         for s in sges {
             let pieces = self
@@ -698,7 +701,13 @@ impl Hca {
 
     /// Scatters `data` over `sges` (local write required). Err(LOCAL_LENGTH) when it does not
     /// fit, Err(LOCAL_PROT) on a key problem.
-    fn scatter(&mut self, pd: u32, sges: &[Sge], skip: u64, data: &[u8]) -> Result<(), u8> {
+    pub(crate) fn scatter(
+        &mut self,
+        pd: u32,
+        sges: &[Sge],
+        skip: u64,
+        data: &[u8],
+    ) -> Result<(), u8> {
         let room: u64 = sges.iter().map(|s| u64::from(s.len)).sum();
         if skip + data.len() as u64 > room {
             return Err(synd::LOCAL_LENGTH);
@@ -744,7 +753,7 @@ impl Hca {
 
     /// The scatter list of a receive WQE: data segments up to the first with
     /// [`INVALID_LKEY`](bareverbs_firmware_cmd::ifc::INVALID_LKEY) or the end of the WQE.
-    fn recv_sges(raw: &[u8]) -> Vec<Sge> {
+    pub(crate) fn recv_sges(raw: &[u8]) -> Vec<Sge> {
         let mut sges = Vec::new();
         for seg in raw.chunks_exact(16) {
             let Ok(d) = View::<WqeDataSeg>::new_checked(seg) else {

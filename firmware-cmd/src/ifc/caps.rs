@@ -50,6 +50,8 @@ crate::ifc! {
         0x1d2 general_notification_event: 1,
         0x1e0 stat_rate_support: 16,
         0x1fc cqe_version: 4,
+        /// Multi-packet (striding) receive queues.
+        0x201 striding_rq: 1,
         0x203 ipoib_enhanced_offloads: 1,
         /// UMR may not change an mkey's page size (mlx5_ib then registers with CREATE_MKEY).
         0x207 umr_modify_entity_size_disabled: 1,
@@ -117,6 +119,7 @@ crate::ifc! {
         0x383 log_max_rmp: 5,
         0x38b log_max_rqt: 5,
         0x393 log_max_rqt_size: 5,
+        0x39b log_max_tis_per_sq: 5,
         0x3db log_max_wq_sz: 5,
         0x3f3 log_max_current_mc_list: 5,
         0x3fb log_max_current_uc_list: 5,
@@ -144,6 +147,76 @@ crate::ifc! {
         0x90 atomic_operations: 16,
         0xb0 atomic_size_qp: 16,
         0xd0 atomic_size_dc: 16,
+    }
+
+    /// Ethernet offload capabilities (capability type 1, `per_protocol_networking_offload_caps`),
+    /// present when the general `eth_net_offloads` bit is set. Linux `mlx5_eth_supported`
+    /// requires `csum_cap`, `max_lso_cap`, `vlan_cap` and `rss_ind_tbl_cap`.
+    pub struct EthCaps => per_protocol_networking_offload_caps: 0x800 bits {
+        0x0 csum_cap: 1,
+        0x1 vlan_cap: 1,
+        0x2 lro_cap: 1,
+        0x7 wqe_vlan_insert: 1,
+        0x8 self_lb_en_modifiable: 1,
+        /// log2 of the largest LSO message.
+        0xb max_lso_cap: 5,
+        0x10 multi_pkt_send_wqe: 2,
+        /// How much of a packet a send WQE must inline (see [`wqe_inline_mode`]).
+        0x12 wqe_inline_mode: 2,
+        /// log2 of the largest RSS indirection table.
+        0x14 rss_ind_tbl_cap: 4,
+        0x18 reg_umr_sq: 1,
+        0x19 scatter_fcs: 1,
+        0x1a enhanced_multi_pkt_send_wqe: 1,
+        0x20 swp: 1,
+        0x23 cqe_checksum_full: 1,
+    }
+
+    /// Packet fields a flow table may match (`flow_table_fields_supported`, first dword).
+    pub struct FlowTableFieldsSupported => flow_table_fields_supported: 0x80 bits {
+        0x0 outer_dmac: 1,
+        0x1 outer_smac: 1,
+        0x2 outer_ether_type: 1,
+        0x3 outer_ip_version: 1,
+        0x4 outer_first_prio: 1,
+        0x5 outer_first_cfi: 1,
+        0x6 outer_first_vid: 1,
+        0xc outer_sip: 1,
+        0xd outer_dip: 1,
+        0xe outer_frag: 1,
+        0xf outer_ip_protocol: 1,
+        0x12 outer_udp_sport: 1,
+        0x13 outer_udp_dport: 1,
+        0x14 outer_tcp_sport: 1,
+        0x15 outer_tcp_dport: 1,
+    }
+
+    /// What the flow tables of one steering domain can do (`flow_table_prop_layout`).
+    pub struct FlowTablePropLayout => flow_table_prop_layout: 0x200 bits {
+        0x0 ft_support: 1,
+        0x2 flow_counter: 1,
+        0x3 flow_modify_en: 1,
+        0x4 modify_root: 1,
+        0x5 identified_miss_table_mode: 1,
+        0x6 flow_table_modify: 1,
+        0x17 table_miss_action_domain: 1,
+        0x22 log_max_ft_size: 6,
+        /// Levels of tables below the root; Linux `mlx5_eth_supported` needs 3 on NIC receive.
+        0x38 max_ft_level: 8,
+        0x78 log_max_ft_num: 8,
+        0x90 log_max_flow_counter: 8,
+        0x98 log_max_destination: 8,
+        0xb8 log_max_flow: 8,
+        0x100 ft_field_support: FlowTableFieldsSupported,
+        0x180 ft_field_bitmask_support: FlowTableFieldsSupported,
+    }
+
+    /// NIC flow table capabilities (capability type 7, `flow_table_nic_cap`), present when the
+    /// general `nic_flow_table` bit is set.
+    pub struct FlowTableNicCap => flow_table_nic_cap: 0x8000 bits {
+        0x200 flow_table_properties_nic_receive: FlowTablePropLayout,
+        0x400 flow_table_properties_nic_receive_rdma: FlowTablePropLayout,
+        0x800 flow_table_properties_nic_transmit: FlowTablePropLayout,
     }
 
     /// The 4 KiB capability area of QUERY/SET_HCA_CAP; general caps sit at its start (other
@@ -188,10 +261,14 @@ crate::ifc! {
 pub mod hca_cap_op_mod {
     /// Capability type 0: general device capabilities.
     pub const GENERAL: u16 = 0;
+    /// Capability type 1: Ethernet offloads ([`EthCaps`](super::EthCaps)).
+    pub const ETHERNET_OFFLOADS: u16 = 1;
     /// Capability type 3: atomic capabilities.
     pub const ATOMIC: u16 = 3;
     /// Capability type 4: RoCE capabilities.
     pub const ROCE: u16 = 4;
+    /// Capability type 7: NIC flow tables ([`FlowTableNicCap`](super::FlowTableNicCap)).
+    pub const FLOW_TABLE: u16 = 7;
     /// Mode: maximum (what the device supports).
     pub const MAX: u16 = 0;
     /// Mode: current (what is enabled).
@@ -221,6 +298,16 @@ pub mod atomic {
     /// `atomic_req_8b_endianness_mode`: host endianness. Linux sets it when supported and
     /// otherwise reports no IB-spec atomics (mlx5_ib `get_atomic_caps`).
     pub const REQ_MODE_HOST_ENDIANNESS: u8 = 1;
+}
+
+/// `per_protocol_networking_offload_caps.wqe_inline_mode` values (`MLX5_CAP_INLINE_MODE_*`).
+pub mod wqe_inline_mode {
+    /// The L2 header must be inlined in every send WQE.
+    pub const L2: u8 = 0;
+    /// The NIC vport context's `min_wqe_inline_mode` says how much.
+    pub const VPORT_CONTEXT: u8 = 1;
+    /// Nothing need be inlined.
+    pub const NOT_REQUIRED: u8 = 2;
 }
 
 /// `cmd_hca_cap.port_type` values (`MLX5_CAP_PORT_TYPE_*`).

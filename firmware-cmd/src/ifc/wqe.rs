@@ -30,6 +30,24 @@ crate::ifc! {
         0x60 imm: 32,
     }
     /// Remote address segment for RDMA READ / WRITE and atomics (`struct mlx5_wqe_raddr_seg`).
+    /// Ethernet segment (`struct mlx5_wqe_eth_seg`), after the control segment of an
+    /// Ethernet send: checksum offload flags, the LSO segment size and the inline headers,
+    /// whose first two bytes sit in `inline_hdr_start` and the rest in the 16-byte units after.
+    pub struct WqeEthSeg => wqe_eth_seg: 0x80 bits {
+        0x00 swp_outer_l4_offset: 8,
+        0x08 swp_outer_l3_offset: 8,
+        0x10 swp_inner_l4_offset: 8,
+        0x18 swp_inner_l3_offset: 8,
+        /// See [`eth_cs_flags`](mod@eth_cs_flags).
+        0x20 cs_flags: 8,
+        0x28 swp_flags: 8,
+        /// LSO: the payload bytes of each segment.
+        0x30 mss: 16,
+        0x40 flow_table_metadata: 32,
+        /// Bytes of headers inlined from `inline_hdr_start` on.
+        0x60 inline_hdr_sz: 16,
+        0x70 inline_hdr_start: [u8; 2],
+    }
     pub struct WqeRaddrSeg => wqe_raddr_seg: 0x80 bits {
         0x00 raddr: 64,
         0x40 rkey: 32,
@@ -118,6 +136,18 @@ pub const SEND_WQE_DS: usize = 16;
 pub const SEND_WQEBB_NUM_DS: usize = SEND_WQE_BB / SEND_WQE_DS;
 /// Largest send WQE in WQEBBs (`MLX5_SEND_WQE_MAX_WQEBBS`).
 pub const SEND_WQE_MAX_WQEBBS: usize = 16;
+/// `wqe_eth_seg.cs_flags` bits (`MLX5_ETH_WQE_*_CSUM`).
+pub mod eth_cs_flags {
+    /// Inner (tunnelled) IPv4 header checksum.
+    pub const L3_INNER_CSUM: u8 = 1 << 4;
+    /// Inner TCP/UDP checksum.
+    pub const L4_INNER_CSUM: u8 = 1 << 5;
+    /// IPv4 header checksum.
+    pub const L3_CSUM: u8 = 1 << 6;
+    /// TCP/UDP checksum.
+    pub const L4_CSUM: u8 = 1 << 7;
+}
+
 /// Flag OR-ed into `wqe_inline_seg.byte_count` (`MLX5_INLINE_SEG`).
 pub const INLINE_SEG: u32 = 0x8000_0000;
 /// Length bits of an inline byte count (`MLX5_WQE_INLINE_SEG_BYTE_COUNT_MASK`).

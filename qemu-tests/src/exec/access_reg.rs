@@ -35,7 +35,10 @@ impl Hca {
                     _ => Err(bad_param(syndrome::BAD_OP_MOD)),
                 }
             }
-            _ => Err(bad_param(syndrome::BAD_REGISTER)),
+            _ => {
+                log::info!("model: ACCESS_REG register {id:#06x} (op_mod {op_mod}) not modelled");
+                Err(bad_param(syndrome::BAD_REGISTER))
+            }
         }
     }
 }

@@ -29,6 +29,12 @@ impl Hca {
             (hca_cap_op_mod::GENERAL, false) => &self.caps_max,
             (hca_cap_op_mod::ATOMIC, true) => &self.atomic_caps_cur,
             (hca_cap_op_mod::ATOMIC, false) => &self.atomic_caps_max,
+            (hca_cap_op_mod::ETHERNET_OFFLOADS, _) if self.eth.is_some() => {
+                self.eth.as_ref().map_or(&self.caps_cur, |e| &e.caps)
+            }
+            (hca_cap_op_mod::FLOW_TABLE, _) if self.eth.is_some() => {
+                self.eth.as_ref().map_or(&self.caps_cur, |e| &e.ft_caps)
+            }
             _ => return Err(bad_param(syndrome::BAD_OP_MOD)),
         };
         out.as_bytes_mut()[16..16 + CAP_BYTES].copy_from_slice(src);

@@ -9,16 +9,20 @@ mod caps;
 mod cq;
 mod dct;
 mod eq;
+mod flow_table;
 mod lifecycle;
 mod mad;
 mod mcg;
 mod mkey;
+mod nic_vport;
 mod pages;
 mod pd;
 mod qp;
 mod query;
 mod rmp;
+mod sq_rq;
 mod srq;
+mod tis_tir;
 mod uar;
 mod xrcd;
 
@@ -205,6 +209,37 @@ impl Hca {
             Opcode::DESTROY_RMP => self.destroy_rmp(input, out),
             Opcode::QUERY_RMP => self.query_rmp(input, out),
             Opcode::MODIFY_RMP => self.modify_rmp(input, out),
+            Opcode::QUERY_NIC_VPORT_CONTEXT => self.query_nic_vport_context(input, out),
+            Opcode::MODIFY_NIC_VPORT_CONTEXT => self.modify_nic_vport_context(input, out),
+            Opcode::ALLOC_Q_COUNTER => self.alloc_q_counter(input, out),
+            Opcode::DEALLOC_Q_COUNTER => self.dealloc_q_counter(input, out),
+            Opcode::QUERY_Q_COUNTER => self.query_q_counter(input, out),
+            Opcode::CREATE_TIS => self.create_tis(input, out),
+            Opcode::MODIFY_TIS => self.modify_tis(input, out),
+            Opcode::DESTROY_TIS => self.destroy_tis(input, out),
+            Opcode::CREATE_TIR => self.create_tir(input, out),
+            Opcode::MODIFY_TIR => self.modify_tir(input, out),
+            Opcode::DESTROY_TIR => self.destroy_tir(input, out),
+            Opcode::CREATE_RQT => self.create_rqt(input, out),
+            Opcode::MODIFY_RQT => self.modify_rqt(input, out),
+            Opcode::DESTROY_RQT => self.destroy_rqt(input, out),
+            Opcode::CREATE_SQ => self.create_sq(input, out),
+            Opcode::MODIFY_SQ => self.modify_sq(input, out),
+            Opcode::DESTROY_SQ => self.destroy_sq(input, out),
+            Opcode::CREATE_RQ => self.create_rq(input, out),
+            Opcode::MODIFY_RQ => self.modify_rq(input, out),
+            Opcode::DESTROY_RQ => self.destroy_rq(input, out),
+            Opcode::CREATE_FLOW_TABLE => self.create_flow_table(input, out),
+            Opcode::MODIFY_FLOW_TABLE => self.modify_flow_table(input, out),
+            Opcode::DESTROY_FLOW_TABLE => self.destroy_flow_table(input, out),
+            Opcode::SET_FLOW_TABLE_ROOT => self.set_flow_table_root(input, out),
+            Opcode::CREATE_FLOW_GROUP => self.create_flow_group(input, out),
+            Opcode::DESTROY_FLOW_GROUP => self.destroy_flow_group(input, out),
+            Opcode::SET_FLOW_TABLE_ENTRY => self.set_flow_table_entry(op_mod, input, out),
+            Opcode::DELETE_FLOW_TABLE_ENTRY => self.delete_flow_table_entry(input, out),
+            Opcode::ALLOC_FLOW_COUNTER => self.alloc_flow_counter(input, out),
+            Opcode::DEALLOC_FLOW_COUNTER => self.dealloc_flow_counter(input, out),
+            Opcode::QUERY_FLOW_COUNTER => self.query_flow_counter(input, out),
             _ => Err(fail(CmdStatus::BadOperation, syndrome::BAD_OPCODE)),
         }
     }

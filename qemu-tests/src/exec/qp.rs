@@ -143,7 +143,7 @@ impl Hca {
         self.qp_dv_context(&c, &mut qp)?;
         let max = 1u32 << self.cap(cmd_hca_cap::log_max_qp);
         let qpn = (FIRST_QPN..FIRST_QPN + max)
-            .find(|n| !self.qps.contains_key(n))
+            .find(|n| !self.qps.contains_key(n) && !self.is_eth_queue(*n))
             .ok_or(fail(CmdStatus::NoResources, syndrome::EXHAUSTED))?;
         qp.qpn = qpn;
         for cqn in [cqn_snd, cqn_rcv] {
