@@ -143,6 +143,9 @@ else
 
   step "guest: rdma-core's user-space VFIO driver (mlx5_vfio) opens the model: PD, MR, close"
   qemu-tests/rig/test-rdma-vfio.sh
+
+  step "guest: Linux mlx5e (Ethernet) on two model HCAs: ping, UDP echoes, a TCP transfer with LSO"
+  qemu-tests/rig/test-eth.sh
 fi
 
 step "all tests passed"

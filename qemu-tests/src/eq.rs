@@ -178,6 +178,11 @@ impl Hca {
             return;
         };
         p.up = up;
+        self.post_port_change(port, up);
+    }
+
+    /// A port-change EQE for `port`: ACTIVE or DOWN.
+    pub(crate) fn post_port_change(&mut self, port: u8, up: bool) {
         let mut data = [0u8; 28];
         data[8] = port << 4;
         let sub = if up {

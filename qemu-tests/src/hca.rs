@@ -239,12 +239,14 @@ impl Hca {
         let irq = self.irq.take();
         let trace = std::mem::take(&mut self.trace);
         let fabric = self.fabric.take();
-        let inbox = self.eth.as_ref().map(|e| e.inbox.clone());
+        let mut eth = self.eth.take();
         *self = Hca::new(cfg, self.clock.clone(), self.dma.clone());
-        if let (Some(e), Some(i)) = (self.eth.as_mut(), inbox) {
-            // The fabric keeps delivering to the same inbox.
-            i.lock().unwrap_or_else(|e| e.into_inner()).clear();
-            e.inbox = i;
+        // The fabric keeps delivering to the same inbox; the work counters stay.
+        if let Some(e) = eth.as_mut() {
+            e.reset(&self.cfg);
+        }
+        if eth.is_some() {
+            self.eth = eth;
         }
         self.irq = irq;
         self.trace = trace;

@@ -198,14 +198,28 @@ impl Backend {
         let h = self.dev.lock();
         let (umr_ok, umr_failed) = h.umr_counts();
         let c = h.port_counters(1).unwrap_or_default();
-        format!(
+        let mut s = format!(
             "umr_ok={umr_ok} umr_failed={umr_failed} xmit_packets={} rcv_packets={} \
              queues_at_page_offset={} scattered_to_cqe={}",
             c.xmit_packets,
             c.rcv_packets,
             h.offset_queues(),
             h.scattered_to_cqe()
-        )
+        );
+        if let Some(w) = h.eth_work() {
+            s += &format!(
+                " eth_frames_sent={} eth_frames_received={} lso_sends={} lso_segments={} \
+                 csum_offloads={} rss_hashed={} eth_rx_dropped={}",
+                w.frames_sent,
+                w.frames_received,
+                w.lso_sends,
+                w.lso_segments,
+                w.csum_offloads,
+                w.rss_hashed,
+                w.rx_dropped
+            );
+        }
+        s
     }
 
     /// The device's state in one line: firmware state, pages held, EQs, UARs, DMA faults.

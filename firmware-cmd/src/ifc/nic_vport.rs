@@ -1,6 +1,8 @@
 //! The NIC vport: the Ethernet view of the function — MAC addresses, MTU, promiscuous modes,
 //! minimum send inline (mlx5_ifc `nic_vport_context`; Linux vport.c).
 
+use super::TrafficCounter;
+
 crate::ifc! {
     pub struct MacAddressLayout => mac_address_layout: 0x40 bits {
         0x10 mac_addr_47_32: 16,
@@ -74,5 +76,32 @@ crate::ifc! {
     pub struct ModifyNicVportContextOut => modify_nic_vport_context_out: 0x80 bits {
         0x0 status: 8,
         0x20 syndrome: 32,
+    }
+    /// QUERY_VPORT_COUNTER input.
+    pub struct QueryVportCounterIn => query_vport_counter_in: 0x100 bits {
+        0x0 opcode: 16,
+        0x30 op_mod: 16,
+        0x40 other_vport: 1,
+        0x4c port_num: 4,
+        0x50 vport_number: 16,
+        0xc0 clear: 1,
+    }
+    /// QUERY_VPORT_COUNTER output: packets and octets by kind.
+    pub struct QueryVportCounterOut => query_vport_counter_out: 0x1080 bits {
+        0x0 status: 8,
+        0x20 syndrome: 32,
+        0x80 received_errors: TrafficCounter,
+        0x100 transmit_errors: TrafficCounter,
+        0x180 received_ib_unicast: TrafficCounter,
+        0x200 transmitted_ib_unicast: TrafficCounter,
+        0x280 received_ib_multicast: TrafficCounter,
+        0x300 transmitted_ib_multicast: TrafficCounter,
+        0x380 received_eth_broadcast: TrafficCounter,
+        0x400 transmitted_eth_broadcast: TrafficCounter,
+        0x480 received_eth_unicast: TrafficCounter,
+        0x500 transmitted_eth_unicast: TrafficCounter,
+        0x580 received_eth_multicast: TrafficCounter,
+        0x600 transmitted_eth_multicast: TrafficCounter,
+        0x680 local_loopback: TrafficCounter,
     }
 }

@@ -146,7 +146,8 @@ impl WqState {
 pub(crate) struct Sq {
     pub state: WqState,
     pub cqn: u32,
-    pub tis: u32,
+    /// The TIS it transmits through; none for an SQ that sends no frames.
+    pub tis: Option<u32>,
     pub user_index: u32,
     /// `sqc.min_wqe_inline_mode`.
     pub min_inline: u8,
@@ -170,19 +171,98 @@ pub(crate) struct Rq {
     pub consumed: u16,
 }
 
-/// Counters of the vport and of each queue counter set.
+/// Packets and octets.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Traffic {
+    pub packets: u64,
+    pub octets: u64,
+}
+
+impl Traffic {
+    pub fn add(&mut self, len: usize) {
+        self.packets += 1;
+        self.octets += len as u64;
+    }
+}
+
+/// How a frame is addressed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Cast {
+    Unicast = 0,
+    Multicast = 1,
+    Broadcast = 2,
+}
+
+impl Cast {
+    pub fn of(dmac: &[u8]) -> Cast {
+        if dmac.iter().take(6).all(|&b| b == 0xff) {
+            Cast::Broadcast
+        } else if dmac.first().is_some_and(|b| b & 1 != 0) {
+            Cast::Multicast
+        } else {
+            Cast::Unicast
+        }
+    }
+}
+
+/// The vport's counters (QUERY_VPORT_COUNTER, PPCNT).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Counters {
-    pub tx_frames: u64,
-    pub tx_bytes: u64,
-    pub rx_frames: u64,
-    pub rx_bytes: u64,
+    /// Sent and received frames by [`Cast`].
+    pub tx: [Traffic; 3],
+    pub rx: [Traffic; 3],
+    /// Frames looped back to this function.
+    pub local_loopback: Traffic,
     /// Frames steering dropped or found no rule for.
     pub rx_steering_drops: u64,
     /// Frames that found their RQ without a posted WQE (`out_of_buffer`).
     pub rx_out_of_buffer: u64,
-    /// Frames dropped as malformed or larger than the MTU.
+    /// Frames dropped as runts or larger than the MTU.
     pub rx_bad: u64,
+    /// Received frames by RFC 2819 size bucket (FCS counted): 64, 65–127, 128–255,
+    /// 256–511, 512–1023, 1024–1518, 1519–2047, 2048–4095, 4096–8191, 8192–10239.
+    pub rx_sizes: [u64; 10],
+    /// Per priority (the VLAN PCP, 0 untagged): (received, sent).
+    pub prio: [(Traffic, Traffic); 8],
+}
+
+impl Counters {
+    /// Counts a received frame of `len` bytes (FCS excluded) on priority `prio`.
+    pub fn count_rx(&mut self, frame: &[u8], prio: usize) {
+        let len = frame.len();
+        self.rx[Cast::of(frame) as usize].add(len);
+        self.prio[prio & 7].0.add(len);
+        let wire = len + 4;
+        let bucket = [64, 127, 255, 511, 1023, 1518, 2047, 4095, 8191, 10239]
+            .iter()
+            .position(|&top| wire <= top);
+        if let Some(b) = bucket {
+            self.rx_sizes[b] += 1;
+        }
+    }
+
+    /// Counts a sent frame.
+    pub fn count_tx(&mut self, frame: &[u8], prio: usize) {
+        self.tx[Cast::of(frame) as usize].add(frame.len());
+        self.prio[prio & 7].1.add(frame.len());
+    }
+}
+
+/// What the Ethernet NIC did over the HCA's life (resets included), for the trace's WORK line.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct EthWork {
+    /// Frames put on the wire and frames written into an RQ.
+    pub frames_sent: u64,
+    pub frames_received: u64,
+    /// LSO send WQEs, and the segments they were cut into.
+    pub lso_sends: u64,
+    pub lso_segments: u64,
+    /// Send WQEs that asked for an IPv4 or L4 checksum.
+    pub csum_offloads: u64,
+    /// Frames a TIR hashed to pick their RQ.
+    pub rss_hashed: u64,
+    /// Frames no steering rule delivered, or that found no receive WQE.
+    pub rx_dropped: u64,
 }
 
 /// Ethernet state of one HCA.
@@ -201,9 +281,19 @@ pub(crate) struct Eth {
     /// Queue counter sets (ALLOC_Q_COUNTER): id → out-of-buffer drops.
     pub q_counters: BTreeMap<u8, u64>,
     pub counters: Counters,
+    /// When the counters were last cleared (PPCNT), in ms of model time.
+    pub counters_cleared_ms: u64,
+    /// PAOS administrative status (firmware starts with the port up).
+    pub admin_up: bool,
+    /// PMTU: the port's MTU, L2 header included.
+    pub port_mtu: u16,
     /// Frames that arrived while the HCA was busy.
     pub inbox: Inbox,
+    /// Kept across resets.
+    pub work: EthWork,
     next_object: u32,
+    /// The MAC address the port has after a reset.
+    vport_mac_at_power_on: [u8; 6],
 }
 
 impl Eth {
@@ -232,9 +322,28 @@ impl Eth {
             steering: Steering::default(),
             q_counters: BTreeMap::new(),
             counters: Counters::default(),
+            admin_up: true,
+            counters_cleared_ms: 0,
+            port_mtu: mtu,
             inbox: Arc::new(Mutex::new(VecDeque::new())),
+            work: EthWork::default(),
             next_object: 0,
+            vport_mac_at_power_on: mac,
         }
+    }
+
+    /// Back to the power-on state (TEARDOWN_HCA, reset): every object gone; the inbox and
+    /// the work counters stay.
+    pub(crate) fn reset(&mut self, cfg: &crate::config::ModelConfig) {
+        let mut fresh = Eth::new(self.vport_mac_at_power_on, cfg.eth_mtu, cfg.eth_min_inline);
+        fresh.inbox = self.inbox.clone();
+        fresh
+            .inbox
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        fresh.work = self.work;
+        *self = fresh;
     }
 
     /// A fresh 24-bit number for a TIS, TIR, RQT, flow table, group or counter (never 0).
@@ -248,4 +357,16 @@ impl Eth {
 pub fn mac_of_guid(guid: u64) -> [u8; 6] {
     let b = guid.to_be_bytes();
     [0x02, b[2], b[3], b[5], b[6], b[7]]
+}
+
+impl crate::hca::Hca {
+    /// What the Ethernet NIC did (None on an InfiniBand port).
+    pub fn eth_work(&self) -> Option<EthWork> {
+        self.eth.as_ref().map(|e| e.work)
+    }
+
+    /// Whether the Ethernet port passes traffic: the link up and the port administratively up.
+    pub(crate) fn eth_oper_up(&self) -> bool {
+        self.ports.first().is_some_and(|p| p.up) && self.eth.as_ref().is_some_and(|e| e.admin_up)
+    }
 }

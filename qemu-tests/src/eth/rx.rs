@@ -39,7 +39,7 @@ impl Hca {
 
     /// A frame arrives at the port (`from_self`: looped back from this function's own SQ).
     pub(crate) fn eth_receive(&mut self, frame: &[u8], from_self: bool) {
-        if self.halted() || !self.ports.first().is_some_and(|p| p.up) {
+        if self.halted() || !self.eth_oper_up() {
             return;
         }
         let Some(eth) = self.eth.as_mut() else { return };
@@ -57,12 +57,14 @@ impl Hca {
         let verdict = eth.steering.lookup(&steering::match_param(&h), frame.len());
         if verdict.tirs.is_empty() {
             eth.counters.rx_steering_drops += 1;
+            eth.work.rx_dropped += 1;
             return;
         }
         let mut targets = Vec::with_capacity(verdict.tirs.len());
         for (tirn, flow_tag) in verdict.tirs {
             let Some(tir) = eth.tirs.get(&tirn) else {
                 eth.counters.rx_steering_drops += 1;
+                eth.work.rx_dropped += 1;
                 continue;
             };
             use bareverbs_firmware_cmd::ifc::self_lb_block as lb;
@@ -91,6 +93,7 @@ impl Hca {
                     let got = super::rss::hash(&h, *hash_fn, key, *l3_ipv6, *l4_udp, *fields);
                     if let Some((v, ty)) = got {
                         meta.hash = v;
+                        eth.work.rss_hashed += 1;
                         meta.hash_type = ty;
                     }
                     let n = t.rqns.len().max(1);
@@ -99,7 +102,10 @@ impl Hca {
             };
             match rqn {
                 Some(rqn) => targets.push((rqn, meta)),
-                None => eth.counters.rx_steering_drops += 1,
+                None => {
+                    eth.counters.rx_steering_drops += 1;
+                    eth.work.rx_dropped += 1;
+                }
             }
         }
         for (rqn, meta) in targets {
@@ -125,6 +131,7 @@ impl Hca {
         if posted == rq.consumed {
             if let Some(e) = self.eth.as_mut() {
                 e.counters.rx_out_of_buffer += 1;
+                e.work.rx_dropped += 1;
                 *e.q_counters.entry(rq.counter_set).or_default() += 1;
             }
             return;
@@ -226,8 +233,9 @@ impl Hca {
                 .set(cqe64::op_own, make_op_own(CqeOpcode::RespSend.into(), 0));
         }
         if let Some(e) = self.eth.as_mut() {
-            e.counters.rx_frames += 1;
-            e.counters.rx_bytes += data.len() as u64;
+            e.work.frames_received += 1;
+            e.counters
+                .count_rx(frame, h.vlan.map_or(0, |(_, tci)| usize::from(tci >> 13)));
         }
         self.post_cqe(rq.cqn, cqe, false);
     }

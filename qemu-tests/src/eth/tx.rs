@@ -100,7 +100,9 @@ impl Hca {
             } else {
                 match opcode {
                     wqe_opcode::NOP => Ok(()),
-                    wqe_opcode::SEND | wqe_opcode::LSO => self.eth_send(&sq, &raw, opcode),
+                    wqe_opcode::SEND | wqe_opcode::LSO if sq.tis.is_some() => {
+                        self.eth_send(&sq, &raw, opcode)
+                    }
                     _ => Err(Refused(synd::LOCAL_QP_OP)),
                 }
             };
@@ -197,10 +199,20 @@ impl Hca {
             return Err(Refused(synd::LOCAL_QP_OP));
         }
         if opcode == wqe_opcode::LSO && mss > 0 {
-            for seg in lso_segments(&frame, &h, inline, mss).ok_or(Refused(synd::LOCAL_LENGTH))? {
+            let segs = lso_segments(&frame, &h, inline, mss).ok_or(Refused(synd::LOCAL_LENGTH))?;
+            if let Some(e) = self.eth.as_mut() {
+                e.work.lso_sends += 1;
+                e.work.lso_segments += segs.len() as u64;
+            }
+            for seg in segs {
                 self.eth_transmit(seg);
             }
             return Ok(());
+        }
+        if cs & (eth_cs_flags::L3_CSUM | eth_cs_flags::L4_CSUM) != 0 {
+            if let Some(e) = self.eth.as_mut() {
+                e.work.csum_offloads += 1;
+            }
         }
         if cs & eth_cs_flags::L3_CSUM != 0 {
             packet::fill_l3_csum(&mut frame, &h);
@@ -230,9 +242,17 @@ impl Hca {
         if frame.len() < ETH_ZLEN {
             frame.resize(ETH_ZLEN, 0);
         }
+        // A port that is down sends nothing; the WQE still completes.
+        if !self.eth_oper_up() {
+            return;
+        }
         let Some(eth) = self.eth.as_mut() else { return };
-        eth.counters.tx_frames += 1;
-        eth.counters.tx_bytes += frame.len() as u64;
+        let prio = match frame.get(12..16) {
+            Some([0x81, 0x00, pcp, _]) => usize::from(pcp >> 5),
+            _ => 0,
+        };
+        eth.counters.count_tx(&frame, prio);
+        eth.work.frames_sent += 1;
         let multicast = frame[0] & 1 != 0;
         let to_self = frame[..6] == eth.vport.permanent_mac;
         let loopback = if multicast {
@@ -240,6 +260,9 @@ impl Hca {
         } else {
             to_self && !eth.vport.disable_uc_local_lb
         };
+        if loopback {
+            eth.counters.local_loopback.add(frame.len());
+        }
         let inbox = eth.inbox.clone();
         if let Some(f) = self.fabric.clone() {
             f.send_frame(&inbox, &frame);

@@ -35,6 +35,14 @@ impl Hca {
                     _ => Err(bad_param(syndrome::BAD_OP_MOD)),
                 }
             }
+            register_id::PMTU | register_id::PAOS | register_id::PTYS | register_id::PPCNT
+                if self.eth.is_some() =>
+            {
+                self.require_initialized()?;
+                let req = &i[AccessRegisterIn::BYTES..];
+                let reply = &mut out.as_bytes_mut()[AccessRegisterOut::BYTES..];
+                self.eth_port_register(id, op_mod, req, reply)
+            }
             _ => {
                 log::info!("model: ACCESS_REG register {id:#06x} (op_mod {op_mod}) not modelled");
                 Err(bad_param(syndrome::BAD_REGISTER))

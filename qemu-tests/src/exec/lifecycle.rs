@@ -57,6 +57,10 @@ impl Hca {
     }
 
     fn drop_objects(&mut self) {
+        let cfg = self.cfg.clone();
+        if let Some(e) = self.eth.as_mut() {
+            e.reset(&cfg);
+        }
         self.eqs.clear();
         self.uars.clear();
         self.pds.clear();

@@ -9,6 +9,7 @@ mod caps;
 mod cq;
 mod dct;
 mod eq;
+mod eth_port;
 mod flow_table;
 mod lifecycle;
 mod mad;
@@ -212,6 +213,7 @@ impl Hca {
             Opcode::QUERY_NIC_VPORT_CONTEXT => self.query_nic_vport_context(input, out),
             Opcode::MODIFY_NIC_VPORT_CONTEXT => self.modify_nic_vport_context(input, out),
             Opcode::ALLOC_Q_COUNTER => self.alloc_q_counter(input, out),
+            Opcode::QUERY_VPORT_COUNTER => self.query_vport_counter(input, out),
             Opcode::DEALLOC_Q_COUNTER => self.dealloc_q_counter(input, out),
             Opcode::QUERY_Q_COUNTER => self.query_q_counter(input, out),
             Opcode::CREATE_TIS => self.create_tis(input, out),

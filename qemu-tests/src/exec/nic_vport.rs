@@ -192,3 +192,38 @@ impl Hca {
         Ok(())
     }
 }
+
+impl Hca {
+    /// Frames and octets by kind, sent and received; errors are none (the model's wire loses
+    /// nothing, and what steering drops is not an error).
+    pub(super) fn query_vport_counter(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {
+        let v = input::<QueryVportCounterIn>(i)?;
+        let mut out = output::<QueryVportCounterOut>(o)?;
+        let clear = v.get(query_vport_counter_in::clear) != 0;
+        let e = self.eth_mut()?;
+        if v.get(query_vport_counter_in::other_vport) != 0 {
+            return Err(bad_param(syndrome::OUT_OF_RANGE));
+        }
+        let c = e.counters;
+        use query_vport_counter_out as q;
+        for (field, t) in [
+            (q::received_eth_unicast, c.rx[0]),
+            (q::received_eth_multicast, c.rx[1]),
+            (q::received_eth_broadcast, c.rx[2]),
+            (q::transmitted_eth_unicast, c.tx[0]),
+            (q::transmitted_eth_multicast, c.tx[1]),
+            (q::transmitted_eth_broadcast, c.tx[2]),
+            (q::local_loopback, c.local_loopback),
+        ] {
+            out.sub(field)
+                .set(traffic_counter::packets, t.packets)
+                .set(traffic_counter::octets, t.octets);
+        }
+        if clear {
+            e.counters.rx = Default::default();
+            e.counters.tx = Default::default();
+            e.counters.local_loopback = Default::default();
+        }
+        Ok(())
+    }
+}

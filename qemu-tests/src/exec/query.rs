@@ -36,7 +36,11 @@ impl Hca {
         if v.get(query_vport_state_in::other_vport) != 0 || op_mod > 2 {
             return Err(bad_param(syndrome::OUT_OF_RANGE));
         }
-        let up = self.ports.first().is_some_and(|p| p.up);
+        let up = if self.eth.is_some() {
+            self.eth_oper_up()
+        } else {
+            self.ports.first().is_some_and(|p| p.up)
+        };
         out.set(query_vport_state_out::admin_state, vport_state::UP)
             .set(
                 query_vport_state_out::state,

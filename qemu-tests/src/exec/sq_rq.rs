@@ -97,10 +97,14 @@ impl Hca {
         let cqn = c.get32(sqc::cqn);
         let tis = c.get32(sqc::tis_num_0);
         let e = self.eth.as_ref().ok_or(bad_param(syndrome::BAD_OPCODE))?;
-        if !self.cqs.contains_key(&cqn)
-            || c.get(sqc::tis_lst_sz) != 1
-            || !e.tises.contains_key(&tis)
-        {
+        // No TIS: an SQ that sends no frames (mlx5e's ICOSQ posts only NOPs and UMRs).
+        let tis = match c.get(sqc::tis_lst_sz) {
+            0 => None,
+            1 if e.tises.contains_key(&tis) => Some(tis),
+            1 => return Err(bad_param(syndrome::NO_SUCH_OBJECT)),
+            _ => return Err(bad_param(syndrome::OUT_OF_RANGE)),
+        };
+        if !self.cqs.contains_key(&cqn) {
             return Err(bad_param(syndrome::NO_SUCH_OBJECT));
         }
         let ring = self.eth_ring(

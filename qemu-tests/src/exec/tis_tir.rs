@@ -61,7 +61,7 @@ impl Hca {
         if !e.tises.contains_key(&n) {
             return Err(bad_param(syndrome::NO_SUCH_OBJECT));
         }
-        if e.sqs.values().any(|s| s.tis == n) {
+        if e.sqs.values().any(|s| s.tis == Some(n)) {
             return Err(fail(CmdStatus::BadResourceState, syndrome::IN_USE));
         }
         e.tises.remove(&n);
