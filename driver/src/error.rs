@@ -292,6 +292,18 @@ pub enum Invalid {
     /// A DCT transition other than RESET → INIT → RTR (Linux `mlx5_ib_modify_dct`), or a
     /// mask that is not exactly what that transition takes.
     DctTransition,
+    /// An Ethernet operation on a device whose port is not Ethernet, or that lacks the
+    /// Ethernet offloads or NIC flow tables (`eth_net_offloads`, `nic_flow_table`).
+    NotEthernet,
+    /// A packet longer than its buffer, or than the port's MTU on send; or shorter than an
+    /// Ethernet header.
+    PacketLength,
+    /// A packet handle of another pool, or one not held by the caller.
+    ForeignPacket,
+    /// A flow rule's destination queue or RSS group of another port.
+    ForeignQueue,
+    /// An RSS group without queues, or with more than the RQ table holds.
+    RssQueues,
 }
 
 /// A device limit.
@@ -328,6 +340,12 @@ pub enum Limit {
     /// Bytes of a QP's work buffer: what one CREATE_QP can describe in the pages the HAL could
     /// align (992 pages; 2 MiB each on VFIO, 4 KiB with a HAL that aligns no further).
     QpBufferBytes,
+    /// Flow rules of a port's steering table ([`eth::MAX_FLOW_RULES`]).
+    ///
+    /// [`eth::MAX_FLOW_RULES`]: crate::eth::MAX_FLOW_RULES
+    FlowRules,
+    /// Buffers of a packet pool, or entries of an Ethernet queue.
+    PacketBuffers,
 }
 
 impl fmt::Display for Error {

@@ -30,6 +30,7 @@ pub mod config;
 pub mod device;
 mod eq;
 pub mod error;
+pub mod eth;
 pub mod health;
 mod pages;
 pub mod port;

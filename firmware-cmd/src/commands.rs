@@ -50,6 +50,7 @@ read_only!(
     QueryXrcSrq,
     QueryDct,
     QueryRmp,
+    QueryNicVportContext,
 );
 
 macro_rules! commands {
@@ -162,6 +163,38 @@ commands! {
         MODIFY_RMP = 0x90d, ModifyRmp: ModifyRmpIn => ModifyRmpOut;
         DESTROY_RMP = 0x90e, DestroyRmp: DestroyRmpIn => DestroyRmpOut;
         QUERY_RMP = 0x90f, QueryRmp: QueryRmpIn => QueryRmpOut;
+        QUERY_NIC_VPORT_CONTEXT = 0x754, QueryNicVportContext: QueryNicVportContextIn => QueryNicVportContextOut;
+        MODIFY_NIC_VPORT_CONTEXT = 0x755, ModifyNicVportContext: ModifyNicVportContextIn => ModifyNicVportContextOut;
+        QUERY_VPORT_COUNTER = 0x770, QueryVportCounter: QueryVportCounterIn => QueryVportCounterOut;
+        ALLOC_Q_COUNTER = 0x771, AllocQCounter: AllocQCounterIn => AllocQCounterOut;
+        DEALLOC_Q_COUNTER = 0x772, DeallocQCounter: DeallocQCounterIn => DeallocQCounterOut;
+        QUERY_Q_COUNTER = 0x773, QueryQCounter: QueryQCounterIn => QueryQCounterOut;
+        CREATE_TIR = 0x900, CreateTir: CreateTirIn => CreateTirOut;
+        MODIFY_TIR = 0x901, ModifyTir: ModifyTirIn => ModifyTirOut;
+        DESTROY_TIR = 0x902, DestroyTir: DestroyTirIn => DestroyTirOut;
+        CREATE_SQ = 0x904, CreateSq: CreateSqIn => CreateSqOut;
+        MODIFY_SQ = 0x905, ModifySq: ModifySqIn => ModifySqOut;
+        DESTROY_SQ = 0x906, DestroySq: DestroySqIn => DestroySqOut;
+        CREATE_RQ = 0x908, CreateRq: CreateRqIn => CreateRqOut;
+        MODIFY_RQ = 0x909, ModifyRq: ModifyRqIn => ModifyRqOut;
+        DESTROY_RQ = 0x90a, DestroyRq: DestroyRqIn => DestroyRqOut;
+        CREATE_TIS = 0x912, CreateTis: CreateTisIn => CreateTisOut;
+        MODIFY_TIS = 0x913, ModifyTis: ModifyTisIn => ModifyTisOut;
+        DESTROY_TIS = 0x914, DestroyTis: DestroyTisIn => DestroyTisOut;
+        CREATE_RQT = 0x916, CreateRqt: CreateRqtIn => CreateRqtOut;
+        MODIFY_RQT = 0x917, ModifyRqt: ModifyRqtIn => ModifyRqtOut;
+        DESTROY_RQT = 0x918, DestroyRqt: DestroyRqtIn => DestroyRqtOut;
+        SET_FLOW_TABLE_ROOT = 0x92f, SetFlowTableRoot: SetFlowTableRootIn => SetFlowTableRootOut;
+        CREATE_FLOW_TABLE = 0x930, CreateFlowTable: CreateFlowTableIn => CreateFlowTableOut;
+        DESTROY_FLOW_TABLE = 0x931, DestroyFlowTable: DestroyFlowTableIn => DestroyFlowTableOut;
+        CREATE_FLOW_GROUP = 0x933, CreateFlowGroup: CreateFlowGroupIn => CreateFlowGroupOut;
+        DESTROY_FLOW_GROUP = 0x934, DestroyFlowGroup: DestroyFlowGroupIn => DestroyFlowGroupOut;
+        SET_FLOW_TABLE_ENTRY = 0x936, SetFlowTableEntry: SetFteIn => SetFteOut;
+        DELETE_FLOW_TABLE_ENTRY = 0x938, DeleteFlowTableEntry: DeleteFteIn => DeleteFteOut;
+        ALLOC_FLOW_COUNTER = 0x939, AllocFlowCounter: AllocFlowCounterIn => AllocFlowCounterOut;
+        DEALLOC_FLOW_COUNTER = 0x93a, DeallocFlowCounter: DeallocFlowCounterIn => DeallocFlowCounterOut;
+        QUERY_FLOW_COUNTER = 0x93b, QueryFlowCounter: QueryFlowCounterIn => QueryFlowCounterOut;
+        MODIFY_FLOW_TABLE = 0x93c, ModifyFlowTable: ModifyFlowTableIn => ModifyFlowTableOut;
     }
     named {
         PAGE_FAULT_RESUME = 0x204;
@@ -171,56 +204,24 @@ commands! {
         DESTROY_PSV = 0x601;
         MODIFY_VPORT_STATE = 0x751;
         QUERY_ESW_VPORT_CONTEXT = 0x752;
-        QUERY_NIC_VPORT_CONTEXT = 0x754;
-        MODIFY_NIC_VPORT_CONTEXT = 0x755;
         QUERY_ROCE_ADDRESS = 0x760;
         SET_ROCE_ADDRESS = 0x761;
         MODIFY_HCA_VPORT_CONTEXT = 0x763;
         QUERY_HCA_VPORT_PKEY = 0x765;
         QUERY_VNIC_ENV = 0x76f;
-        QUERY_VPORT_COUNTER = 0x770;
-        ALLOC_Q_COUNTER = 0x771;
-        DEALLOC_Q_COUNTER = 0x772;
-        QUERY_Q_COUNTER = 0x773;
         CONFIG_INT_MODERATION = 0x804;
         QUERY_MAD_DEMUX = 0x80b;
         SET_MAD_DEMUX = 0x80c;
         NOP = 0x80d;
         QUERY_CONG_STATUS = 0x822;
-        CREATE_TIR = 0x900;
-        MODIFY_TIR = 0x901;
-        DESTROY_TIR = 0x902;
         QUERY_TIR = 0x903;
-        CREATE_SQ = 0x904;
-        MODIFY_SQ = 0x905;
-        DESTROY_SQ = 0x906;
         QUERY_SQ = 0x907;
-        CREATE_RQ = 0x908;
-        MODIFY_RQ = 0x909;
-        DESTROY_RQ = 0x90a;
         QUERY_RQ = 0x90b;
-        CREATE_TIS = 0x912;
-        MODIFY_TIS = 0x913;
-        DESTROY_TIS = 0x914;
         QUERY_TIS = 0x915;
-        CREATE_RQT = 0x916;
-        MODIFY_RQT = 0x917;
-        DESTROY_RQT = 0x918;
         QUERY_RQT = 0x919;
-        SET_FLOW_TABLE_ROOT = 0x92f;
-        CREATE_FLOW_TABLE = 0x930;
-        DESTROY_FLOW_TABLE = 0x931;
         QUERY_FLOW_TABLE = 0x932;
-        CREATE_FLOW_GROUP = 0x933;
-        DESTROY_FLOW_GROUP = 0x934;
         QUERY_FLOW_GROUP = 0x935;
-        SET_FLOW_TABLE_ENTRY = 0x936;
         QUERY_FLOW_TABLE_ENTRY = 0x937;
-        DELETE_FLOW_TABLE_ENTRY = 0x938;
-        ALLOC_FLOW_COUNTER = 0x939;
-        DEALLOC_FLOW_COUNTER = 0x93a;
-        QUERY_FLOW_COUNTER = 0x93b;
-        MODIFY_FLOW_TABLE = 0x93c;
         CREATE_GENERAL_OBJECT = 0xa00;
     }
 }

@@ -62,7 +62,7 @@ pub mod post;
 pub mod qp;
 pub(crate) mod qp_attr_check;
 pub mod qp_state;
-mod ring_pages;
+pub(crate) mod ring_pages;
 pub mod send_batch;
 pub mod srq;
 pub mod srq_ring;

@@ -1,0 +1,397 @@
+//! A send queue: an SQ on the port's TIS whose ring takes one Ethernet WQE per packet —
+//! control segment, Ethernet segment with the headers the port's inline mode asks for, one
+//! data segment for the rest of the buffer — and its CQ. [`TxQueue::tx_burst`] writes a
+//! burst, rings the doorbell once, asks for a completion every [`COMPLETION_EVERY`] WQEs and at
+//! the burst's end, and gives sent buffers back to their pool as completions arrive (the
+//! mlx5 PMD's `mlx5_tx_burst` and its completion moderation; Linux `mlx5e_sq_xmit_wqe`).
+
+use bareverbs_firmware_cmd::commands::{CreateSq, DestroySq, ModifySq};
+use bareverbs_firmware_cmd::ifc::*;
+use bareverbs_firmware_cmd::{Layout, View};
+use bareverbs_hal::{dma_wmb, wmb, BarOffset, Hal, Mmio, SharedDma};
+
+use crate::cmdq::MAX_MESSAGE;
+use crate::device::input;
+use crate::error::{Error, Invalid, Limit};
+use crate::eth::cq::EthCq;
+use crate::eth::pool::{owner, Pkt, PktFlags, PktPool};
+use crate::eth::port::EthPort;
+use crate::eth::rxq::MAX_QUEUE_ENTRIES;
+use crate::verbs::ring_pages::alloc_ring;
+
+/// Bytes of a send WQE basic block.
+const WQEBB: usize = 64;
+/// Most header bytes a WQE inlines (L2 + VLAN + IPv6 + TCP with options fit).
+const MAX_INLINE: usize = 160;
+/// A completion is asked for at least this often (and at the end of each burst).
+pub const COMPLETION_EVERY: u16 = 32;
+/// Shortest frame the port sends: an Ethernet header.
+const MIN_FRAME: usize = 14;
+
+/// What to create.
+#[derive(Clone, Copy, Debug)]
+pub struct TxQueueAttr {
+    /// WQE basic blocks (a power of two is used, at least this many); a packet takes one
+    /// unless its inline headers are long.
+    pub entries: u32,
+}
+
+impl Default for TxQueueAttr {
+    fn default() -> Self {
+        TxQueueAttr { entries: 256 }
+    }
+}
+
+/// A send queue of an Ethernet port. Dropping it destroys the SQ and its CQ and returns the
+/// buffers not yet completed to the pool.
+pub struct TxQueue<'p, 'd, H: Hal> {
+    port: &'p EthPort<'d, H>,
+    pool: &'p PktPool<'p, 'd, H>,
+    sqn: u32,
+    ring: SharedDma<H::Dma>,
+    dbr: SharedDma<H::Dma>,
+    /// Per WQEBB that starts a WQE: the buffer (low 32 bits) and the WQE's WQEBBs (bits
+    /// 32–47).
+    slots: SharedDma<H::Dma>,
+    log_size: u8,
+    pi: u16,
+    ci: u16,
+    since_completion: u16,
+    bf_register: usize,
+    bf_offset: usize,
+    bf_half: usize,
+    refused: Option<Error>,
+    stopped: Option<u8>,
+    sent: u64,
+    cq: EthCq<'d, H>,
+}
+
+impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
+    /// A send queue of `port` for buffers of `pool`.
+    ///
+    /// # Errors
+    /// [`Error::ExceedsLimit`] ([`Limit::PacketBuffers`]) for 0 or more than
+    /// [`MAX_QUEUE_ENTRIES`] entries; a DMA or command error.
+    pub fn new(
+        port: &'p EthPort<'d, H>,
+        pool: &'p PktPool<'p, 'd, H>,
+        attr: TxQueueAttr,
+    ) -> Result<Self, Error> {
+        let dev = port.dev;
+        let entries = attr.entries.max(1).next_power_of_two();
+        if attr.entries == 0 || entries > MAX_QUEUE_ENTRIES {
+            return Err(Error::ExceedsLimit {
+                limit: Limit::PacketBuffers,
+                requested: u64::from(attr.entries),
+                max: u64::from(MAX_QUEUE_ENTRIES),
+            });
+        }
+        let log_size = entries.trailing_zeros() as u8;
+        let uar = dev.uar().ok_or(Error::NotUp)?;
+        let cq = EthCq::new(dev, log_size)?;
+        let (ring, pages) = alloc_ring(&dev.hal, entries as usize * WQEBB)?;
+        let ring = ring.share();
+        let dbr = dev.hal.dma_alloc(64, 64)?.share();
+        let slots = dev.hal.dma_alloc(8 * entries as usize, 64)?.share();
+        let mut i = [0u8; MAX_MESSAGE];
+        let ilen = CreateSqIn::BYTES + 8 * pages.count;
+        if ilen > MAX_MESSAGE {
+            return Err(Error::ExceedsLimit {
+                limit: Limit::PacketBuffers,
+                requested: u64::from(entries),
+                max: u64::from(MAX_QUEUE_ENTRIES),
+            });
+        }
+        let min_inline = match port.inline_mode() {
+            crate::eth::InlineMode::None => 0u8,
+            crate::eth::InlineMode::L2 => 1,
+            crate::eth::InlineMode::Ip => 2,
+            crate::eth::InlineMode::TcpUdp => 3,
+        };
+        {
+            let mut v = input::<CreateSq>(&mut i[..ilen])?;
+            let mut c = v.sub(create_sq_in::ctx);
+            c.set(sqc::flush_in_error_en, 1u8)
+                .set(sqc::min_wqe_inline_mode, min_inline)
+                .set(sqc::state, wq_state::RST)
+                .set(sqc::cqn, cq.cqn)
+                .set(sqc::tis_lst_sz, 1u8)
+                .set(sqc::tis_num_0, port.tisn);
+            c.sub(sqc::wq)
+                .set(wq::wq_type, wq_type::CYCLIC)
+                .set(wq::pd, port.pd.pdn().raw())
+                .set(wq::uar_page, uar.index().raw())
+                .set(wq::dbr_addr, dbr.iova().0)
+                .set(wq::log_wq_stride, WQEBB.trailing_zeros() as u8)
+                .set(wq::log_wq_pg_sz, pages.log_page)
+                .set(wq::log_wq_sz, log_size);
+            for k in 0..pages.count {
+                v.set_array(
+                    create_sq_in::pas,
+                    k,
+                    ring.iova().0 + (k * pages.page) as u64,
+                )?;
+            }
+        }
+        let mut o = [0u8; CreateSqOut::BYTES];
+        dev.exec::<CreateSq>(&mut i[..ilen], &mut o)?;
+        let sqn = View::<CreateSqOut>::new_checked(&o)?.get32(create_sq_out::sqn);
+        let caps = dev.info().caps;
+        let q = TxQueue {
+            port,
+            pool,
+            sqn,
+            ring,
+            dbr,
+            slots,
+            log_size,
+            pi: 0,
+            ci: 0,
+            since_completion: 0,
+            bf_register: uar.bf_register(),
+            bf_offset: 0,
+            bf_half: if caps.bf {
+                (1usize << caps.log_bf_reg_size) / 2
+            } else {
+                0
+            },
+            refused: None,
+            stopped: None,
+            sent: 0,
+            cq,
+        };
+        q.modify(wq_state::RST, wq_state::RDY)?;
+        Ok(q)
+    }
+
+    fn modify(&self, from: u8, to: u8) -> Result<(), Error> {
+        let mut i = [0u8; ModifySqIn::BYTES];
+        {
+            let mut v = input::<ModifySq>(&mut i)?;
+            v.set(modify_sq_in::sq_state, from)
+                .set(modify_sq_in::sqn, self.sqn);
+            v.sub(modify_sq_in::ctx).set(sqc::state, to);
+        }
+        self.port
+            .dev
+            .exec::<ModifySq>(&mut i, &mut [0u8; ModifySqOut::BYTES])
+    }
+
+    /// The SQ number.
+    pub fn sqn(&self) -> u32 {
+        self.sqn
+    }
+
+    /// Packets the device completed sending.
+    pub fn sent(&self) -> u64 {
+        self.sent
+    }
+
+    /// Why the last burst stopped at a packet it could not send (a foreign handle, a frame
+    /// shorter than an Ethernet header or longer than the port's MTU), taken once.
+    pub fn take_refused(&mut self) -> Option<Error> {
+        self.refused.take()
+    }
+
+    /// The syndrome of an error completion, while the queue is stopped.
+    pub fn stopped(&self) -> Option<u8> {
+        self.stopped
+    }
+
+    /// WQE basic blocks free.
+    fn room(&self) -> usize {
+        (1usize << self.log_size) - usize::from(self.pi.wrapping_sub(self.ci))
+    }
+
+    /// Takes the device's completions: every WQE up to the one completed goes back to its
+    /// pool. Returns the packets freed.
+    pub fn reclaim(&mut self) -> usize {
+        let mask = (1usize << self.log_size) - 1;
+        let mut freed = 0;
+        while let Some(c) = self.cq.next() {
+            if c.opcode != u8::from(CqeOpcode::Req) {
+                self.stopped = Some(c.syndrome);
+            }
+            let end = {
+                let s = self.slots.read64(8 * (usize::from(c.wqe_counter) & mask));
+                c.wqe_counter.wrapping_add((s >> 32) as u16)
+            };
+            // Completions arrive in order: everything before `end` is done.
+            while self.ci != end && self.pi != self.ci {
+                let s = self.slots.read64(8 * (usize::from(self.ci) & mask));
+                self.pool.put(s as u32);
+                self.ci = self.ci.wrapping_add(((s >> 32) as u16).max(1));
+                freed += 1;
+            }
+        }
+        self.cq.commit();
+        self.sent += freed as u64;
+        freed
+    }
+
+    /// Queues up to `pkts.len()` packets for sending; returns how many. The queue owns the
+    /// ones it took (the caller must not use those handles again) and gives their buffers
+    /// back to the pool once sent. The burst stops early when the ring is full (the rest are
+    /// still the caller's) or at a packet that cannot be sent ([`TxQueue::take_refused`]).
+    /// One doorbell per burst.
+    pub fn tx_burst(&mut self, pkts: &[Pkt]) -> usize {
+        self.reclaim();
+        if self.stopped.is_some() {
+            return 0;
+        }
+        let mask = (1usize << self.log_size) - 1;
+        let max_frame = usize::from(self.port.hw_mtu()).saturating_sub(4);
+        let mut n = 0;
+        let mut last_ctrl = 0u64;
+        let mut wqe = [0u8; 3 * WQEBB];
+        while n < pkts.len() {
+            let p = &pkts[n];
+            if let Err(e) = self.pool.check(p) {
+                self.refused = Some(e);
+                break;
+            }
+            let len = p.len();
+            if !(MIN_FRAME..=max_frame.max(MIN_FRAME)).contains(&len) || len > self.pool.buf_size()
+            {
+                self.refused = Some(Error::InvalidArgument {
+                    what: Invalid::PacketLength,
+                });
+                break;
+            }
+            let mut head = [0u8; MAX_INLINE];
+            let peek = len.min(MAX_INLINE);
+            self.pool.peek(p.index, &mut head[..peek]);
+            let inline = self.port.inline_len(&head[..peek], len).min(MAX_INLINE);
+            let rest = len - inline;
+            let inline_units = if inline > 2 {
+                (inline - 2).div_ceil(16)
+            } else {
+                0
+            };
+            let ds = 2 + inline_units + usize::from(rest > 0);
+            let bbs = (ds * 16).div_ceil(WQEBB);
+            if self.room() < bbs {
+                break;
+            }
+            self.since_completion += 1;
+            let last = n + 1 == pkts.len() || self.room() < bbs + 1;
+            let ce = if last || self.since_completion >= COMPLETION_EVERY {
+                self.since_completion = 0;
+                fm_ce_se::CQ_UPDATE
+            } else {
+                0
+            };
+            wqe[..bbs * WQEBB].fill(0);
+            let ctrl = (u64::from(self.pi) << 40)
+                | (u64::from(wqe_opcode::SEND) << 32)
+                | (u64::from(self.sqn) << 8)
+                | ds as u64;
+            wqe[..8].copy_from_slice(&ctrl.to_be_bytes());
+            wqe[11] = ce;
+            if p.flags.contains(PktFlags::TX_CSUM) && self.port.caps().csum {
+                wqe[16 + 4] = eth_cs_flags::L3_CSUM | eth_cs_flags::L4_CSUM;
+            }
+            wqe[28..30].copy_from_slice(&(inline as u16).to_be_bytes());
+            wqe[30..30 + inline].copy_from_slice(&head[..inline]);
+            if rest > 0 {
+                let at = 32 + 16 * inline_units;
+                wqe[at..at + 4].copy_from_slice(&(rest as u32).to_be_bytes());
+                wqe[at + 4..at + 8].copy_from_slice(&self.pool.lkey().to_be_bytes());
+                let addr = self.pool.iova(p.index) + inline as u64;
+                wqe[at + 8..at + 16].copy_from_slice(&addr.to_be_bytes());
+            }
+            for k in 0..bbs {
+                let slot = (usize::from(self.pi) + k) & mask;
+                let _ = self
+                    .ring
+                    .write_bytes(slot * WQEBB, &wqe[k * WQEBB..(k + 1) * WQEBB]);
+            }
+            self.pool.set_owner(p.index, owner::DEVICE);
+            self.slots.write64(
+                8 * (usize::from(self.pi) & mask),
+                ((bbs as u64) << 32) | u64::from(p.index),
+            );
+            self.pi = self.pi.wrapping_add(bbs as u16);
+            last_ctrl = ctrl;
+            n += 1;
+        }
+        if n > 0 {
+            if self.since_completion != 0 {
+                // The burst ended on the ring being full mid-way: its last WQE asks for a
+                // completion too, or the ring would never drain.
+                self.force_completion(last_ctrl);
+            }
+            // ORDERING: the WQEs before the record, the record before the doorbell.
+            dma_wmb();
+            self.dbr.write32(qp_dbr::SND, u32::from(self.pi));
+            wmb();
+            self.port
+                .dev
+                .hal
+                .bar0()
+                .write64(BarOffset(self.bf_register + self.bf_offset), last_ctrl);
+            self.bf_offset ^= self.bf_half;
+        }
+        n
+    }
+
+    /// Sets CQ_UPDATE on the WQE whose control segment starts with `ctrl`.
+    fn force_completion(&mut self, ctrl: u64) {
+        let mask = (1usize << self.log_size) - 1;
+        let first = ((ctrl >> 40) & 0xffff) as usize & mask;
+        let _ = self
+            .ring
+            .write_bytes(first * WQEBB + 11, &[fm_ce_se::CQ_UPDATE]);
+        self.since_completion = 0;
+    }
+
+    /// Restarts a stopped queue: the packets not sent go back to the pool, the SQ goes
+    /// ERR → RST → RDY.
+    ///
+    /// # Errors
+    /// A command error (the queue stays stopped).
+    pub fn recover(&mut self) -> Result<(), Error> {
+        if self.stopped.is_none() {
+            return Ok(());
+        }
+        self.modify(wq_state::ERR, wq_state::RST)?;
+        self.return_queued();
+        self.modify(wq_state::RST, wq_state::RDY)?;
+        self.stopped = None;
+        Ok(())
+    }
+
+    fn return_queued(&mut self) {
+        let mask = (1usize << self.log_size) - 1;
+        while self.ci != self.pi {
+            let s = self.slots.read64(8 * (usize::from(self.ci) & mask));
+            if self.pool.owner(s as u32) == owner::DEVICE {
+                self.pool.put(s as u32);
+            }
+            self.ci = self.ci.wrapping_add(((s >> 32) as u16).max(1));
+        }
+        self.pi = 0;
+        self.ci = 0;
+        self.since_completion = 0;
+    }
+}
+
+impl<H: Hal> Drop for TxQueue<'_, '_, H> {
+    fn drop(&mut self) {
+        self.reclaim();
+        let r = (|| {
+            let mut i = [0u8; DestroySqIn::BYTES];
+            input::<DestroySq>(&mut i)?.set(destroy_sq_in::sqn, self.sqn);
+            self.port
+                .dev
+                .exec::<DestroySq>(&mut i, &mut [0u8; DestroySqOut::BYTES])
+        })();
+        match r {
+            Ok(()) => self.return_queued(),
+            Err(e) => warn!(
+                "eth: DESTROY_SQ {}: {:?}; its buffers are not reused",
+                self.sqn, e
+            ),
+        }
+    }
+}
