@@ -42,6 +42,7 @@ pub mod wqe_exec;
 
 pub use config::{CommandFault, FaultAction, Faults, ModelConfig};
 pub use dma::DmaFault;
+pub use eth::{EthObjects, EthWork};
 pub use fabric::Fabric;
 pub use hca::{Hca, HcaState};
 pub use memory::{HostMemory, SimDma};

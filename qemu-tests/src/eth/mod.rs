@@ -251,11 +251,13 @@ impl Counters {
 /// What the Ethernet NIC did over the HCA's life (resets included), for the trace's WORK line.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct EthWork {
-    /// Frames put on the wire and frames written into an RQ.
+    /// Frames put on the wire.
     pub frames_sent: u64,
+    /// Frames written into an RQ.
     pub frames_received: u64,
-    /// LSO send WQEs, and the segments they were cut into.
+    /// LSO send WQEs.
     pub lso_sends: u64,
+    /// The segments LSO sends were cut into.
     pub lso_segments: u64,
     /// Send WQEs that asked for an IPv4 or L4 checksum.
     pub csum_offloads: u64,
@@ -359,7 +361,51 @@ pub fn mac_of_guid(guid: u64) -> [u8; 6] {
     [0x02, b[2], b[3], b[5], b[6], b[7]]
 }
 
+/// How many Ethernet objects exist (tests check that a driver released them all).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EthObjects {
+    /// TISes.
+    pub tises: usize,
+    /// TIRs.
+    pub tirs: usize,
+    /// RQ tables.
+    pub rqts: usize,
+    /// Send queues.
+    pub sqs: usize,
+    /// Receive queues.
+    pub rqs: usize,
+    /// NIC receive flow tables.
+    pub flow_tables: usize,
+    /// Flow groups, all tables.
+    pub flow_groups: usize,
+    /// Flow table entries, all tables.
+    pub flow_entries: usize,
+    /// Flow counters.
+    pub flow_counters: usize,
+    /// Whether a root table is set.
+    pub root: bool,
+}
+
 impl crate::hca::Hca {
+    /// The Ethernet objects that exist (None on an InfiniBand port).
+    pub fn eth_objects(&self) -> Option<EthObjects> {
+        self.eth.as_ref().map(|e| {
+            let t = &e.steering.tables;
+            EthObjects {
+                tises: e.tises.len(),
+                tirs: e.tirs.len(),
+                rqts: e.rqts.len(),
+                sqs: e.sqs.len(),
+                rqs: e.rqs.len(),
+                flow_tables: t.len(),
+                flow_groups: t.values().map(|t| t.groups.len()).sum(),
+                flow_entries: t.values().map(|t| t.ftes.len()).sum(),
+                flow_counters: e.steering.counters.len(),
+                root: e.steering.root.is_some(),
+            }
+        })
+    }
+
     /// What the Ethernet NIC did (None on an InfiniBand port).
     pub fn eth_work(&self) -> Option<EthWork> {
         self.eth.as_ref().map(|e| e.work)

@@ -1,0 +1,540 @@
+//! Ethernet: raw packet queues, the burst API, flow steering and RSS against the model's
+//! Ethernet NIC — two HCAs on one wire, frames checked byte for byte.
+
+use bareverbs::eth::*;
+use bareverbs::{Config, Device, Error};
+use bareverbs_model::{Drive, EthObjects, Fabric, ModelConfig, SimHal};
+
+fn eth_cfg(n: u64) -> ModelConfig {
+    ModelConfig {
+        port_type_eth: true,
+        node_guid: ModelConfig::default().node_guid + (n << 8),
+        base_lid: 1 + 16 * n as u16,
+        ..ModelConfig::default()
+    }
+}
+
+/// Two Ethernet HCAs on one wire.
+fn pair() -> (SimHal, SimHal) {
+    let f = Fabric::new();
+    (
+        SimHal::on_fabric(eth_cfg(0), Drive::Synchronous, &f),
+        SimHal::on_fabric(eth_cfg(1), Drive::Synchronous, &f),
+    )
+}
+
+/// A UDP/IPv4 frame from `src` to `dst`, ports `sport` → `dport`, checksums left zero (for
+/// the NIC to fill) unless `fill`.
+fn udp(dst: [u8; 6], src: [u8; 6], sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&[0x08, 0x00]);
+    let total = 20 + 8 + payload.len();
+    f.extend_from_slice(&[
+        0x45,
+        0,
+        (total >> 8) as u8,
+        total as u8,
+        0,
+        1,
+        0x40,
+        0,
+        64,
+        17,
+        0,
+        0,
+    ]);
+    f.extend_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+    let ulen = 8 + payload.len();
+    f.extend_from_slice(&sport.to_be_bytes());
+    f.extend_from_slice(&dport.to_be_bytes());
+    f.extend_from_slice(&[(ulen >> 8) as u8, ulen as u8, 0, 0]);
+    f.extend_from_slice(payload);
+    f
+}
+
+fn ones_sum(data: &[u8], mut acc: u32) -> u32 {
+    for c in data.chunks(2) {
+        acc += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
+    }
+    acc
+}
+
+fn fold(mut acc: u32) -> u16 {
+    while acc >> 16 != 0 {
+        acc = (acc & 0xffff) + (acc >> 16);
+    }
+    acc as u16
+}
+
+fn send(
+    pool: &PktPool<'_, '_, &SimHal>,
+    txq: &mut TxQueue<'_, '_, &SimHal>,
+    frame: &[u8],
+    csum: bool,
+) {
+    let mut p = pool.alloc().expect("a free buffer");
+    pool.write(&mut p, 0, frame).unwrap();
+    p.set_tx_csum(csum);
+    assert_eq!(txq.tx_burst(&[p]), 1, "{:?}", txq.take_refused());
+}
+
+fn recv_all(
+    pool: &PktPool<'_, '_, &SimHal>,
+    rxq: &mut RxQueue<'_, '_, &SimHal>,
+) -> Vec<(Vec<u8>, Pkt)> {
+    let mut out = Vec::new();
+    let mut pk = [Pkt::EMPTY; 16];
+    loop {
+        let n = rxq.rx_burst(&mut pk);
+        for p in &pk[..n] {
+            let mut b = vec![0u8; p.len()];
+            assert_eq!(pool.read(p, 0, &mut b).unwrap(), p.len());
+            out.push((b, *p));
+            pool.free(*p).unwrap();
+        }
+        if n == 0 {
+            return out;
+        }
+    }
+}
+
+#[test]
+fn a_udp_frame_crosses_the_wire_with_its_checksums_filled_and_checked() {
+    let (ha, hb) = pair();
+    let (da, db) = (
+        Device::bring_up(&ha, Config::default()).unwrap(),
+        Device::bring_up(&hb, Config::default()).unwrap(),
+    );
+    let (pa, pb) = (da.open_eth().unwrap(), db.open_eth().unwrap());
+    assert_ne!(pa.mac(), pb.mac());
+    assert_eq!(pa.mac()[0] & 3, 2, "locally administered unicast");
+    assert!(pa.link_up().unwrap());
+    assert_eq!(pa.inline_mode(), InlineMode::L2);
+    assert!(pa.caps().csum);
+    let (pool_a, pool_b) = (
+        PktPool::new(&pa, 64, 2048).unwrap(),
+        PktPool::new(&pb, 64, 2048).unwrap(),
+    );
+    let mut txq = TxQueue::new(&pa, &pool_a, TxQueueAttr::default()).unwrap();
+    let mut rxq = RxQueue::new(
+        &pb,
+        &pool_b,
+        RxQueueAttr {
+            entries: 16,
+            vlan_strip: false,
+        },
+    )
+    .unwrap();
+    let _rule = pb
+        .add_rule(
+            &FlowMatch {
+                dmac: Some(pb.mac()),
+                ..FlowMatch::default()
+            },
+            FlowDest::Queue(&rxq),
+        )
+        .unwrap();
+    let frame = udp(pb.mac(), pa.mac(), 1234, 7, b"hello over the model's wire");
+    send(&pool_a, &mut txq, &frame, true);
+    let got = recv_all(&pool_b, &mut rxq);
+    assert_eq!(got.len(), 1);
+    let (bytes, p) = &got[0];
+    // The NIC filled both checksums: the IPv4 header sums to 0xffff, and so does the UDP
+    // datagram with its pseudo-header.
+    assert_eq!(&bytes[..24], &frame[..24]);
+    assert_eq!(fold(ones_sum(&bytes[14..34], 0)), 0xffff);
+    let pseudo = ones_sum(&bytes[26..34], 17 + (bytes.len() - 34) as u32);
+    assert_eq!(fold(ones_sum(&bytes[34..], pseudo)), 0xffff);
+    assert_eq!(&bytes[42..], b"hello over the model's wire");
+    assert!(p
+        .flags()
+        .contains(PktFlags::L3_CSUM_OK | PktFlags::L4_CSUM_OK));
+    // Padded to the 60-byte minimum on the wire? This frame is longer: sent as is.
+    assert_eq!(bytes.len(), frame.len());
+    // Without the offload the zero UDP checksum means "none" and stays; the IPv4 one is
+    // wrong (zero) and the NIC says so.
+    send(&pool_a, &mut txq, &frame, false);
+    let got = recv_all(&pool_b, &mut rxq);
+    assert_eq!(got[0].0, frame);
+    assert!(!got[0].1.flags().contains(PktFlags::L3_CSUM_OK));
+    txq.reclaim();
+    assert_eq!(txq.sent(), 2);
+    assert_eq!(pool_a.available(), 64, "sent buffers came back");
+}
+
+#[test]
+fn steering_sends_each_frame_to_the_first_rule_it_matches_and_drops_the_rest() {
+    let (ha, hb) = pair();
+    let (da, db) = (
+        Device::bring_up(&ha, Config::default()).unwrap(),
+        Device::bring_up(&hb, Config::default()).unwrap(),
+    );
+    let (pa, pb) = (da.open_eth().unwrap(), db.open_eth().unwrap());
+    let (pool_a, pool_b) = (
+        PktPool::new(&pa, 64, 2048).unwrap(),
+        PktPool::new(&pb, 128, 2048).unwrap(),
+    );
+    let mut txq = TxQueue::new(&pa, &pool_a, TxQueueAttr::default()).unwrap();
+    let attr = RxQueueAttr {
+        entries: 16,
+        vlan_strip: false,
+    };
+    let mut q_echo = RxQueue::new(&pb, &pool_b, attr).unwrap();
+    let mut q_rest = RxQueue::new(&pb, &pool_b, attr).unwrap();
+    let _echo = pb
+        .add_rule(
+            &FlowMatch {
+                dmac: Some(pb.mac()),
+                udp_dport: Some(7),
+                ..FlowMatch::default()
+            },
+            FlowDest::Queue(&q_echo),
+        )
+        .unwrap();
+    let _drop9 = pb
+        .add_rule(
+            &FlowMatch {
+                udp_dport: Some(9),
+                ..FlowMatch::default()
+            },
+            FlowDest::Drop,
+        )
+        .unwrap();
+    let _mine = pb
+        .add_rule(
+            &FlowMatch {
+                dmac: Some(pb.mac()),
+                ..FlowMatch::default()
+            },
+            FlowDest::Queue(&q_rest),
+        )
+        .unwrap();
+    send(
+        &pool_a,
+        &mut txq,
+        &udp(pb.mac(), pa.mac(), 1, 7, b"echo"),
+        true,
+    );
+    send(
+        &pool_a,
+        &mut txq,
+        &udp(pb.mac(), pa.mac(), 1, 8, b"other"),
+        true,
+    );
+    send(
+        &pool_a,
+        &mut txq,
+        &udp(pb.mac(), pa.mac(), 1, 9, b"dropped"),
+        true,
+    );
+    send(
+        &pool_a,
+        &mut txq,
+        &udp([2, 9, 9, 9, 9, 9], pa.mac(), 1, 7, b"not mine"),
+        true,
+    );
+    let echo = recv_all(&pool_b, &mut q_echo);
+    let rest = recv_all(&pool_b, &mut q_rest);
+    assert_eq!(echo.len(), 1);
+    // Short frames arrive padded to the 60-byte minimum.
+    assert_eq!(echo[0].0.len(), 60);
+    assert_eq!(&echo[0].0[42..46], b"echo");
+    assert_eq!(rest.len(), 1);
+    assert_eq!(&rest[0].0[42..47], b"other");
+    // With the first rule gone, port 7 falls to the MAC rule.
+    drop(_echo);
+    send(
+        &pool_a,
+        &mut txq,
+        &udp(pb.mac(), pa.mac(), 1, 7, b"echo2"),
+        true,
+    );
+    assert!(recv_all(&pool_b, &mut q_echo).is_empty());
+    assert_eq!(&recv_all(&pool_b, &mut q_rest)[0].0[42..47], b"echo2");
+}
+
+/// The Toeplitz hash (Microsoft's definition), computed here independently of the model.
+fn toeplitz(key: &[u8; 40], input: &[u8]) -> u32 {
+    let bit = |i: usize| u32::from((key[i / 8] >> (7 - i % 8)) & 1);
+    let mut w = (0..32).fold(0u32, |w, i| (w << 1) | bit(i));
+    let mut r = 0;
+    for (n, b) in input.iter().enumerate() {
+        for k in 0..8 {
+            if b & (0x80 >> k) != 0 {
+                r ^= w;
+            }
+            w = (w << 1)
+                | if 32 + n * 8 + k < 320 {
+                    bit(32 + n * 8 + k)
+                } else {
+                    0
+                };
+        }
+    }
+    r
+}
+
+#[test]
+fn rss_spreads_udp_flows_over_its_queues_by_the_toeplitz_hash() {
+    let (ha, hb) = pair();
+    let (da, db) = (
+        Device::bring_up(&ha, Config::default()).unwrap(),
+        Device::bring_up(&hb, Config::default()).unwrap(),
+    );
+    let (pa, pb) = (da.open_eth().unwrap(), db.open_eth().unwrap());
+    let (pool_a, pool_b) = (
+        PktPool::new(&pa, 64, 2048).unwrap(),
+        PktPool::new(&pb, 256, 2048).unwrap(),
+    );
+    let mut txq = TxQueue::new(&pa, &pool_a, TxQueueAttr::default()).unwrap();
+    let attr = RxQueueAttr {
+        entries: 32,
+        vlan_strip: false,
+    };
+    let mut qs: Vec<_> = (0..4)
+        .map(|_| RxQueue::new(&pb, &pool_b, attr).unwrap())
+        .collect();
+    let refs: Vec<&RxQueue<'_, '_, &SimHal>> = qs.iter().collect();
+    let rss = RssGroup::new(&pb, &refs, RssFields::Ipv4Udp, &DEFAULT_RSS_KEY).unwrap();
+    let rule = pb
+        .add_rule(
+            &FlowMatch {
+                dmac: Some(pb.mac()),
+                ..FlowMatch::default()
+            },
+            FlowDest::Rss(&rss),
+        )
+        .unwrap();
+    for sport in 1000..1040u16 {
+        send(
+            &pool_a,
+            &mut txq,
+            &udp(pb.mac(), pa.mac(), sport, 4789, &sport.to_be_bytes()),
+            true,
+        );
+    }
+    let mut per_queue = [0usize; 4];
+    for (k, q) in qs.iter_mut().enumerate() {
+        for (bytes, p) in recv_all(&pool_b, q) {
+            let sport = u16::from_be_bytes([bytes[42], bytes[43]]);
+            let mut input = vec![10, 0, 0, 1, 10, 0, 0, 2];
+            input.extend(sport.to_be_bytes());
+            input.extend(4789u16.to_be_bytes());
+            let h = toeplitz(&DEFAULT_RSS_KEY, &input);
+            assert!(p.flags().contains(PktFlags::RSS_HASH));
+            assert_eq!(p.rss_hash(), h, "sport {sport}");
+            assert_eq!(h as usize % 4, k, "sport {sport} in queue {k}");
+            per_queue[k] += 1;
+        }
+    }
+    assert_eq!(per_queue.iter().sum::<usize>(), 40);
+    assert!(
+        per_queue.iter().all(|&n| n > 0),
+        "every queue got flows: {per_queue:?}"
+    );
+    drop(rule);
+    drop(rss);
+}
+
+#[test]
+fn bad_packets_are_refused_with_typed_errors_and_stay_the_callers() {
+    let h = SimHal::new(eth_cfg(0), Drive::Synchronous);
+    let dev = Device::bring_up(&h, Config::default()).unwrap();
+    let port = dev.open_eth().unwrap();
+    let pool = PktPool::new(&port, 16, 2048).unwrap();
+    let other = PktPool::new(&port, 4, 2048).unwrap();
+    let mut txq = TxQueue::new(&port, &pool, TxQueueAttr { entries: 8 }).unwrap();
+    // A runt (shorter than an Ethernet header).
+    let mut p = pool.alloc().unwrap();
+    pool.write(&mut p, 0, &[0u8; 10]).unwrap();
+    assert_eq!(txq.tx_burst(&[p]), 0);
+    assert!(matches!(
+        txq.take_refused(),
+        Some(Error::InvalidArgument {
+            what: bareverbs::error::Invalid::PacketLength
+        })
+    ));
+    // Longer than the port's MTU (1500 + 22 bytes of L2 header, tag and FCS).
+    pool.set_len(&mut p, 1600).unwrap();
+    assert_eq!(txq.tx_burst(&[p]), 0);
+    assert!(txq.take_refused().is_some());
+    // Past the buffer.
+    assert!(pool.set_len(&mut p, 4096).is_err());
+    assert!(pool.write(&mut p, 2040, &[0u8; 16]).is_err());
+    // Another pool's handle.
+    let q = other.alloc().unwrap();
+    assert!(matches!(
+        pool.free(q),
+        Err(Error::InvalidArgument {
+            what: bareverbs::error::Invalid::ForeignPacket
+        })
+    ));
+    pool.set_len(&mut p, 60).unwrap();
+    assert_eq!(
+        txq.tx_burst(&[q, p]),
+        0,
+        "the foreign one stops the burst at once"
+    );
+    assert!(txq.take_refused().is_some());
+    other.free(q).unwrap();
+    // Freed twice.
+    pool.free(p).unwrap();
+    assert!(pool.free(p).is_err());
+    // Queue full: 8 WQEBBs, one packet each; the rest of the burst is still the caller's.
+    let pkts: Vec<Pkt> = (0..12)
+        .map(|_| {
+            let mut p = pool.alloc().unwrap();
+            pool.write(&mut p, 0, &udp([2, 0, 0, 0, 0, 9], port.mac(), 1, 2, b"x"))
+                .unwrap();
+            p
+        })
+        .collect();
+    let n = txq.tx_burst(&pkts);
+    assert_eq!(n, 8);
+    for p in &pkts[n..] {
+        pool.free(*p).unwrap();
+    }
+    // The model completed them: the next burst reclaims the ring.
+    txq.reclaim();
+    assert_eq!(pool.available(), 16);
+    // Nonsense sizes.
+    assert!(PktPool::new(&port, 0, 2048).is_err());
+    assert!(
+        RxQueue::new(
+            &port,
+            &pool,
+            RxQueueAttr {
+                entries: 64,
+                vlan_strip: false
+            }
+        )
+        .is_err(),
+        "more entries than buffers"
+    );
+    assert!(TxQueue::new(&port, &pool, TxQueueAttr { entries: 0 }).is_err());
+}
+
+#[test]
+fn an_infiniband_port_is_not_ethernet() {
+    let h = SimHal::synchronous();
+    let dev = Device::bring_up(&h, Config::default()).unwrap();
+    assert!(matches!(
+        dev.open_eth(),
+        Err(Error::InvalidArgument {
+            what: bareverbs::error::Invalid::NotEthernet
+        })
+    ));
+}
+
+#[test]
+fn a_full_pool_backs_off_and_the_device_drops_what_finds_no_buffer() {
+    let (ha, hb) = pair();
+    let (da, db) = (
+        Device::bring_up(&ha, Config::default()).unwrap(),
+        Device::bring_up(&hb, Config::default()).unwrap(),
+    );
+    let (pa, pb) = (da.open_eth().unwrap(), db.open_eth().unwrap());
+    let pool_a = PktPool::new(&pa, 64, 2048).unwrap();
+    // 8 buffers posted, 2 spare.
+    let pool_b = PktPool::new(&pb, 10, 2048).unwrap();
+    let mut txq = TxQueue::new(&pa, &pool_a, TxQueueAttr::default()).unwrap();
+    let mut rxq = RxQueue::new(
+        &pb,
+        &pool_b,
+        RxQueueAttr {
+            entries: 8,
+            vlan_strip: false,
+        },
+    )
+    .unwrap();
+    let _r = pb
+        .add_rule(&FlowMatch::default(), FlowDest::Queue(&rxq))
+        .unwrap();
+    for k in 0..12u8 {
+        send(
+            &pool_a,
+            &mut txq,
+            &udp(pb.mac(), pa.mac(), 1, 2, &[k]),
+            true,
+        );
+    }
+    // 8 frames found a WQE; 4 were dropped by the device.
+    let mut pk = [Pkt::EMPTY; 16];
+    let n = rxq.rx_burst(&mut pk);
+    assert_eq!(n, 2, "two spare buffers to replace what is handed over");
+    let m = rxq.rx_burst(&mut pk[n..]);
+    assert_eq!(m, 0, "the pool is empty: the rest wait in the CQ");
+    for p in &pk[..n] {
+        pool_b.free(*p).unwrap();
+    }
+    let got = recv_all(&pool_b, &mut rxq);
+    assert_eq!(got.len(), 6);
+    let firsts: Vec<u8> = got.iter().map(|(b, _)| b[42]).collect();
+    assert_eq!(
+        firsts,
+        vec![2, 3, 4, 5, 6, 7],
+        "in order, the first eight only"
+    );
+    assert_eq!(hb.model().with(|h| h.eth_work()).unwrap().rx_dropped, 4);
+}
+
+#[test]
+fn everything_is_released_when_the_objects_go() {
+    let h = SimHal::new(eth_cfg(0), Drive::Synchronous);
+    let dev = Device::bring_up(&h, Config::default()).unwrap();
+    {
+        let port = dev.open_eth().unwrap();
+        let pool = PktPool::new(&port, 512, 2048).unwrap();
+        let q1 = RxQueue::new(
+            &port,
+            &pool,
+            RxQueueAttr {
+                entries: 64,
+                vlan_strip: false,
+            },
+        )
+        .unwrap();
+        let q2 = RxQueue::new(
+            &port,
+            &pool,
+            RxQueueAttr {
+                entries: 16,
+                vlan_strip: true,
+            },
+        )
+        .unwrap();
+        let _t = TxQueue::new(&port, &pool, TxQueueAttr::default());
+        let rss = RssGroup::new(&port, &[&q1, &q2], RssFields::Ipv4, &DEFAULT_RSS_KEY).unwrap();
+        let r1 = port
+            .add_rule(&FlowMatch::default(), FlowDest::Rss(&rss))
+            .unwrap();
+        let r2 = port
+            .add_rule(
+                &FlowMatch {
+                    ethertype: Some(0x0806),
+                    ..FlowMatch::default()
+                },
+                FlowDest::Queue(&q1),
+            )
+            .unwrap();
+        let o = h.model().with(|h| h.eth_objects()).unwrap();
+        assert_eq!((o.sqs, o.rqs, o.tirs, o.rqts, o.tises), (1, 2, 3, 1, 1));
+        assert_eq!(
+            (o.flow_tables, o.flow_groups, o.flow_entries, o.root),
+            (1, 2, 2, true)
+        );
+        drop((r1, r2, rss));
+        assert_eq!(
+            pool.available(),
+            512 - 64 - 16,
+            "the posted buffers are the queues'"
+        );
+    }
+    assert_eq!(
+        h.model().with(|h| h.eth_objects()).unwrap(),
+        EthObjects::default()
+    );
+    dev.teardown().unwrap();
+}
