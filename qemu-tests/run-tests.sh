@@ -95,6 +95,10 @@ for t in write_lat send_lat; do
   cargo run --locked -q -p bareverbs-examples --bin ib_$t -- -n 200 -p $((20000 + RANDOM % 20000)) >/dev/null
 done
 
+step "the Ethernet appliance: self-test in process (ARP, pings, UDP echoes checked), then real Linux ping and UDP through a TAP interface (root)"
+cargo run --locked -q -p bareverbs-examples --bin eth_appliance -- --selftest 20 >/dev/null
+qemu-tests/tap-appliance.sh >/dev/null
+
 if [ "${1:-}" = "--no-guest" ]; then
   step "guest tests skipped (--no-guest)"
 else

@@ -28,6 +28,8 @@ pub struct Fabric {
     /// What crosses the fabric, written as InfiniBand packets (`Fabric::capture_to`).
     capture: Mutex<Option<Capture>>,
     capturing: AtomicBool,
+    /// A TAP interface on the Ethernet wire (`tap.rs`).
+    tap: Mutex<Option<Arc<crate::tap::TapPort>>>,
 }
 
 impl Fabric {
@@ -49,10 +51,14 @@ impl Fabric {
         });
     }
 
-    /// An Ethernet frame from the HCA whose inbox is `from` reaches every other Ethernet HCA
-    /// of the fabric (a hub: each one's flow steering decides what to keep). An HCA that is
-    /// busy finds the frame in its inbox on its next round.
+    /// An Ethernet frame from the HCA (or TAP interface) whose inbox is `from` reaches every
+    /// other Ethernet HCA of the fabric and the TAP interface, if any (a hub: each one's flow
+    /// steering decides what to keep). An HCA that is busy finds the frame in its inbox on its
+    /// next round.
     pub(crate) fn send_frame(&self, from: &crate::eth::Inbox, frame: &[u8]) {
+        if self.capturing() {
+            self.record_eth(frame);
+        }
         let targets: Vec<(Arc<Device>, crate::eth::Inbox)> = {
             let m = self.members.lock().unwrap_or_else(|e| e.into_inner());
             m.iter()
@@ -60,6 +66,10 @@ impl Fabric {
                 .filter(|(_, i)| !Arc::ptr_eq(i, from))
                 .collect()
         };
+        let tap = self.tap.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(t) = tap.filter(|t| !Arc::ptr_eq(&t.id, from)) {
+            t.write(frame);
+        }
         for (dev, inbox) in targets {
             match dev.try_lock() {
                 Some(mut hca) => hca.eth_receive(frame, false),
@@ -118,7 +128,7 @@ impl Fabric {
             .take();
         match c {
             Some(mut c) => {
-                c.flush()?;
+                c.finish()?;
                 Ok(c.packets())
             }
             None => Ok(0),
@@ -143,6 +153,24 @@ impl Fabric {
             .try_for_each(|p| cap.write_ib(p))
             .and_then(|()| cap.flush());
         if let Err(e) = r {
+            log::warn!("model: capture stopped: {e}");
+            *c = None;
+            self.capturing.store(false, Ordering::Release);
+        }
+    }
+
+    /// Sets the TAP interface on the wire.
+    pub(crate) fn set_tap(&self, tap: Option<Arc<crate::tap::TapPort>>) {
+        *self.tap.lock().unwrap_or_else(|e| e.into_inner()) = tap;
+    }
+
+    /// Appends an Ethernet frame to the capture (see [`Fabric::record`]).
+    pub(crate) fn record_eth(&self, frame: &[u8]) {
+        let mut c = self.capture.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(cap) = c.as_mut() else {
+            return;
+        };
+        if let Err(e) = cap.write_eth(frame).and_then(|()| cap.flush()) {
             log::warn!("model: capture stopped: {e}");
             *c = None;
             self.capturing.store(false, Ordering::Release);

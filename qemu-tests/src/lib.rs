@@ -34,6 +34,7 @@ pub mod sim_hal;
 pub mod sma;
 pub mod srq;
 pub mod subnet;
+mod tap;
 pub mod trace;
 pub mod umr;
 pub mod vfio_user;
