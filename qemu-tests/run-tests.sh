@@ -150,6 +150,9 @@ else
 
   step "guest: Linux mlx5e (Ethernet) on two model HCAs: ping, UDP echoes, a TCP transfer with LSO"
   qemu-tests/rig/test-eth.sh
+
+  step "guest: bareverbs' eth_appliance over VFIO answers Linux mlx5e's ping and UDP across the model's wire"
+  APPLIANCE=1 qemu-tests/rig/test-eth.sh
 fi
 
 step "all tests passed"

@@ -14,11 +14,11 @@
 //!   `--seconds` (default 30) or until it has sent `--answers` replies.
 //! - `--pci BDF`: drives a device bound to `vfio-pci`, serving the same way.
 
-#[path = "appliance/responder.rs"]
-mod responder;
 #[path = "cli.rs"]
 #[allow(dead_code)]
 mod cli;
+#[path = "appliance/responder.rs"]
+mod responder;
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -84,7 +84,10 @@ fn parse(args: &[String]) -> Result<Opts, String> {
                 .or_else(|| it.next().cloned())
                 .ok_or(format!("{key} needs {what}"))
         };
-        let num = |s: String| s.parse::<u64>().map_err(|_| format!("{key}: not a number: {s}"));
+        let num = |s: String| {
+            s.parse::<u64>()
+                .map_err(|_| format!("{key}: not a number: {s}"))
+        };
         match key.as_str() {
             "--ip" => {
                 let s = val("an address")?;
@@ -94,7 +97,8 @@ fn parse(args: &[String]) -> Result<Opts, String> {
                     .map_err(|_| format!("--ip: not an IPv4 address: {s}"))?;
             }
             "--udp-port" => {
-                o.udp_port = u16::try_from(num(val("a port")?)?).map_err(|_| "--udp-port: too large")?
+                o.udp_port =
+                    u16::try_from(num(val("a port")?)?).map_err(|_| "--udp-port: too large")?
             }
             "--seconds" => o.seconds = num(val("a duration")?)?,
             "--answers" => o.answers = Some(num(val("a count")?)?),
@@ -126,15 +130,33 @@ fn serve<H: Hal>(
         udp_echo_port: o.udp_port,
     };
     let pool = PktPool::new(&port, 1024, 2048).map_err(e)?;
-    let mut rxq = RxQueue::new(&port, &pool, RxQueueAttr { entries: 256, vlan_strip: false }).map_err(e)?;
+    let mut rxq = RxQueue::new(
+        &port,
+        &pool,
+        RxQueueAttr {
+            entries: 256,
+            vlan_strip: false,
+        },
+    )
+    .map_err(e)?;
     let mut txq = TxQueue::new(&port, &pool, TxQueueAttr { entries: 256 }).map_err(e)?;
     // Frames to the appliance's MAC, and ARP broadcasts.
     let _mine = port
-        .add_rule(&FlowMatch { dmac: Some(me.mac), ..FlowMatch::default() }, FlowDest::Queue(&rxq))
+        .add_rule(
+            &FlowMatch {
+                dmac: Some(me.mac),
+                ..FlowMatch::default()
+            },
+            FlowDest::Queue(&rxq),
+        )
         .map_err(e)?;
     let _arp = port
         .add_rule(
-            &FlowMatch { dmac: Some([0xff; 6]), ethertype: Some(0x0806), ..FlowMatch::default() },
+            &FlowMatch {
+                dmac: Some([0xff; 6]),
+                ethertype: Some(0x0806),
+                ..FlowMatch::default()
+            },
             FlowDest::Queue(&rxq),
         )
         .map_err(e)?;
@@ -195,7 +217,10 @@ fn serve<H: Hal>(
 }
 
 fn mac_text(m: &[u8; 6]) -> String {
-    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
 }
 
 /// The peer of the self-test: ARP, pings and UDP datagrams to the appliance, every reply
@@ -205,10 +230,24 @@ fn peer<H: Hal>(hal: H, o: &Opts, count: u32, appliance_mac: [u8; 6]) -> Result<
     let e = |e: bareverbs::Error| e.to_string();
     let port = dev.open_eth().map_err(e)?;
     let pool = PktPool::new(&port, 256, 2048).map_err(e)?;
-    let mut rxq = RxQueue::new(&port, &pool, RxQueueAttr { entries: 64, vlan_strip: false }).map_err(e)?;
+    let mut rxq = RxQueue::new(
+        &port,
+        &pool,
+        RxQueueAttr {
+            entries: 64,
+            vlan_strip: false,
+        },
+    )
+    .map_err(e)?;
     let mut txq = TxQueue::new(&port, &pool, TxQueueAttr { entries: 64 }).map_err(e)?;
     let _r = port
-        .add_rule(&FlowMatch { dmac: Some(port.mac()), ..FlowMatch::default() }, FlowDest::Queue(&rxq))
+        .add_rule(
+            &FlowMatch {
+                dmac: Some(port.mac()),
+                ..FlowMatch::default()
+            },
+            FlowDest::Queue(&rxq),
+        )
         .map_err(e)?;
     let my_ip = [o.ip[0], o.ip[1], o.ip[2], o.ip[3].wrapping_add(100)];
     let mut exchange = |frame: &[u8], expect_reply: bool| -> Result<Option<Vec<u8>>, String> {
@@ -240,8 +279,13 @@ fn peer<H: Hal>(hal: H, o: &Opts, count: u32, appliance_mac: [u8; 6]) -> Result<
     arp.extend_from_slice(&[0; 6]);
     arp.extend_from_slice(&o.ip);
     let r = exchange(&arp, true)?.ok_or("no ARP reply")?;
-    if r[..6] != me || r[6..12] != appliance_mac || r[20..22] != [0, 2] || r[22..28] != appliance_mac
-        || r[28..32] != o.ip || r[32..38] != me || r[38..42] != my_ip
+    if r[..6] != me
+        || r[6..12] != appliance_mac
+        || r[20..22] != [0, 2]
+        || r[22..28] != appliance_mac
+        || r[28..32] != o.ip
+        || r[32..38] != me
+        || r[38..42] != my_ip
     {
         return Err(format!("bad ARP reply {r:02x?}"));
     }
@@ -250,7 +294,20 @@ fn peer<H: Hal>(hal: H, o: &Opts, count: u32, appliance_mac: [u8; 6]) -> Result<
         f.extend_from_slice(&me);
         f.extend_from_slice(&[0x08, 0x00]);
         let total = (20 + payload.len()) as u16;
-        let mut ip = vec![0x45, 0, (total >> 8) as u8, total as u8, 0, 7, 0x40, 0, 64, proto, 0, 0];
+        let mut ip = vec![
+            0x45,
+            0,
+            (total >> 8) as u8,
+            total as u8,
+            0,
+            7,
+            0x40,
+            0,
+            64,
+            proto,
+            0,
+            0,
+        ];
         ip.extend_from_slice(&my_ip);
         ip.extend_from_slice(&o.ip);
         let c = checksum(&ip, 0);
@@ -266,8 +323,13 @@ fn peer<H: Hal>(hal: H, o: &Opts, count: u32, appliance_mac: [u8; 6]) -> Result<
         icmp[2..4].copy_from_slice(&c.to_be_bytes());
         let r = exchange(&ipv4(1, &icmp), true)?.ok_or(format!("no reply to ping {seq}"))?;
         let body = &r[34..34 + icmp.len()];
-        if r[..6] != me || r[26..30] != o.ip || r[30..34] != my_ip || body[0] != 0
-            || body[4..] != icmp[4..] || checksum(body, 0) != 0 || checksum(&r[14..34], 0) != 0
+        if r[..6] != me
+            || r[26..30] != o.ip
+            || r[30..34] != my_ip
+            || body[0] != 0
+            || body[4..] != icmp[4..]
+            || checksum(body, 0) != 0
+            || checksum(&r[14..34], 0) != 0
         {
             return Err(format!("bad reply to ping {seq}"));
         }
@@ -281,7 +343,8 @@ fn peer<H: Hal>(hal: H, o: &Opts, count: u32, appliance_mac: [u8; 6]) -> Result<
         udp.extend_from_slice(&data);
         let r = exchange(&ipv4(17, &udp), true)?.ok_or(format!("no UDP echo {k}"))?;
         let u = &r[34..];
-        if u[..2] != o.udp_port.to_be_bytes() || u[2..4] != 40000u16.to_be_bytes()
+        if u[..2] != o.udp_port.to_be_bytes()
+            || u[2..4] != 40000u16.to_be_bytes()
             || u[8..8 + data.len()] != data[..]
         {
             return Err(format!("bad UDP echo {k}"));
@@ -322,9 +385,15 @@ fn main() -> ExitCode {
             .map(|s| format!("{s:?}")),
         Mode::Tap(name) => {
             let fabric = Fabric::new();
-            let cfg = ModelConfig { port_type_eth: true, ..ModelConfig::default() };
+            let cfg = ModelConfig {
+                port_type_eth: true,
+                ..ModelConfig::default()
+            };
             let hal = SimHal::on_fabric(cfg, Drive::Background, &fabric);
-            let pcap = o.pcap.as_ref().map(|p| fabric.capture_to(std::path::Path::new(p)));
+            let pcap = o
+                .pcap
+                .as_ref()
+                .map(|p| fabric.capture_to(std::path::Path::new(p)));
             match (pcap.transpose(), fabric.attach_tap(name)) {
                 (Err(err), _) => Err(format!("--pcap: {err}")),
                 (_, Err(err)) => Err(format!("--tap {name}: {err}")),
@@ -352,7 +421,11 @@ fn main() -> ExitCode {
             let (ha, hb) = (hca(0), hca(1));
             let stop = Arc::new(stop);
             let (tx, rx) = std::sync::mpsc::channel();
-            let o2 = Opts { mode: Mode::SelfTest(*count), pcap: None, ..o.clone_basic() };
+            let o2 = Opts {
+                mode: Mode::SelfTest(*count),
+                pcap: None,
+                ..o.clone_basic()
+            };
             let st = stop.clone();
             let server = std::thread::spawn(move || {
                 let ready = move |mac| {
@@ -365,7 +438,9 @@ fn main() -> ExitCode {
                 Err(_) => Err("the appliance did not start".into()),
             };
             stop.store(true, Ordering::Relaxed);
-            let served = server.join().unwrap_or_else(|_| Err("appliance thread panicked".into()));
+            let served = server
+                .join()
+                .unwrap_or_else(|_| Err("appliance thread panicked".into()));
             let _ = fabric.stop_capture();
             match (r, served) {
                 (Ok(msg), Ok(s)) => Ok(format!("{msg}; appliance {s:?}")),
@@ -412,7 +487,24 @@ mod tests {
         let mut f = ME.mac.to_vec();
         f.extend_from_slice(&[2, 0, 0, 0, 0, 1, 8, 0]);
         let total = (20 + body.len()) as u16;
-        let mut ip = vec![0x45, 0, (total >> 8) as u8, total as u8, 0, 1, 0, 0, 64, proto, 0, 0, 10, 0, 0, 1];
+        let mut ip = vec![
+            0x45,
+            0,
+            (total >> 8) as u8,
+            total as u8,
+            0,
+            1,
+            0,
+            0,
+            64,
+            proto,
+            0,
+            0,
+            10,
+            0,
+            0,
+            1,
+        ];
         ip.extend_from_slice(&dst_ip);
         let c = checksum(&ip, 0);
         ip[10..12].copy_from_slice(&c.to_be_bytes());
@@ -434,9 +526,15 @@ mod tests {
         assert_eq!(checksum(&out[34..n], 0), 0);
         assert_eq!(out[34], 0);
         // To another address, or with a broken checksum: nothing.
-        assert_eq!(respond(&ME, &ip_frame(1, &icmp, [10, 0, 0, 9]), &mut out).0, Kind::Ignored);
+        assert_eq!(
+            respond(&ME, &ip_frame(1, &icmp, [10, 0, 0, 9]), &mut out).0,
+            Kind::Ignored
+        );
         icmp[9] ^= 1;
-        assert_eq!(respond(&ME, &ip_frame(1, &icmp, ME.ip), &mut out).0, Kind::Ignored);
+        assert_eq!(
+            respond(&ME, &ip_frame(1, &icmp, ME.ip), &mut out).0,
+            Kind::Ignored
+        );
         // UDP to the echo port (no checksum) and to another port.
         let udp = [0x9c, 0x40, 0, 7, 0, 11, 0, 0, b'a', b'b', b'c'];
         let (k, n) = respond(&ME, &ip_frame(17, &udp, ME.ip), &mut out);
@@ -449,11 +547,18 @@ mod tests {
         }
         assert_eq!(checksum(&out[34..n], pseudo), 0);
         let other = [0x9c, 0x40, 0, 8, 0, 11, 0, 0, b'a', b'b', b'c'];
-        assert_eq!(respond(&ME, &ip_frame(17, &other, ME.ip), &mut out).0, Kind::Ignored);
+        assert_eq!(
+            respond(&ME, &ip_frame(17, &other, ME.ip), &mut out).0,
+            Kind::Ignored
+        );
         // Truncated frames.
         let f = ip_frame(17, &udp, ME.ip);
         for cut in [0, 13, 14, 20, 33, 40] {
-            assert_eq!(respond(&ME, &f[..cut], &mut out).0, Kind::Ignored, "cut at {cut}");
+            assert_eq!(
+                respond(&ME, &f[..cut], &mut out).0,
+                Kind::Ignored,
+                "cut at {cut}"
+            );
         }
     }
 

@@ -10,6 +10,10 @@
 #   UDP_SIZES=a,b  datagram sizes, 4 of each (default 32,1472,3000)
 #   TCP_KIB=N      KiB sent over TCP (default 512)
 #   PROBE_WAIT=S   deadline for each module load and unload (default 100)
+#   APPLIANCE=1    instead: the first function goes to vfio-pci and runs bareverbs'
+#                  eth_appliance (10.20.0.2, UDP echo on port 7) through VFIO; Linux mlx5e on
+#                  the second (10.20.0.1) pings it and sends UDP datagrams (udp-probe), the
+#                  appliance's ARP reply first; no namespace needed
 # shellcheck source=guest-ib-lib.sh
 . /bin/guest-ib-lib.sh
 
@@ -20,7 +24,74 @@ wait_s=${PROBE_WAIT:-100}
 IP=/usr/bin/ip
 peer() { "$IP" netns exec peer "$@"; }
 
+# The appliance over VFIO on the first function, Linux on the second.
+appliance() {
+  [ -d /sys/module/vfio ] || insmod /m/vfio.ko
+  while read -r m; do [ -d "/sys/module/${m%.ko}" ] || insmod "/m/$m" 2>/dev/null; done </m/vfio.order
+  first=
+  for d in /sys/bus/pci/devices/*; do
+    [ "$(cat "$d/vendor")" = 0x15b3 ] || continue
+    first=${d##*/}
+    echo vfio-pci >"$d/driver_override"
+    echo "$first" >/sys/bus/pci/drivers_probe
+    say "appliance function $first driver=$(basename "$(readlink "$d/driver")")"
+    break
+  done
+  insmod_bounded "$wait_s" mlx5_core || fail "insmod mlx5_core"
+  n=
+  for d in /sys/bus/pci/devices/*; do
+    [ "$(cat "$d/vendor")" = 0x15b3 ] && [ "${d##*/}" != "$first" ] || continue
+    n=$(ls "$d/net" 2>/dev/null | head -n 1)
+    say "netdev ${d##*/} ${n:-none}"
+  done
+  [ -n "$n" ] || { fail "a Linux netdev on the second function"; return 1; }
+  /bin/eth_appliance --pci "$first" --ip 10.20.0.2 --udp-port 7 --seconds 240 >/tmp/app.out 2>&1 &
+  apid=$!
+  "$IP" addr add 10.20.0.1/24 dev "$n" && "$IP" link set "$n" up || fail "$n up"
+  i=0
+  while [ $i -lt 100 ] && [ "$(cat "/sys/class/net/$n/carrier" 2>/dev/null)" != 1 ]; do
+    sleep 0.2
+    i=$((i + 1))
+  done
+  # The appliance is up once it printed its address.
+  i=0
+  while [ $i -lt 300 ] && ! grep -q 'UDP echo port' /tmp/app.out; do
+    sleep 0.2
+    i=$((i + 1))
+  done
+  sed 's/^/RIG-OUT appliance| /' /tmp/app.out
+  ping -c "$ping_count" -W 3 10.20.0.2 >/tmp/ping.out 2>&1
+  rc=$?
+  sed 's/^/RIG-OUT ping| /' /tmp/ping.out
+  say "ping rc=$rc"
+  [ $rc = 0 ] || fail "ping the appliance"
+  IFS=,
+  for size in $udp_sizes; do
+    unset IFS
+    [ "$size" -le 1472 ] || continue
+    /bin/udp-probe client 10.20.0.2 7 4 "$size" >/tmp/udp-cli.out 2>&1
+    crc=$?
+    sed 's/^/RIG-OUT udp-cli| /' /tmp/udp-cli.out
+    say "udp size=$size client=$crc"
+    [ "$crc" = 0 ] || fail "udp echo of $size-byte datagrams by the appliance"
+    IFS=,
+  done
+  unset IFS
+  "$IP" neigh show dev "$n" | sed 's/^/RIG-OUT neigh| /'
+  kill "$apid" 2>/dev/null
+  wait_exit "$apid" 10
+  "$IP" link set "$n" down
+  rmmod_bounded "$wait_s" mlx5_core || fail "rmmod mlx5_core"
+  dmesg | grep -iE 'mlx5|WARNING|BUG|Call Trace|DMAR' | sed 's/^/RIG-DMESG /'
+  say "done failures=$FAILS uptime=$(up)s"
+  [ "$FAILS" = 0 ]
+}
+
 say "start uptime=$(up)s"
+if [ -n "${APPLIANCE:-}" ]; then
+  appliance
+  exit $?
+fi
 insmod_bounded "$wait_s" mlx5_core || fail "insmod mlx5_core"
 devs=
 for d in /sys/bus/pci/devices/*; do

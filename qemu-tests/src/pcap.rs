@@ -88,7 +88,9 @@ impl Capture {
     /// The file's.
     pub fn write_ib(&mut self, pkt: &[u8]) -> io::Result<()> {
         if self.header(LINKTYPE_ERF)? != LINKTYPE_ERF {
-            return Err(io::Error::other("an InfiniBand packet in an Ethernet capture"));
+            return Err(io::Error::other(
+                "an InfiniBand packet in an Ethernet capture",
+            ));
         }
         self.write_erf(ERF_TYPE_INFINIBAND, pkt, pkt.len())
     }

@@ -18,15 +18,21 @@ const IFF_TAP_NO_PI: libc::c_short = 0x0002 | 0x1000;
 /// Opens (creating if needed) the TAP interface `name`.
 fn open_tap(name: &str) -> io::Result<File> {
     if name.is_empty() || name.len() >= libc::IFNAMSIZ {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "bad interface name"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "bad interface name",
+        ));
     }
-    let f = OpenOptions::new().read(true).write(true).open("/dev/net/tun")?;
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/net/tun")?;
     // struct ifreq: the name, then the flags (a short) in the union.
     let mut req = [0u8; 40];
     req[..name.len()].copy_from_slice(name.as_bytes());
     req[16..18].copy_from_slice(&IFF_TAP_NO_PI.to_ne_bytes());
     // SAFETY: TUNSETIFF reads and writes a struct ifreq (40 bytes on Linux), which `req` is.
-    let r = unsafe { libc::ioctl(f.as_raw_fd(), TUNSETIFF, req.as_mut_ptr()) };
+    let r = unsafe { libc::ioctl(f.as_raw_fd(), TUNSETIFF as _, req.as_mut_ptr()) };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
