@@ -538,3 +538,88 @@ fn everything_is_released_when_the_objects_go() {
     );
     dev.teardown().unwrap();
 }
+
+#[test]
+fn vlan_tags_are_stripped_on_request_and_frames_past_the_receivers_mtu_are_dropped() {
+    let (ha, hb) = pair();
+    let (da, db) = (
+        Device::bring_up(&ha, Config::default()).unwrap(),
+        Device::bring_up(&hb, Config::default()).unwrap(),
+    );
+    let (pa, mut pb) = (da.open_eth().unwrap(), db.open_eth().unwrap());
+    // The receiver takes frames of 600 bytes at most (L2 header and FCS included).
+    pb.set_hw_mtu(600).unwrap();
+    assert_eq!(pb.hw_mtu(), 600);
+    assert!(pb.set_hw_mtu(10).is_err());
+    let pb = pb;
+    let (pool_a, pool_b) = (
+        PktPool::new(&pa, 64, 2048).unwrap(),
+        PktPool::new(&pb, 64, 2048).unwrap(),
+    );
+    let mut txq = TxQueue::new(&pa, &pool_a, TxQueueAttr::default()).unwrap();
+    let mut strip = RxQueue::new(
+        &pb,
+        &pool_b,
+        RxQueueAttr {
+            entries: 16,
+            vlan_strip: true,
+        },
+    )
+    .unwrap();
+    let mut keep = RxQueue::new(
+        &pb,
+        &pool_b,
+        RxQueueAttr {
+            entries: 16,
+            vlan_strip: false,
+        },
+    )
+    .unwrap();
+    let _a = pb
+        .add_rule(
+            &FlowMatch {
+                vlan_id: Some(5),
+                ..FlowMatch::default()
+            },
+            FlowDest::Queue(&strip),
+        )
+        .unwrap();
+    let _b = pb
+        .add_rule(
+            &FlowMatch {
+                dmac: Some(pb.mac()),
+                ..FlowMatch::default()
+            },
+            FlowDest::Queue(&keep),
+        )
+        .unwrap();
+    let plain = udp(pb.mac(), pa.mac(), 1, 2, &[7u8; 100]);
+    let mut tagged = plain[..12].to_vec();
+    tagged.extend_from_slice(&[0x81, 0x00, 0xa0, 0x05]); // PCP 5, VLAN 5
+    tagged.extend_from_slice(&plain[12..]);
+    send(&pool_a, &mut txq, &tagged, true);
+    let got = recv_all(&pool_b, &mut strip);
+    assert_eq!(got.len(), 1);
+    assert!(got[0].1.flags().contains(PktFlags::VLAN_STRIPPED));
+    assert_eq!(got[0].1.vlan_tci(), 0xa005);
+    // The tag left the frame (the checksums at 24 and 40 are the NIC's).
+    assert_eq!(got[0].0.len(), plain.len());
+    assert_eq!(&got[0].0[..24], &plain[..24], "the tag left the frame");
+    assert_eq!(&got[0].0[26..40], &plain[26..40]);
+    assert_eq!(&got[0].0[42..], &plain[42..]);
+    assert!(got[0].1.flags().contains(PktFlags::L4_CSUM_OK));
+    // Untagged to the other queue, as sent.
+    send(&pool_a, &mut txq, &plain, true);
+    let got = recv_all(&pool_b, &mut keep);
+    assert_eq!(got.len(), 1);
+    assert!(!got[0].1.flags().contains(PktFlags::VLAN_STRIPPED));
+    // 700 bytes: past the receiver's 600, dropped there (the sender's 1522 allows it).
+    send(
+        &pool_a,
+        &mut txq,
+        &udp(pb.mac(), pa.mac(), 1, 2, &[1u8; 658]),
+        true,
+    );
+    assert!(recv_all(&pool_b, &mut keep).is_empty());
+    assert!(recv_all(&pool_b, &mut strip).is_empty());
+}

@@ -14,6 +14,7 @@ impl Hca {
     pub(super) fn create_tis(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {
         let v = input::<CreateTisIn>(i)?;
         let mut out = output::<CreateTisOut>(o)?;
+        self.eth_mut()?;
         let c = v.sub(create_tis_in::ctx);
         let td = c.get32(tisc::transport_domain);
         if !self.tds.contains(&td) {
