@@ -63,6 +63,7 @@ if ! command -v valgrind >/dev/null || ! command -v gcc >/dev/null ||
     valgrind gcc libc6-dev libibverbs-dev >/dev/null
 fi
 qemu-tests/bench/wqe-cost.sh 20
+qemu-tests/bench/l2fwd-cost.sh 20
 
 step "examples"
 cargo run --locked -q -p bareverbs-examples --bin devinfo -- -v --trace >/dev/null
@@ -97,6 +98,8 @@ done
 
 step "the Ethernet appliance: self-test in process (ARP, pings, UDP echoes checked), then real Linux ping and UDP through a TAP interface (root)"
 cargo run --locked -q -p bareverbs-examples --bin eth_appliance -- --selftest 20 >/dev/null
+cargo run --locked -q -p bareverbs-examples --bin l2fwd -- --bursts 200 >/dev/null
+cargo run --locked -q -p bareverbs-examples --bin l2fwd -- --burst 1 --bursts 200 --size 1514 >/dev/null
 qemu-tests/tap-appliance.sh >/dev/null
 
 if [ "${1:-}" = "--no-guest" ]; then

@@ -99,9 +99,13 @@ impl<'d, H: Hal> EthCq<'d, H> {
     /// The next completion, if the device has written it.
     #[inline]
     pub fn next(&mut self) -> Option<Completion> {
-        let at = ((self.ci & ((1 << self.log_size) - 1)) as usize) * CQE;
-        let r = self.ring.as_ref()?;
-        let op_own = r.read8(at + CQE - 1);
+        let ring = self
+            .ring
+            .as_ref()?
+            .slots::<CQE>(0, 1 << self.log_size)
+            .ok()?;
+        let e = ring.slot(self.ci as usize);
+        let op_own = e.read8(CQE - 1);
         if get_cqe_opcode(op_own) == u8::from(CqeOpcode::Invalid)
             || !cqe_is_sw_owned(op_own, self.ci, self.log_size)
         {
@@ -111,14 +115,14 @@ impl<'d, H: Hal> EthCq<'d, H> {
         dma_rmb();
         let c = Completion {
             opcode: get_cqe_opcode(op_own),
-            wqe_counter: r.read16(at + cqe64::wqe_counter.bit / 8),
-            byte_cnt: r.read32(at + cqe64::byte_cnt.bit / 8),
-            hash: r.read32(at + cqe64::rss_hash_result.bit / 8),
-            hash_type: r.read8(at + cqe64::rss_hash_type.bit / 8),
-            hds_ip_ext: r.read8(at + cqe64::hds_ip_ext.bit / 8),
-            l4_l3_hdr_type: r.read8(at + cqe64::l4_l3_hdr_type.bit / 8),
-            vlan_info: r.read16(at + cqe64::vlan_info.bit / 8),
-            syndrome: r.read8(at + err_cqe::syndrome.bit / 8),
+            wqe_counter: e.read16(cqe64::wqe_counter.bit / 8),
+            byte_cnt: e.read32(cqe64::byte_cnt.bit / 8),
+            hash: e.read32(cqe64::rss_hash_result.bit / 8),
+            hash_type: e.read8(cqe64::rss_hash_type.bit / 8),
+            hds_ip_ext: e.read8(cqe64::hds_ip_ext.bit / 8),
+            l4_l3_hdr_type: e.read8(cqe64::l4_l3_hdr_type.bit / 8),
+            vlan_info: e.read16(cqe64::vlan_info.bit / 8),
+            syndrome: e.read8(err_cqe::syndrome.bit / 8),
         };
         self.ci = self.ci.wrapping_add(1);
         self.polled = true;

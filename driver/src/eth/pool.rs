@@ -197,6 +197,33 @@ impl<'p, 'd, H: Hal> PktPool<'p, 'd, H> {
         Some(index)
     }
 
+    /// Takes up to `out.len()` free buffers for `who` under one lock; returns how many.
+    pub(crate) fn take_bulk(&self, who: u8, out: &mut [u32]) -> usize {
+        let mut top = self.top.lock();
+        let n = out.len().min(*top as usize);
+        for slot in out[..n].iter_mut() {
+            *top -= 1;
+            *slot = self.books.read32(4 * *top as usize);
+        }
+        drop(top);
+        for &index in &out[..n] {
+            self.set_owner(index, who);
+        }
+        n
+    }
+
+    /// Returns buffers to the free list under one lock.
+    pub(crate) fn put_bulk(&self, indexes: &[u32]) {
+        for &index in indexes {
+            self.set_owner(index, owner::FREE);
+        }
+        let mut top = self.top.lock();
+        for &index in indexes {
+            self.books.write32(4 * *top as usize, index);
+            *top += 1;
+        }
+    }
+
     /// Returns buffer `index` to the free list.
     pub(crate) fn put(&self, index: u32) {
         self.set_owner(index, owner::FREE);

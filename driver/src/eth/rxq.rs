@@ -19,6 +19,8 @@ use crate::verbs::ring_pages::alloc_ring;
 
 /// Bytes of a receive WQE: one data segment.
 const RX_WQE: usize = 16;
+/// Buffers taken from the pool at once by a receive burst.
+const RX_CHUNK: usize = 32;
 /// Most entries of an Ethernet queue.
 pub const MAX_QUEUE_ENTRIES: u32 = 1 << 15;
 /// `cqe.hds_ip_ext` flags.
@@ -52,7 +54,7 @@ pub struct RxQueue<'p, 'd, H: Hal> {
     pub(crate) tirn: u32,
     ring: SharedDma<H::Dma>,
     dbr: SharedDma<H::Dma>,
-    /// The pool buffer of each ring slot (u32 each).
+    /// The pool buffer of each ring slot (8 bytes each).
     slots: SharedDma<H::Dma>,
     log_size: u8,
     /// WQEs posted and WQEs completed (ring counters, modulo 2^16).
@@ -89,7 +91,7 @@ impl<'p, 'd, H: Hal> RxQueue<'p, 'd, H> {
         let (ring, pages) = alloc_ring(&dev.hal, entries as usize * RX_WQE)?;
         let ring = ring.share();
         let dbr = dev.hal.dma_alloc(64, 64)?.share();
-        let slots = dev.hal.dma_alloc(4 * entries as usize, 64)?.share();
+        let slots = dev.hal.dma_alloc(8 * entries as usize, 64)?.share();
         let mut q = RxQueue {
             port,
             pool,
@@ -155,14 +157,34 @@ impl<'p, 'd, H: Hal> RxQueue<'p, 'd, H> {
     /// Writes WQE `pi` with pool buffer `index` and counts it posted.
     #[inline]
     fn post(&mut self, index: u32) {
-        let mask = (1usize << self.log_size) - 1;
-        let at = usize::from(self.pi) & mask;
-        let wqe = at * RX_WQE;
-        self.ring.write32(wqe, self.pool.buf_size() as u32);
-        self.ring.write32(wqe + 4, self.pool.lkey());
-        self.ring.write64(wqe + 8, self.pool.iova(index));
-        self.slots.write32(4 * at, index);
+        let n = 1usize << self.log_size;
+        let (Ok(ring), Ok(slots)) = (self.ring.slots::<RX_WQE>(0, n), self.slots.slots::<8>(0, n))
+        else {
+            return;
+        };
+        let at = usize::from(self.pi);
+        let wqe = ring.slot(at);
+        wqe.write64(
+            0,
+            (u64::from(self.pool.buf_size() as u32) << 32) | u64::from(self.pool.lkey()),
+        );
+        wqe.write64(8, self.pool.iova(index));
+        slots.slot(at).write64(0, u64::from(index));
         self.pi = self.pi.wrapping_add(1);
+    }
+
+    /// The pool buffer posted in ring slot `at`.
+    #[inline]
+    fn slot_buffer(&self, at: usize) -> u32 {
+        self.slots
+            .slots::<8>(0, 1 << self.log_size)
+            .map_or(0, |s| s.slot(at).read64(0) as u32)
+    }
+
+    fn set_slot_buffer(&self, at: usize, index: u32) {
+        if let Ok(s) = self.slots.slots::<8>(0, 1 << self.log_size) {
+            s.slot(at).write64(0, u64::from(index));
+        }
     }
 
     fn modify(&self, from: u8, to: u8) -> Result<(), Error> {
@@ -204,30 +226,51 @@ impl<'p, 'd, H: Hal> RxQueue<'p, 'd, H> {
     /// Receives up to `pkts.len()` frames into `pkts`; returns how many. Each is a pool
     /// buffer the caller now holds; a fresh buffer takes its place in the ring. When the pool
     /// is empty the burst ends early and the frames wait in the CQ (the device drops what
-    /// finds no WQE). A frame with an error completion stops the queue.
+    /// finds no WQE). A frame with an error completion stops the queue. The CQ and the RQ's
+    /// doorbell record are told once per burst.
     pub fn rx_burst(&mut self, pkts: &mut [Pkt]) -> usize {
         if self.last_syndrome.is_some() {
             return 0;
         }
-        let mask = (1usize << self.log_size) - 1;
         let mut n = 0;
+        // Replacements are taken from the pool in bulk, one lock per chunk.
         while n < pkts.len() {
-            // A replacement first: without one the frame stays in the CQ for later.
-            let Some(fresh) = self.pool.take(owner::DEVICE) else {
+            let mut fresh = [0u32; RX_CHUNK];
+            let want = (pkts.len() - n).min(RX_CHUNK);
+            let have = self.pool.take_bulk(owner::DEVICE, &mut fresh[..want]);
+            let got = self.rx_chunk(&mut pkts[n..n + have], &fresh[..have]);
+            if got < have {
+                self.pool.put_bulk(&fresh[got..have]);
+            }
+            n += got;
+            if got < want {
                 break;
-            };
+            }
+        }
+        if n > 0 || self.last_syndrome.is_some() {
+            self.cq.commit();
+            // ORDERING: the new WQEs before the record that posts them.
+            dma_wmb();
+            self.dbr.write32(qp_dbr::RCV, u32::from(self.pi));
+        }
+        n
+    }
+
+    /// Receives up to `fresh.len()` frames, posting `fresh` buffers in their place; returns
+    /// how many (and so how many of `fresh` were used).
+    #[inline]
+    fn rx_chunk(&mut self, pkts: &mut [Pkt], fresh: &[u32]) -> usize {
+        let mut n = 0;
+        while n < fresh.len() {
             let Some(c) = self.cq.next() else {
-                self.pool.put(fresh);
                 break;
             };
-            let slot = usize::from(c.wqe_counter) & mask;
-            let index = self.slots.read32(4 * slot);
+            let index = self.slot_buffer(usize::from(c.wqe_counter));
             self.ci = self.ci.wrapping_add(1);
             if c.opcode != u8::from(CqeOpcode::RespSend) {
                 self.errors += 1;
                 self.last_syndrome = Some(c.syndrome);
                 self.pool.put(index);
-                self.pool.put(fresh);
                 break;
             }
             self.pool.set_owner(index, owner::USER);
@@ -249,14 +292,8 @@ impl<'p, 'd, H: Hal> RxQueue<'p, 'd, H> {
             p.hash = c.hash;
             p.vlan = c.vlan_info;
             pkts[n] = p;
-            self.post(fresh);
+            self.post(fresh[n]);
             n += 1;
-        }
-        if n > 0 || self.last_syndrome.is_some() {
-            self.cq.commit();
-            // ORDERING: the new WQEs before the record that posts them.
-            dma_wmb();
-            self.dbr.write32(qp_dbr::RCV, u32::from(self.pi));
         }
         n
     }
@@ -281,7 +318,7 @@ impl<'p, 'd, H: Hal> RxQueue<'p, 'd, H> {
         self.pi = 0;
         self.ci = 0;
         for k in 0..outstanding {
-            let index = self.slots.read32(4 * k);
+            let index = self.slot_buffer(k);
             self.post(index);
         }
         dma_wmb();
@@ -294,9 +331,9 @@ impl<'p, 'd, H: Hal> RxQueue<'p, 'd, H> {
     fn reverse(&self, mut a: usize, mut b: usize) {
         while a + 1 < b {
             b -= 1;
-            let (x, y) = (self.slots.read32(4 * a), self.slots.read32(4 * b));
-            self.slots.write32(4 * a, y);
-            self.slots.write32(4 * b, x);
+            let (x, y) = (self.slot_buffer(a), self.slot_buffer(b));
+            self.set_slot_buffer(a, y);
+            self.set_slot_buffer(b, x);
             a += 1;
         }
     }
@@ -362,10 +399,8 @@ impl<H: Hal> RxQueue<'_, '_, H> {
     fn return_posted(&mut self) {
         let size = 1u16 << self.log_size;
         let outstanding = self.pi.wrapping_sub(self.ci).min(size);
-        let mask = usize::from(size) - 1;
         for k in 0..outstanding {
-            let slot = usize::from(self.ci.wrapping_add(k)) & mask;
-            let index = self.slots.read32(4 * slot);
+            let index = self.slot_buffer(usize::from(self.ci.wrapping_add(k)));
             if self.pool.owner(index) == owner::DEVICE {
                 self.pool.put(index);
             }

@@ -63,6 +63,8 @@ pub struct TxQueue<'p, 'd, H: Hal> {
     refused: Option<Error>,
     stopped: Option<u8>,
     sent: u64,
+    /// Header bytes to read from a buffer to find its inline length (the inline mode's most).
+    peek_len: usize,
     cq: EthCq<'d, H>,
 }
 
@@ -158,6 +160,11 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
             refused: None,
             stopped: None,
             sent: 0,
+            peek_len: match port.inline_mode() {
+                crate::eth::InlineMode::None => 0,
+                crate::eth::InlineMode::L2 => 18,
+                _ => MAX_INLINE,
+            },
             cq,
         };
         q.modify(wq_state::RST, wq_state::RDY)?;
@@ -208,6 +215,8 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
     pub fn reclaim(&mut self) -> usize {
         let mask = (1usize << self.log_size) - 1;
         let mut freed = 0;
+        let mut done = [0u32; 64];
+        let mut k = 0;
         while let Some(c) = self.cq.next() {
             if c.opcode != u8::from(CqeOpcode::Req) {
                 self.stopped = Some(c.syndrome);
@@ -219,11 +228,17 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
             // Completions arrive in order: everything before `end` is done.
             while self.ci != end && self.pi != self.ci {
                 let s = self.slots.read64(8 * (usize::from(self.ci) & mask));
-                self.pool.put(s as u32);
+                done[k] = s as u32;
+                k += 1;
+                if k == done.len() {
+                    self.pool.put_bulk(&done);
+                    k = 0;
+                }
                 self.ci = self.ci.wrapping_add(((s >> 32) as u16).max(1));
                 freed += 1;
             }
         }
+        self.pool.put_bulk(&done[..k]);
         self.cq.commit();
         self.sent += freed as u64;
         freed
@@ -239,11 +254,19 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
         if self.stopped.is_some() {
             return 0;
         }
-        let mask = (1usize << self.log_size) - 1;
+        let size = 1usize << self.log_size;
+        let (Ok(ring), Ok(slots)) = (
+            self.ring.slots::<WQEBB>(0, size),
+            self.slots.slots::<8>(0, size),
+        ) else {
+            return 0;
+        };
         let max_frame = usize::from(self.port.hw_mtu()).saturating_sub(4);
         let mut n = 0;
         let mut last_ctrl = 0u64;
         let mut wqe = [0u8; 3 * WQEBB];
+        // Bytes past `peek` are stale from earlier packets: only `..inline` (≤ peek) is used.
+        let mut head = [0u8; MAX_INLINE];
         while n < pkts.len() {
             let p = &pkts[n];
             if let Err(e) = self.pool.check(p) {
@@ -258,8 +281,7 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
                 });
                 break;
             }
-            let mut head = [0u8; MAX_INLINE];
-            let peek = len.min(MAX_INLINE);
+            let peek = len.min(self.peek_len);
             self.pool.peek(p.index, &mut head[..peek]);
             let inline = self.port.inline_len(&head[..peek], len).min(MAX_INLINE);
             let rest = len - inline;
@@ -281,36 +303,78 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
             } else {
                 0
             };
-            wqe[..bbs * WQEBB].fill(0);
             let ctrl = (u64::from(self.pi) << 40)
                 | (u64::from(wqe_opcode::SEND) << 32)
                 | (u64::from(self.sqn) << 8)
                 | ds as u64;
-            wqe[..8].copy_from_slice(&ctrl.to_be_bytes());
-            wqe[11] = ce;
-            if p.flags.contains(PktFlags::TX_CSUM) && self.port.caps().csum {
-                wqe[16 + 4] = eth_cs_flags::L3_CSUM | eth_cs_flags::L4_CSUM;
-            }
-            wqe[28..30].copy_from_slice(&(inline as u16).to_be_bytes());
-            wqe[30..30 + inline].copy_from_slice(&head[..inline]);
-            if rest > 0 {
-                let at = 32 + 16 * inline_units;
-                wqe[at..at + 4].copy_from_slice(&(rest as u32).to_be_bytes());
-                wqe[at + 4..at + 8].copy_from_slice(&self.pool.lkey().to_be_bytes());
-                let addr = self.pool.iova(p.index) + inline as u64;
-                wqe[at + 8..at + 16].copy_from_slice(&addr.to_be_bytes());
-            }
-            for k in 0..bbs {
-                let slot = (usize::from(self.pi) + k) & mask;
-                let _ = self
-                    .ring
-                    .write_bytes(slot * WQEBB, &wqe[k * WQEBB..(k + 1) * WQEBB]);
+            let cs = if p.flags.contains(PktFlags::TX_CSUM) && self.port.caps().csum {
+                eth_cs_flags::L3_CSUM | eth_cs_flags::L4_CSUM
+            } else {
+                0
+            };
+            let data = if rest > 0 {
+                (
+                    (u64::from(rest as u32) << 32) | u64::from(self.pool.lkey()),
+                    self.pool.iova(p.index) + inline as u64,
+                )
+            } else {
+                (0, 0)
+            };
+            if inline <= 18 {
+                // One WQEBB: control, Ethernet segment with the first two header bytes, the
+                // other sixteen, the data segment — eight word stores.
+                let mut h = [0u8; 18];
+                h[..inline].copy_from_slice(&head[..inline]);
+                let word = |at: usize| {
+                    u64::from_be_bytes([
+                        h[at],
+                        h[at + 1],
+                        h[at + 2],
+                        h[at + 3],
+                        h[at + 4],
+                        h[at + 5],
+                        h[at + 6],
+                        h[at + 7],
+                    ])
+                };
+                let bb = ring.slot(usize::from(self.pi));
+                bb.write64(0, ctrl);
+                bb.write64(8, u64::from(ce) << 32);
+                bb.write64(16, u64::from(cs) << 24);
+                bb.write64(
+                    24,
+                    ((inline as u64) << 16) | (u64::from(h[0]) << 8) | u64::from(h[1]),
+                );
+                bb.write64(32, word(2));
+                bb.write64(40, word(10));
+                bb.write64(48, data.0);
+                bb.write64(56, data.1);
+            } else {
+                wqe[..bbs * WQEBB].fill(0);
+                wqe[..8].copy_from_slice(&ctrl.to_be_bytes());
+                wqe[11] = ce;
+                wqe[20] = cs;
+                wqe[28..30].copy_from_slice(&(inline as u16).to_be_bytes());
+                wqe[30..30 + inline].copy_from_slice(&head[..inline]);
+                if rest > 0 {
+                    let at = 32 + 16 * inline_units;
+                    wqe[at..at + 8].copy_from_slice(&data.0.to_be_bytes());
+                    wqe[at + 8..at + 16].copy_from_slice(&data.1.to_be_bytes());
+                }
+                // Word stores into the ring, one WQEBB at a time (a WQE may wrap).
+                for k in 0..bbs {
+                    let bb = ring.slot(usize::from(self.pi) + k);
+                    for (w, chunk) in wqe[k * WQEBB..(k + 1) * WQEBB].chunks_exact(8).enumerate() {
+                        let mut b = [0u8; 8];
+                        b.copy_from_slice(chunk);
+                        bb.write64(8 * w, u64::from_be_bytes(b));
+                    }
+                }
             }
             self.pool.set_owner(p.index, owner::DEVICE);
-            self.slots.write64(
-                8 * (usize::from(self.pi) & mask),
-                ((bbs as u64) << 32) | u64::from(p.index),
-            );
+            slots
+                .slot(usize::from(self.pi))
+                .write64(0, ((bbs as u64) << 32) | u64::from(p.index));
             self.pi = self.pi.wrapping_add(bbs as u16);
             last_ctrl = ctrl;
             n += 1;
