@@ -136,8 +136,9 @@ else
   PINGPONG=ib_write_bw qemu-tests/rig/test-pingpong.sh
   PINGPONG=ib_send_lat qemu-tests/rig/test-pingpong.sh
 
-  step "guest: the unikernel boots with two model HCAs and no Linux (bring-up, devinfo, RC and UD with data checked, teardown)"
+  step "guest: the unikernel boots with two model HCAs and no Linux (bring-up, devinfo, RC and UD with data checked, teardown; then on Ethernet ports the packet appliance and its peer)"
   qemu-tests/rig/test-unikernel.sh
+  UK_ETH=1 qemu-tests/rig/test-unikernel.sh
 
   step "guest: the RDMA test's steps on soft-RoCE (rdma-core in the guest, no model)"
   SELFCHECK=rxe qemu-tests/rig/test-mlx5-ib.sh

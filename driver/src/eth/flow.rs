@@ -142,8 +142,10 @@ impl<'p, 'd, H: Hal> RssGroup<'p, 'd, H> {
                 what: Invalid::ForeignQueue,
             });
         }
-        let mut i = [0u8; MAX_MESSAGE];
         let ilen = CreateRqtIn::BYTES + 4 * queues.len();
+        // The message is built in DMA memory used as plain memory, not on the stack.
+        let mut scratch = port.dev.hal.dma_alloc(ilen, 64)?;
+        let i = scratch.as_mut_slice();
         {
             let mut v = input::<CreateRqt>(&mut i[..ilen])?;
             v.sub(create_rqt_in::rqt_context)

@@ -116,7 +116,6 @@ impl<'p, 'd, H: Hal> RxQueue<'p, 'd, H> {
             q.post(index);
         }
         q.dbr.write32(qp_dbr::RCV, u32::from(q.pi));
-        let mut i = [0u8; MAX_MESSAGE];
         let ilen = CreateRqIn::BYTES + 8 * pages.count;
         if ilen > MAX_MESSAGE {
             return Err(Error::ExceedsLimit {
@@ -125,6 +124,9 @@ impl<'p, 'd, H: Hal> RxQueue<'p, 'd, H> {
                 max: u64::from(MAX_QUEUE_ENTRIES),
             });
         }
+        // The message is built in DMA memory used as plain memory, not on the stack.
+        let mut scratch = dev.hal.dma_alloc(ilen, 64)?;
+        let i = scratch.as_mut_slice();
         {
             let mut v = input::<CreateRq>(&mut i[..ilen])?;
             let mut c = v.sub(create_rq_in::ctx);

@@ -95,7 +95,6 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
         let ring = ring.share();
         let dbr = dev.hal.dma_alloc(64, 64)?.share();
         let slots = dev.hal.dma_alloc(8 * entries as usize, 64)?.share();
-        let mut i = [0u8; MAX_MESSAGE];
         let ilen = CreateSqIn::BYTES + 8 * pages.count;
         if ilen > MAX_MESSAGE {
             return Err(Error::ExceedsLimit {
@@ -104,6 +103,9 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
                 max: u64::from(MAX_QUEUE_ENTRIES),
             });
         }
+        // The message is built in DMA memory used as plain memory, not on the stack.
+        let mut scratch = dev.hal.dma_alloc(ilen, 64)?;
+        let i = scratch.as_mut_slice();
         let min_inline = match port.inline_mode() {
             crate::eth::InlineMode::None => 0u8,
             crate::eth::InlineMode::L2 => 1,

@@ -130,8 +130,10 @@ impl<H: Hal> Device<H> {
             count: pages,
             ..
         } = pages;
-        let mut i = [0u8; MAX_MESSAGE];
         let ilen = CreateCqIn::BYTES + 8 * pages;
+        // Built in DMA memory used as plain memory, not on the stack (8 KiB at most).
+        let mut scratch = self.hal.dma_alloc(ilen.max(64), 64)?;
+        let i = scratch.as_mut_slice();
         {
             let mut v = input::<CreateCq>(&mut i[..ilen])?;
             v.sub(create_cq_in::cq_context)
@@ -615,8 +617,10 @@ impl<H: Hal> Cq<'_, H> {
             count: pages,
             ..
         } = pages;
-        let mut i = [0u8; MAX_MESSAGE];
         let ilen = ModifyCqIn::BYTES + 8 * pages;
+        // Built in DMA memory used as plain memory, not on the stack (8 KiB at most).
+        let mut scratch = self.dev.hal.dma_alloc(ilen.max(64), 64)?;
+        let i = scratch.as_mut_slice();
         {
             let mut v = input::<ModifyCq>(&mut i[..ilen])?;
             v.set(modify_cq_in::op_mod, modify_cq_op_mod::RESIZE)

@@ -142,8 +142,14 @@ impl<'d, H: Hal> Pd<'d, H> {
             ctl.key_byte = ctl.key_byte.wrapping_add(1);
             ctl.key_byte
         };
-        let mut i = [0u8; MAX_MESSAGE];
         let len = CreateMkeyIn::BYTES + 8 * pages;
+        // The message (up to 8 KiB) is built in DMA memory used as plain memory, not on the
+        // stack (bare-metal stacks are small).
+        let mut scratch = match self.dev.hal().dma_alloc(len, 64) {
+            Ok(b) => b,
+            Err(e) => return Err((e.into(), Some(buf))),
+        };
+        let i = scratch.as_mut_slice();
         let built = (|| -> Result<(), Error> {
             let mut v = input::<CreateMkey>(&mut i[..len])?;
             v.set(

@@ -545,8 +545,10 @@ impl<'d, H: Hal> Pd<'d, H> {
                 None
             },
         };
-        let mut i = [0u8; MAX_MESSAGE];
         let ilen = CreateQpIn::BYTES + 8 * pages;
+        // Built in DMA memory used as plain memory, not on the stack (8 KiB at most).
+        let mut scratch = dev.hal.dma_alloc(ilen.max(64), 64)?;
+        let i = scratch.as_mut_slice();
         {
             let mut v = input::<CreateQp>(&mut i[..ilen])?;
             v.sub(create_qp_in::qpc)

@@ -119,8 +119,10 @@ impl<'d, H: Hal> Pd<'d, H> {
         let dbr = dev.hal.dma_alloc(64, 64)?.share();
         dbr.fill(0, 64, 0)?;
         let ids = dev.hal.dma_alloc(8 << log_size, 64)?.share();
-        let mut i = [0u8; MAX_MESSAGE];
         let ilen = CreateRmpIn::BYTES + 8 * pages;
+        // Built in DMA memory used as plain memory, not on the stack (8 KiB at most).
+        let mut scratch = dev.hal.dma_alloc(ilen.max(64), 64)?;
+        let i = scratch.as_mut_slice();
         {
             let mut v = input::<CreateRmp>(&mut i[..ilen])?;
             let mut c = v.sub(create_rmp_in::ctx);

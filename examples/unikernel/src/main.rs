@@ -5,7 +5,11 @@
 #![no_main]
 
 mod boot;
+mod eth;
 mod exit;
+/// The packet appliance's protocol logic, shared with `examples/src/eth_appliance.rs`.
+#[path = "../../src/appliance/responder.rs"]
+mod responder;
 mod run;
 mod serial;
 

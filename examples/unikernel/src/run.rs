@@ -1,6 +1,7 @@
 //! What the image does: finds two mlx5 functions, brings both up, prints what `devinfo`
-//! prints, runs an RC ping-pong and a UD exchange between them with every byte checked, tears
-//! both down and checks that every DMA page came back.
+//! prints, runs an RC ping-pong and a UD exchange between them with every byte checked (on
+//! Ethernet ports: the packet appliance and its peer, `eth.rs`), tears both down and checks
+//! that every DMA page came back.
 
 use core::fmt;
 use core::time::Duration;
@@ -29,7 +30,7 @@ const UD_SIZE: usize = 1024;
 const GRH: usize = 40;
 const QKEY: u32 = 0x1111_1111;
 /// How long a completion may take before the run fails.
-const COMPLETION_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const COMPLETION_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Why the run failed; printed on the console before the failure exit.
 pub enum Fail {
@@ -87,7 +88,7 @@ impl fmt::Display for Fail {
     }
 }
 
-fn verb(what: &'static str) -> impl FnOnce(Error) -> Fail {
+pub(crate) fn verb(what: &'static str) -> impl FnOnce(Error) -> Fail {
     move |e| Fail::Verb(what, e)
 }
 
@@ -187,6 +188,10 @@ fn both(
     };
     devinfo("mlx5_0", d0, f0);
     devinfo("mlx5_1", d1, f1);
+    // Port type 1: Ethernet (the model server's `--eth`): the packet appliance instead.
+    if d0.info().caps.port_type == 1 {
+        return crate::eth::appliance(d0, d1);
+    }
     rc_pingpong(d0, d1)?;
     ud_exchange(d0, d1)
 }
