@@ -602,6 +602,19 @@ impl<H: Hal> Device<H> {
                 let up = View::<QueryVportStateOut>::new_checked(&out)?
                     .get(query_vport_state_out::state)
                     == u64::from(vport_state::UP);
+                // An Ethernet function's GUIDs are in its NIC vport context (Linux
+                // `mlx5_query_nic_vport_node_guid`).
+                let mut inp = [0u8; QueryNicVportContextIn::BYTES];
+                input::<QueryNicVportContext>(&mut inp)?;
+                let mut out = [0u8; QueryNicVportContextOut::BYTES];
+                self.exec::<QueryNicVportContext>(&mut inp, &mut out)?;
+                let c = View::<QueryNicVportContextOut>::new_checked(&out)?
+                    .sub(query_nic_vport_context_out::nic_vport_context);
+                let guids = (
+                    c.get(nic_vport_context::port_guid),
+                    c.get(nic_vport_context::node_guid),
+                    c.get(nic_vport_context::system_image_guid),
+                );
                 PortInfo {
                     port,
                     state: if up {
@@ -615,9 +628,9 @@ impl<H: Hal> Device<H> {
                     sm_lid: 0,
                     lmc: 0,
                     sm_sl: 0,
-                    port_guid: 0,
-                    node_guid: 0,
-                    sys_image_guid: 0,
+                    port_guid: guids.0,
+                    node_guid: guids.1,
+                    sys_image_guid: guids.2,
                     cap_mask: 0,
                 }
             }

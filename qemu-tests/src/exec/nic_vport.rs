@@ -33,6 +33,10 @@ impl Hca {
     pub(super) fn query_nic_vport_context(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {
         let v = input::<QueryNicVportContextIn>(i)?;
         let mut out = output::<QueryNicVportContextOut>(o)?;
+        // The GUIDs an Ethernet function reports here (Linux `mlx5_query_nic_vport_node_guid`).
+        let guids = self
+            .port_attrs(1)
+            .map(|p| (p.node_guid, p.port_guid, p.sys_image_guid));
         let e = self.eth_mut()?;
         if v.get(query_nic_vport_context_in::other_vport) != 0 {
             return Err(bad_param(syndrome::OUT_OF_RANGE));
@@ -63,6 +67,11 @@ impl Hca {
                 .set(nic_vport_context::promisc_all, p.promisc_all)
                 .set(nic_vport_context::allowed_list_type, list_type)
                 .set(nic_vport_context::allowed_list_size, list.len() as u64);
+            if let Some((node, port, system)) = guids {
+                c.set(nic_vport_context::node_guid, node)
+                    .set(nic_vport_context::port_guid, port)
+                    .set(nic_vport_context::system_image_guid, system);
+            }
             c.sub(nic_vport_context::permanent_address)
                 .set(mac_address_layout::mac_addr_47_32, mac >> 32)
                 .set(mac_address_layout::mac_addr_31_0, mac & 0xffff_ffff);
