@@ -23,6 +23,18 @@ fn pair() -> (SimHal, SimHal) {
     )
 }
 
+/// Two Ethernet ports on one wire, each on its own brought-up HCA, handed to `f` with the
+/// second HCA (to look at its model).
+fn with_ports(f: impl FnOnce(&EthPort<'_, &SimHal>, &EthPort<'_, &SimHal>, &SimHal)) {
+    let (ha, hb) = pair();
+    let (da, db) = (
+        Device::bring_up(&ha, Config::default()).unwrap(),
+        Device::bring_up(&hb, Config::default()).unwrap(),
+    );
+    let (pa, pb) = (da.open_eth().unwrap(), db.open_eth().unwrap());
+    f(&pa, &pb, &hb);
+}
+
 /// A UDP/IPv4 frame from `src` to `dst`, ports `sport` → `dport`, checksums left zero (for
 /// the NIC to fill) unless `fill`.
 fn udp(dst: [u8; 6], src: [u8; 6], sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
@@ -102,157 +114,149 @@ fn recv_all(
 
 #[test]
 fn a_udp_frame_crosses_the_wire_with_its_checksums_filled_and_checked() {
-    let (ha, hb) = pair();
-    let (da, db) = (
-        Device::bring_up(&ha, Config::default()).unwrap(),
-        Device::bring_up(&hb, Config::default()).unwrap(),
-    );
-    let (pa, pb) = (da.open_eth().unwrap(), db.open_eth().unwrap());
-    assert_ne!(pa.mac(), pb.mac());
-    assert_eq!(pa.mac()[0] & 3, 2, "locally administered unicast");
-    assert!(pa.link_up().unwrap());
-    assert_eq!(pa.inline_mode(), InlineMode::L2);
-    assert!(pa.caps().csum);
-    let (pool_a, pool_b) = (
-        PktPool::new(&pa, 64, 2048).unwrap(),
-        PktPool::new(&pb, 64, 2048).unwrap(),
-    );
-    let mut txq = TxQueue::new(&pa, &pool_a, TxQueueAttr::default()).unwrap();
-    let mut rxq = RxQueue::new(
-        &pb,
-        &pool_b,
-        RxQueueAttr {
-            entries: 16,
-            vlan_strip: false,
-        },
-    )
-    .unwrap();
-    let _rule = pb
-        .add_rule(
-            &FlowMatch {
-                dmac: Some(pb.mac()),
-                ..FlowMatch::default()
+    with_ports(|pa, pb, _| {
+        assert_ne!(pa.mac(), pb.mac());
+        assert_eq!(pa.mac()[0] & 3, 2, "locally administered unicast");
+        assert!(pa.link_up().unwrap());
+        assert_eq!(pa.inline_mode(), InlineMode::L2);
+        assert!(pa.caps().csum);
+        let (pool_a, pool_b) = (
+            PktPool::new(pa, 64, 2048).unwrap(),
+            PktPool::new(pb, 64, 2048).unwrap(),
+        );
+        let mut txq = TxQueue::new(pa, &pool_a, TxQueueAttr::default()).unwrap();
+        let mut rxq = RxQueue::new(
+            pb,
+            &pool_b,
+            RxQueueAttr {
+                entries: 16,
+                vlan_strip: false,
             },
-            FlowDest::Queue(&rxq),
         )
         .unwrap();
-    let frame = udp(pb.mac(), pa.mac(), 1234, 7, b"hello over the model's wire");
-    send(&pool_a, &mut txq, &frame, true);
-    let got = recv_all(&pool_b, &mut rxq);
-    assert_eq!(got.len(), 1);
-    let (bytes, p) = &got[0];
-    // The NIC filled both checksums: the IPv4 header sums to 0xffff, and so does the UDP
-    // datagram with its pseudo-header.
-    assert_eq!(&bytes[..24], &frame[..24]);
-    assert_eq!(fold(ones_sum(&bytes[14..34], 0)), 0xffff);
-    let pseudo = ones_sum(&bytes[26..34], 17 + (bytes.len() - 34) as u32);
-    assert_eq!(fold(ones_sum(&bytes[34..], pseudo)), 0xffff);
-    assert_eq!(&bytes[42..], b"hello over the model's wire");
-    assert!(p
-        .flags()
-        .contains(PktFlags::L3_CSUM_OK | PktFlags::L4_CSUM_OK));
-    // Padded to the 60-byte minimum on the wire? This frame is longer: sent as is.
-    assert_eq!(bytes.len(), frame.len());
-    // Without the offload the zero UDP checksum means "none" and stays; the IPv4 one is
-    // wrong (zero) and the NIC says so.
-    send(&pool_a, &mut txq, &frame, false);
-    let got = recv_all(&pool_b, &mut rxq);
-    assert_eq!(got[0].0, frame);
-    assert!(!got[0].1.flags().contains(PktFlags::L3_CSUM_OK));
-    txq.reclaim();
-    assert_eq!(txq.sent(), 2);
-    assert_eq!(pool_a.available(), 64, "sent buffers came back");
+        let _rule = pb
+            .add_rule(
+                &FlowMatch {
+                    dmac: Some(pb.mac()),
+                    ..FlowMatch::default()
+                },
+                FlowDest::Queue(&rxq),
+            )
+            .unwrap();
+        let frame = udp(pb.mac(), pa.mac(), 1234, 7, b"hello over the model's wire");
+        send(&pool_a, &mut txq, &frame, true);
+        let got = recv_all(&pool_b, &mut rxq);
+        assert_eq!(got.len(), 1);
+        let (bytes, p) = &got[0];
+        // The NIC filled both checksums: the IPv4 header sums to 0xffff, and so does the UDP
+        // datagram with its pseudo-header.
+        assert_eq!(&bytes[..24], &frame[..24]);
+        assert_eq!(fold(ones_sum(&bytes[14..34], 0)), 0xffff);
+        let pseudo = ones_sum(&bytes[26..34], 17 + (bytes.len() - 34) as u32);
+        assert_eq!(fold(ones_sum(&bytes[34..], pseudo)), 0xffff);
+        assert_eq!(&bytes[42..], b"hello over the model's wire");
+        assert!(p
+            .flags()
+            .contains(PktFlags::L3_CSUM_OK | PktFlags::L4_CSUM_OK));
+        // Padded to the 60-byte minimum on the wire? This frame is longer: sent as is.
+        assert_eq!(bytes.len(), frame.len());
+        // Without the offload the zero UDP checksum means "none" and stays; the IPv4 one is
+        // wrong (zero) and the NIC says so.
+        send(&pool_a, &mut txq, &frame, false);
+        let got = recv_all(&pool_b, &mut rxq);
+        assert_eq!(got[0].0, frame);
+        assert!(!got[0].1.flags().contains(PktFlags::L3_CSUM_OK));
+        txq.reclaim();
+        assert_eq!(txq.sent(), 2);
+        assert_eq!(pool_a.available(), 64, "sent buffers came back");
+    });
 }
 
 #[test]
 fn steering_sends_each_frame_to_the_first_rule_it_matches_and_drops_the_rest() {
-    let (ha, hb) = pair();
-    let (da, db) = (
-        Device::bring_up(&ha, Config::default()).unwrap(),
-        Device::bring_up(&hb, Config::default()).unwrap(),
-    );
-    let (pa, pb) = (da.open_eth().unwrap(), db.open_eth().unwrap());
-    let (pool_a, pool_b) = (
-        PktPool::new(&pa, 64, 2048).unwrap(),
-        PktPool::new(&pb, 128, 2048).unwrap(),
-    );
-    let mut txq = TxQueue::new(&pa, &pool_a, TxQueueAttr::default()).unwrap();
-    let attr = RxQueueAttr {
-        entries: 16,
-        vlan_strip: false,
-    };
-    let mut q_echo = RxQueue::new(&pb, &pool_b, attr).unwrap();
-    let mut q_rest = RxQueue::new(&pb, &pool_b, attr).unwrap();
-    let _echo = pb
-        .add_rule(
-            &FlowMatch {
-                dmac: Some(pb.mac()),
-                udp_dport: Some(7),
-                ..FlowMatch::default()
-            },
-            FlowDest::Queue(&q_echo),
-        )
-        .unwrap();
-    let _drop9 = pb
-        .add_rule(
-            &FlowMatch {
-                udp_dport: Some(9),
-                ..FlowMatch::default()
-            },
-            FlowDest::Drop,
-        )
-        .unwrap();
-    let _mine = pb
-        .add_rule(
-            &FlowMatch {
-                dmac: Some(pb.mac()),
-                ..FlowMatch::default()
-            },
-            FlowDest::Queue(&q_rest),
-        )
-        .unwrap();
-    send(
-        &pool_a,
-        &mut txq,
-        &udp(pb.mac(), pa.mac(), 1, 7, b"echo"),
-        true,
-    );
-    send(
-        &pool_a,
-        &mut txq,
-        &udp(pb.mac(), pa.mac(), 1, 8, b"other"),
-        true,
-    );
-    send(
-        &pool_a,
-        &mut txq,
-        &udp(pb.mac(), pa.mac(), 1, 9, b"dropped"),
-        true,
-    );
-    send(
-        &pool_a,
-        &mut txq,
-        &udp([2, 9, 9, 9, 9, 9], pa.mac(), 1, 7, b"not mine"),
-        true,
-    );
-    let echo = recv_all(&pool_b, &mut q_echo);
-    let rest = recv_all(&pool_b, &mut q_rest);
-    assert_eq!(echo.len(), 1);
-    // Short frames arrive padded to the 60-byte minimum.
-    assert_eq!(echo[0].0.len(), 60);
-    assert_eq!(&echo[0].0[42..46], b"echo");
-    assert_eq!(rest.len(), 1);
-    assert_eq!(&rest[0].0[42..47], b"other");
-    // With the first rule gone, port 7 falls to the MAC rule.
-    drop(_echo);
-    send(
-        &pool_a,
-        &mut txq,
-        &udp(pb.mac(), pa.mac(), 1, 7, b"echo2"),
-        true,
-    );
-    assert!(recv_all(&pool_b, &mut q_echo).is_empty());
-    assert_eq!(&recv_all(&pool_b, &mut q_rest)[0].0[42..47], b"echo2");
+    with_ports(|pa, pb, _| {
+        let (pool_a, pool_b) = (
+            PktPool::new(pa, 64, 2048).unwrap(),
+            PktPool::new(pb, 128, 2048).unwrap(),
+        );
+        let mut txq = TxQueue::new(pa, &pool_a, TxQueueAttr::default()).unwrap();
+        let attr = RxQueueAttr {
+            entries: 16,
+            vlan_strip: false,
+        };
+        let mut q_echo = RxQueue::new(pb, &pool_b, attr).unwrap();
+        let mut q_rest = RxQueue::new(pb, &pool_b, attr).unwrap();
+        let _echo = pb
+            .add_rule(
+                &FlowMatch {
+                    dmac: Some(pb.mac()),
+                    udp_dport: Some(7),
+                    ..FlowMatch::default()
+                },
+                FlowDest::Queue(&q_echo),
+            )
+            .unwrap();
+        let _drop9 = pb
+            .add_rule(
+                &FlowMatch {
+                    udp_dport: Some(9),
+                    ..FlowMatch::default()
+                },
+                FlowDest::Drop,
+            )
+            .unwrap();
+        let _mine = pb
+            .add_rule(
+                &FlowMatch {
+                    dmac: Some(pb.mac()),
+                    ..FlowMatch::default()
+                },
+                FlowDest::Queue(&q_rest),
+            )
+            .unwrap();
+        send(
+            &pool_a,
+            &mut txq,
+            &udp(pb.mac(), pa.mac(), 1, 7, b"echo"),
+            true,
+        );
+        send(
+            &pool_a,
+            &mut txq,
+            &udp(pb.mac(), pa.mac(), 1, 8, b"other"),
+            true,
+        );
+        send(
+            &pool_a,
+            &mut txq,
+            &udp(pb.mac(), pa.mac(), 1, 9, b"dropped"),
+            true,
+        );
+        send(
+            &pool_a,
+            &mut txq,
+            &udp([2, 9, 9, 9, 9, 9], pa.mac(), 1, 7, b"not mine"),
+            true,
+        );
+        let echo = recv_all(&pool_b, &mut q_echo);
+        let rest = recv_all(&pool_b, &mut q_rest);
+        assert_eq!(echo.len(), 1);
+        // Short frames arrive padded to the 60-byte minimum.
+        assert_eq!(echo[0].0.len(), 60);
+        assert_eq!(&echo[0].0[42..46], b"echo");
+        assert_eq!(rest.len(), 1);
+        assert_eq!(&rest[0].0[42..47], b"other");
+        // With the first rule gone, port 7 falls to the MAC rule.
+        drop(_echo);
+        send(
+            &pool_a,
+            &mut txq,
+            &udp(pb.mac(), pa.mac(), 1, 7, b"echo2"),
+            true,
+        );
+        assert!(recv_all(&pool_b, &mut q_echo).is_empty());
+        assert_eq!(&recv_all(&pool_b, &mut q_rest)[0].0[42..47], b"echo2");
+    });
 }
 
 /// The Toeplitz hash (Microsoft's definition), computed here independently of the model.
@@ -278,64 +282,60 @@ fn toeplitz(key: &[u8; 40], input: &[u8]) -> u32 {
 
 #[test]
 fn rss_spreads_udp_flows_over_its_queues_by_the_toeplitz_hash() {
-    let (ha, hb) = pair();
-    let (da, db) = (
-        Device::bring_up(&ha, Config::default()).unwrap(),
-        Device::bring_up(&hb, Config::default()).unwrap(),
-    );
-    let (pa, pb) = (da.open_eth().unwrap(), db.open_eth().unwrap());
-    let (pool_a, pool_b) = (
-        PktPool::new(&pa, 64, 2048).unwrap(),
-        PktPool::new(&pb, 256, 2048).unwrap(),
-    );
-    let mut txq = TxQueue::new(&pa, &pool_a, TxQueueAttr::default()).unwrap();
-    let attr = RxQueueAttr {
-        entries: 32,
-        vlan_strip: false,
-    };
-    let mut qs: Vec<_> = (0..4)
-        .map(|_| RxQueue::new(&pb, &pool_b, attr).unwrap())
-        .collect();
-    let refs: Vec<&RxQueue<'_, '_, &SimHal>> = qs.iter().collect();
-    let rss = RssGroup::new(&pb, &refs, RssFields::Ipv4Udp, &DEFAULT_RSS_KEY).unwrap();
-    let rule = pb
-        .add_rule(
-            &FlowMatch {
-                dmac: Some(pb.mac()),
-                ..FlowMatch::default()
-            },
-            FlowDest::Rss(&rss),
-        )
-        .unwrap();
-    for sport in 1000..1040u16 {
-        send(
-            &pool_a,
-            &mut txq,
-            &udp(pb.mac(), pa.mac(), sport, 4789, &sport.to_be_bytes()),
-            true,
+    with_ports(|pa, pb, _| {
+        let (pool_a, pool_b) = (
+            PktPool::new(pa, 64, 2048).unwrap(),
+            PktPool::new(pb, 256, 2048).unwrap(),
         );
-    }
-    let mut per_queue = [0usize; 4];
-    for (k, q) in qs.iter_mut().enumerate() {
-        for (bytes, p) in recv_all(&pool_b, q) {
-            let sport = u16::from_be_bytes([bytes[42], bytes[43]]);
-            let mut input = vec![10, 0, 0, 1, 10, 0, 0, 2];
-            input.extend(sport.to_be_bytes());
-            input.extend(4789u16.to_be_bytes());
-            let h = toeplitz(&DEFAULT_RSS_KEY, &input);
-            assert!(p.flags().contains(PktFlags::RSS_HASH));
-            assert_eq!(p.rss_hash(), h, "sport {sport}");
-            assert_eq!(h as usize % 4, k, "sport {sport} in queue {k}");
-            per_queue[k] += 1;
+        let mut txq = TxQueue::new(pa, &pool_a, TxQueueAttr::default()).unwrap();
+        let attr = RxQueueAttr {
+            entries: 32,
+            vlan_strip: false,
+        };
+        let mut qs: Vec<_> = (0..4)
+            .map(|_| RxQueue::new(pb, &pool_b, attr).unwrap())
+            .collect();
+        let refs: Vec<&RxQueue<'_, '_, &SimHal>> = qs.iter().collect();
+        let rss = RssGroup::new(pb, &refs, RssFields::Ipv4Udp, &DEFAULT_RSS_KEY).unwrap();
+        let rule = pb
+            .add_rule(
+                &FlowMatch {
+                    dmac: Some(pb.mac()),
+                    ..FlowMatch::default()
+                },
+                FlowDest::Rss(&rss),
+            )
+            .unwrap();
+        for sport in 1000..1040u16 {
+            send(
+                &pool_a,
+                &mut txq,
+                &udp(pb.mac(), pa.mac(), sport, 4789, &sport.to_be_bytes()),
+                true,
+            );
         }
-    }
-    assert_eq!(per_queue.iter().sum::<usize>(), 40);
-    assert!(
-        per_queue.iter().all(|&n| n > 0),
-        "every queue got flows: {per_queue:?}"
-    );
-    drop(rule);
-    drop(rss);
+        let mut per_queue = [0usize; 4];
+        for (k, q) in qs.iter_mut().enumerate() {
+            for (bytes, p) in recv_all(&pool_b, q) {
+                let sport = u16::from_be_bytes([bytes[42], bytes[43]]);
+                let mut input = vec![10, 0, 0, 1, 10, 0, 0, 2];
+                input.extend(sport.to_be_bytes());
+                input.extend(4789u16.to_be_bytes());
+                let h = toeplitz(&DEFAULT_RSS_KEY, &input);
+                assert!(p.flags().contains(PktFlags::RSS_HASH));
+                assert_eq!(p.rss_hash(), h, "sport {sport}");
+                assert_eq!(h as usize % 4, k, "sport {sport} in queue {k}");
+                per_queue[k] += 1;
+            }
+        }
+        assert_eq!(per_queue.iter().sum::<usize>(), 40);
+        assert!(
+            per_queue.iter().all(|&n| n > 0),
+            "every queue got flows: {per_queue:?}"
+        );
+        drop(rule);
+        drop(rss);
+    });
 }
 
 #[test]
@@ -430,54 +430,50 @@ fn an_infiniband_port_is_not_ethernet() {
 
 #[test]
 fn a_full_pool_backs_off_and_the_device_drops_what_finds_no_buffer() {
-    let (ha, hb) = pair();
-    let (da, db) = (
-        Device::bring_up(&ha, Config::default()).unwrap(),
-        Device::bring_up(&hb, Config::default()).unwrap(),
-    );
-    let (pa, pb) = (da.open_eth().unwrap(), db.open_eth().unwrap());
-    let pool_a = PktPool::new(&pa, 64, 2048).unwrap();
-    // 8 buffers posted, 2 spare.
-    let pool_b = PktPool::new(&pb, 10, 2048).unwrap();
-    let mut txq = TxQueue::new(&pa, &pool_a, TxQueueAttr::default()).unwrap();
-    let mut rxq = RxQueue::new(
-        &pb,
-        &pool_b,
-        RxQueueAttr {
-            entries: 8,
-            vlan_strip: false,
-        },
-    )
-    .unwrap();
-    let _r = pb
-        .add_rule(&FlowMatch::default(), FlowDest::Queue(&rxq))
+    with_ports(|pa, pb, hb| {
+        let pool_a = PktPool::new(pa, 64, 2048).unwrap();
+        // 8 buffers posted, 2 spare.
+        let pool_b = PktPool::new(pb, 10, 2048).unwrap();
+        let mut txq = TxQueue::new(pa, &pool_a, TxQueueAttr::default()).unwrap();
+        let mut rxq = RxQueue::new(
+            pb,
+            &pool_b,
+            RxQueueAttr {
+                entries: 8,
+                vlan_strip: false,
+            },
+        )
         .unwrap();
-    for k in 0..12u8 {
-        send(
-            &pool_a,
-            &mut txq,
-            &udp(pb.mac(), pa.mac(), 1, 2, &[k]),
-            true,
+        let _r = pb
+            .add_rule(&FlowMatch::default(), FlowDest::Queue(&rxq))
+            .unwrap();
+        for k in 0..12u8 {
+            send(
+                &pool_a,
+                &mut txq,
+                &udp(pb.mac(), pa.mac(), 1, 2, &[k]),
+                true,
+            );
+        }
+        // 8 frames found a WQE; 4 were dropped by the device.
+        let mut pk = [Pkt::EMPTY; 16];
+        let n = rxq.rx_burst(&mut pk);
+        assert_eq!(n, 2, "two spare buffers to replace what is handed over");
+        let m = rxq.rx_burst(&mut pk[n..]);
+        assert_eq!(m, 0, "the pool is empty: the rest wait in the CQ");
+        for p in &pk[..n] {
+            pool_b.free(*p).unwrap();
+        }
+        let got = recv_all(&pool_b, &mut rxq);
+        assert_eq!(got.len(), 6);
+        let firsts: Vec<u8> = got.iter().map(|(b, _)| b[42]).collect();
+        assert_eq!(
+            firsts,
+            vec![2, 3, 4, 5, 6, 7],
+            "in order, the first eight only"
         );
-    }
-    // 8 frames found a WQE; 4 were dropped by the device.
-    let mut pk = [Pkt::EMPTY; 16];
-    let n = rxq.rx_burst(&mut pk);
-    assert_eq!(n, 2, "two spare buffers to replace what is handed over");
-    let m = rxq.rx_burst(&mut pk[n..]);
-    assert_eq!(m, 0, "the pool is empty: the rest wait in the CQ");
-    for p in &pk[..n] {
-        pool_b.free(*p).unwrap();
-    }
-    let got = recv_all(&pool_b, &mut rxq);
-    assert_eq!(got.len(), 6);
-    let firsts: Vec<u8> = got.iter().map(|(b, _)| b[42]).collect();
-    assert_eq!(
-        firsts,
-        vec![2, 3, 4, 5, 6, 7],
-        "in order, the first eight only"
-    );
-    assert_eq!(hb.model().with(|h| h.eth_work()).unwrap().rx_dropped, 4);
+        assert_eq!(hb.model().with(|h| h.eth_work()).unwrap().rx_dropped, 4);
+    });
 }
 
 #[test]
@@ -541,85 +537,80 @@ fn everything_is_released_when_the_objects_go() {
 
 #[test]
 fn vlan_tags_are_stripped_on_request_and_frames_past_the_receivers_mtu_are_dropped() {
-    let (ha, hb) = pair();
-    let (da, db) = (
-        Device::bring_up(&ha, Config::default()).unwrap(),
-        Device::bring_up(&hb, Config::default()).unwrap(),
-    );
-    let (pa, mut pb) = (da.open_eth().unwrap(), db.open_eth().unwrap());
-    // The receiver takes frames of 600 bytes at most (L2 header and FCS included).
-    pb.set_hw_mtu(600).unwrap();
-    assert_eq!(pb.hw_mtu(), 600);
-    assert!(pb.set_hw_mtu(10).is_err());
-    let pb = pb;
-    let (pool_a, pool_b) = (
-        PktPool::new(&pa, 64, 2048).unwrap(),
-        PktPool::new(&pb, 64, 2048).unwrap(),
-    );
-    let mut txq = TxQueue::new(&pa, &pool_a, TxQueueAttr::default()).unwrap();
-    let mut strip = RxQueue::new(
-        &pb,
-        &pool_b,
-        RxQueueAttr {
-            entries: 16,
-            vlan_strip: true,
-        },
-    )
-    .unwrap();
-    let mut keep = RxQueue::new(
-        &pb,
-        &pool_b,
-        RxQueueAttr {
-            entries: 16,
-            vlan_strip: false,
-        },
-    )
-    .unwrap();
-    let _a = pb
-        .add_rule(
-            &FlowMatch {
-                vlan_id: Some(5),
-                ..FlowMatch::default()
+    with_ports(|pa, pb, _| {
+        // The receiver takes frames of 600 bytes at most (L2 header and FCS included).
+        pb.set_hw_mtu(600).unwrap();
+        assert_eq!(pb.hw_mtu(), 600);
+        assert!(pb.set_hw_mtu(10).is_err());
+        let (pool_a, pool_b) = (
+            PktPool::new(pa, 64, 2048).unwrap(),
+            PktPool::new(pb, 64, 2048).unwrap(),
+        );
+        let mut txq = TxQueue::new(pa, &pool_a, TxQueueAttr::default()).unwrap();
+        let mut strip = RxQueue::new(
+            pb,
+            &pool_b,
+            RxQueueAttr {
+                entries: 16,
+                vlan_strip: true,
             },
-            FlowDest::Queue(&strip),
         )
         .unwrap();
-    let _b = pb
-        .add_rule(
-            &FlowMatch {
-                dmac: Some(pb.mac()),
-                ..FlowMatch::default()
+        let mut keep = RxQueue::new(
+            pb,
+            &pool_b,
+            RxQueueAttr {
+                entries: 16,
+                vlan_strip: false,
             },
-            FlowDest::Queue(&keep),
         )
         .unwrap();
-    let plain = udp(pb.mac(), pa.mac(), 1, 2, &[7u8; 100]);
-    let mut tagged = plain[..12].to_vec();
-    tagged.extend_from_slice(&[0x81, 0x00, 0xa0, 0x05]); // PCP 5, VLAN 5
-    tagged.extend_from_slice(&plain[12..]);
-    send(&pool_a, &mut txq, &tagged, true);
-    let got = recv_all(&pool_b, &mut strip);
-    assert_eq!(got.len(), 1);
-    assert!(got[0].1.flags().contains(PktFlags::VLAN_STRIPPED));
-    assert_eq!(got[0].1.vlan_tci(), 0xa005);
-    // The tag left the frame (the checksums at 24 and 40 are the NIC's).
-    assert_eq!(got[0].0.len(), plain.len());
-    assert_eq!(&got[0].0[..24], &plain[..24], "the tag left the frame");
-    assert_eq!(&got[0].0[26..40], &plain[26..40]);
-    assert_eq!(&got[0].0[42..], &plain[42..]);
-    assert!(got[0].1.flags().contains(PktFlags::L4_CSUM_OK));
-    // Untagged to the other queue, as sent.
-    send(&pool_a, &mut txq, &plain, true);
-    let got = recv_all(&pool_b, &mut keep);
-    assert_eq!(got.len(), 1);
-    assert!(!got[0].1.flags().contains(PktFlags::VLAN_STRIPPED));
-    // 700 bytes: past the receiver's 600, dropped there (the sender's 1522 allows it).
-    send(
-        &pool_a,
-        &mut txq,
-        &udp(pb.mac(), pa.mac(), 1, 2, &[1u8; 658]),
-        true,
-    );
-    assert!(recv_all(&pool_b, &mut keep).is_empty());
-    assert!(recv_all(&pool_b, &mut strip).is_empty());
+        let _a = pb
+            .add_rule(
+                &FlowMatch {
+                    vlan_id: Some(5),
+                    ..FlowMatch::default()
+                },
+                FlowDest::Queue(&strip),
+            )
+            .unwrap();
+        let _b = pb
+            .add_rule(
+                &FlowMatch {
+                    dmac: Some(pb.mac()),
+                    ..FlowMatch::default()
+                },
+                FlowDest::Queue(&keep),
+            )
+            .unwrap();
+        let plain = udp(pb.mac(), pa.mac(), 1, 2, &[7u8; 100]);
+        let mut tagged = plain[..12].to_vec();
+        tagged.extend_from_slice(&[0x81, 0x00, 0xa0, 0x05]); // PCP 5, VLAN 5
+        tagged.extend_from_slice(&plain[12..]);
+        send(&pool_a, &mut txq, &tagged, true);
+        let got = recv_all(&pool_b, &mut strip);
+        assert_eq!(got.len(), 1);
+        assert!(got[0].1.flags().contains(PktFlags::VLAN_STRIPPED));
+        assert_eq!(got[0].1.vlan_tci(), 0xa005);
+        // The tag left the frame (the checksums at 24 and 40 are the NIC's).
+        assert_eq!(got[0].0.len(), plain.len());
+        assert_eq!(&got[0].0[..24], &plain[..24], "the tag left the frame");
+        assert_eq!(&got[0].0[26..40], &plain[26..40]);
+        assert_eq!(&got[0].0[42..], &plain[42..]);
+        assert!(got[0].1.flags().contains(PktFlags::L4_CSUM_OK));
+        // Untagged to the other queue, as sent.
+        send(&pool_a, &mut txq, &plain, true);
+        let got = recv_all(&pool_b, &mut keep);
+        assert_eq!(got.len(), 1);
+        assert!(!got[0].1.flags().contains(PktFlags::VLAN_STRIPPED));
+        // 700 bytes: past the receiver's 600, dropped there (the sender's 1522 allows it).
+        send(
+            &pool_a,
+            &mut txq,
+            &udp(pb.mac(), pa.mac(), 1, 2, &[1u8; 658]),
+            true,
+        );
+        assert!(recv_all(&pool_b, &mut keep).is_empty());
+        assert!(recv_all(&pool_b, &mut strip).is_empty());
+    });
 }

@@ -73,7 +73,8 @@ pub struct EthPort<'d, H: Hal> {
     pub(crate) table_id: u32,
     caps: EthCaps,
     mac: [u8; 6],
-    mtu: u16,
+    /// The NIC vport's MTU; queues read it on every send, so it may change under them.
+    mtu: core::sync::atomic::AtomicU16,
     inline: InlineMode,
     /// Flow indexes in use: one bit per rule of the steering table.
     pub(crate) rules: spin::Mutex<[u64; MAX_FLOW_RULES / 64]>,
@@ -158,7 +159,7 @@ impl<H: Hal> Device<H> {
             table_id,
             caps,
             mac,
-            mtu,
+            mtu: core::sync::atomic::AtomicU16::new(mtu),
             inline,
             rules: spin::Mutex::new([0; MAX_FLOW_RULES / 64]),
         })
@@ -246,7 +247,7 @@ impl<'d, H: Hal> EthPort<'d, H> {
     /// The largest frame the port receives, L2 header and FCS included (the NIC vport
     /// context's MTU; an IP MTU of 1500 is 1522 here).
     pub fn hw_mtu(&self) -> u16 {
-        self.mtu
+        self.mtu.load(core::sync::atomic::Ordering::Relaxed)
     }
 
     /// What each send WQE inlines.
@@ -275,11 +276,12 @@ impl<'d, H: Hal> EthPort<'d, H> {
     }
 
     /// Sets the largest frame the port receives, L2 header and FCS included
-    /// (MODIFY_NIC_VPORT_CONTEXT `mtu`).
+    /// (MODIFY_NIC_VPORT_CONTEXT `mtu`), queues open or not; sends past it are refused from
+    /// then on.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] ([`Invalid::PacketLength`]) below 64 bytes; a command error.
-    pub fn set_hw_mtu(&mut self, mtu: u16) -> Result<(), Error> {
+    pub fn set_hw_mtu(&self, mtu: u16) -> Result<(), Error> {
         if mtu < 64 {
             return Err(Error::InvalidArgument {
                 what: Invalid::PacketLength,
@@ -295,7 +297,7 @@ impl<'d, H: Hal> EthPort<'d, H> {
         }
         self.dev
             .exec::<ModifyNicVportContext>(&mut i, &mut [0u8; ModifyNicVportContextOut::BYTES])?;
-        self.mtu = mtu;
+        self.mtu.store(mtu, core::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 
