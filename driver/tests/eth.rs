@@ -614,3 +614,98 @@ fn vlan_tags_are_stripped_on_request_and_frames_past_the_receivers_mtu_are_dropp
         assert!(recv_all(&pool_b, &mut strip).is_empty());
     });
 }
+
+#[test]
+fn a_vlan_tag_is_inserted_on_send_in_the_inline_headers_or_by_the_nic() {
+    // Sender A inlines L2 headers (the tag goes into the WQE's copy); sender C inlines nothing
+    // (the NIC inserts the tag: the Ethernet segment's insert union).
+    let f = Fabric::new();
+    let ha = SimHal::on_fabric(eth_cfg(0), Drive::Synchronous, &f);
+    let hb = SimHal::on_fabric(eth_cfg(1), Drive::Synchronous, &f);
+    let hc = SimHal::on_fabric(
+        ModelConfig {
+            eth_min_inline: 0,
+            ..eth_cfg(2)
+        },
+        Drive::Synchronous,
+        &f,
+    );
+    // One by one: a device is large, arrays of them overflow a debug test's stack.
+    let da = Device::bring_up(&ha, Config::default()).unwrap();
+    let db = Device::bring_up(&hb, Config::default()).unwrap();
+    let dc = Device::bring_up(&hc, Config::default()).unwrap();
+    let (pa, pb, pc) = (
+        da.open_eth().unwrap(),
+        db.open_eth().unwrap(),
+        dc.open_eth().unwrap(),
+    );
+    assert_eq!(pa.inline_mode(), InlineMode::L2);
+    assert_eq!(pc.inline_mode(), InlineMode::None);
+    assert!(pc.caps().vlan_insert);
+    let pools = [
+        PktPool::new(&pa, 32, 2048).unwrap(),
+        PktPool::new(&pb, 32, 2048).unwrap(),
+        PktPool::new(&pc, 32, 2048).unwrap(),
+    ];
+    let mut txa = TxQueue::new(&pa, &pools[0], TxQueueAttr::default()).unwrap();
+    let mut txc = TxQueue::new(&pc, &pools[2], TxQueueAttr::default()).unwrap();
+    let mut rx = RxQueue::new(
+        &pb,
+        &pools[1],
+        RxQueueAttr {
+            entries: 8,
+            vlan_strip: false,
+        },
+    )
+    .unwrap();
+    let _r = pb
+        .add_rule(
+            &FlowMatch {
+                vlan_id: Some(0x123),
+                ..FlowMatch::default()
+            },
+            FlowDest::Queue(&rx),
+        )
+        .unwrap();
+    for (txq, port, pool) in [(&mut txa, &pa, &pools[0]), (&mut txc, &pc, &pools[2])] {
+        let frame = udp(pb.mac(), port.mac(), 5, 6, b"tag me");
+        let mut p = pool.alloc().unwrap();
+        pool.write(&mut p, 0, &frame).unwrap();
+        p.set_tx_csum(true);
+        p.set_vlan_insert(Some(0x6123)); // PCP 3, VLAN 0x123
+        assert_eq!(txq.tx_burst(&[p]), 1, "{:?}", txq.take_refused());
+        let got = recv_all(&pools[1], &mut rx);
+        txq.reclaim();
+        assert_eq!(txq.stopped(), None);
+        assert_eq!(
+            got.len(),
+            1,
+            "matched by the VLAN rule: {:?}",
+            hb.model().with(|h| h.eth_work())
+        );
+        let b = &got[0].0;
+        assert_eq!(&b[12..16], &[0x81, 0x00, 0x61, 0x23]);
+        assert_eq!(&b[..12], &frame[..12]);
+        assert_eq!(&b[16..18], &frame[12..14]);
+        assert_eq!(&b[46..52], b"tag me");
+        assert!(got[0].1.flags().contains(PktFlags::L4_CSUM_OK));
+    }
+    // A plain send from the port that inlines nothing: the data segment right after the
+    // Ethernet segment.
+    let _mine = pb
+        .add_rule(
+            &FlowMatch {
+                dmac: Some(pb.mac()),
+                ..FlowMatch::default()
+            },
+            FlowDest::Queue(&rx),
+        )
+        .unwrap();
+    let frame = udp(pb.mac(), pc.mac(), 5, 6, b"no inline");
+    let mut p = pools[2].alloc().unwrap();
+    pools[2].write(&mut p, 0, &frame).unwrap();
+    assert_eq!(txc.tx_burst(&[p]), 1);
+    let got = recv_all(&pools[1], &mut rx);
+    assert_eq!(got.len(), 1);
+    assert_eq!(&got[0].0[..frame.len()], &frame[..], "as sent, padded to 60 bytes");
+}

@@ -162,15 +162,16 @@ pub fn general_caps(cfg: &ModelConfig) -> (Vec<u8>, Vec<u8>) {
 }
 
 /// Ethernet offload capabilities (group 1; max and current alike): checksums, VLAN strip,
-/// LSO up to 64 KiB, RSS, loopback blocking per TIR; the inline header a send WQE needs is
-/// the NIC vport context's `min_wqe_inline_mode`. No LRO, no multi-packet send WQEs, no
-/// VLAN insertion by the WQE, no software parser.
+/// LSO up to 64 KiB, RSS, loopback blocking per TIR, VLAN insertion by the WQE; the inline
+/// header a send WQE needs is the NIC vport context's `min_wqe_inline_mode`. No LRO, no
+/// multi-packet send WQEs, no software parser.
 pub fn eth_caps() -> Vec<u8> {
     let mut cur = vec![0u8; CAP_BYTES];
     ViewMut::<EthCaps>::new_checked(&mut cur[..EthCaps::BYTES])
         .unwrap_or_else(|_| unreachable!("the capability area holds the Ethernet caps"))
         .set(e::csum_cap, 1u8)
         .set(e::vlan_cap, 1u8)
+        .set(e::wqe_vlan_insert, 1u8)
         .set(e::self_lb_en_modifiable, 1u8)
         .set(e::max_lso_cap, 16u8)
         .set(

@@ -37,6 +37,9 @@ bitflags::bitflags! {
         const RSS_HASH = 1 << 3;
         /// To send: the NIC fills the IPv4 header checksum and the TCP or UDP checksum.
         const TX_CSUM = 1 << 8;
+        /// To send: a VLAN tag with [`Pkt::vlan_tci`] goes in after the MAC addresses (by the
+        /// NIC, or in the WQE's inline headers when the port inlines them).
+        const TX_VLAN_INSERT = 1 << 9;
     }
 }
 
@@ -84,12 +87,19 @@ impl Pkt {
         self.flags.set(PktFlags::TX_CSUM, on);
     }
 
+    /// Asks for a VLAN tag with `tci` to be inserted when this packet is sent (`None`: none).
+    pub fn set_vlan_insert(&mut self, tci: Option<u16>) {
+        self.flags.set(PktFlags::TX_VLAN_INSERT, tci.is_some());
+        self.vlan = tci.unwrap_or(0);
+    }
+
     /// The RSS hash (with [`PktFlags::RSS_HASH`]).
     pub fn rss_hash(&self) -> u32 {
         self.hash
     }
 
-    /// The stripped VLAN tag (with [`PktFlags::VLAN_STRIPPED`]).
+    /// The stripped VLAN tag (with [`PktFlags::VLAN_STRIPPED`]), or the one to insert (with
+    /// [`PktFlags::TX_VLAN_INSERT`]).
     pub fn vlan_tci(&self) -> u16 {
         self.vlan
     }

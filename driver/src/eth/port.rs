@@ -54,6 +54,8 @@ pub struct EthCaps {
     pub csum: bool,
     /// VLAN stripping on receive.
     pub vlan_strip: bool,
+    /// VLAN insertion by the send WQE.
+    pub vlan_insert: bool,
     /// log2 of the largest LSO send (0: none).
     pub log_max_lso: u8,
     /// log2 of the largest RSS indirection table.
@@ -114,6 +116,7 @@ impl<H: Hal> Device<H> {
         let caps = EthCaps {
             csum: e.get(per_protocol_networking_offload_caps::csum_cap) != 0,
             vlan_strip: e.get(per_protocol_networking_offload_caps::vlan_cap) != 0,
+            vlan_insert: e.get(per_protocol_networking_offload_caps::wqe_vlan_insert) != 0,
             log_max_lso: e.get(per_protocol_networking_offload_caps::max_lso_cap) as u8,
             log_max_rqt: e.get(per_protocol_networking_offload_caps::rss_ind_tbl_cap) as u8,
             self_lb_block: e.get(per_protocol_networking_offload_caps::self_lb_en_modifiable) != 0,

@@ -267,7 +267,8 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
         let mut n = 0;
         let mut last_ctrl = 0u64;
         let mut wqe = [0u8; 3 * WQEBB];
-        // Bytes past `peek` are stale from earlier packets: only `..inline` (≤ peek) is used.
+        // Bytes past `peek` (and the inserted tag) are stale from earlier packets: only
+        // `..inline` is used.
         let mut head = [0u8; MAX_INLINE];
         while n < pkts.len() {
             let p = &pkts[n];
@@ -276,17 +277,35 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
                 break;
             }
             let len = p.len();
-            if !(MIN_FRAME..=max_frame.max(MIN_FRAME)).contains(&len) || len > self.pool.buf_size()
+            let tag = p.flags.contains(PktFlags::TX_VLAN_INSERT);
+            let wire = len + if tag { 4 } else { 0 };
+            if !(MIN_FRAME..=max_frame.max(MIN_FRAME)).contains(&wire) || len > self.pool.buf_size()
             {
                 self.refused = Some(Error::InvalidArgument {
                     what: Invalid::PacketLength,
                 });
                 break;
             }
-            let peek = len.min(self.peek_len);
+            let peek = len.min(self.peek_len.max(if tag { 14 } else { 0 }));
             self.pool.peek(p.index, &mut head[..peek]);
-            let inline = self.port.inline_len(&head[..peek], len).min(MAX_INLINE);
-            let rest = len - inline;
+            // `from`: where the data segment starts in the buffer; `inline`: the bytes the WQE
+            // carries (with a tag inserted in software, four more than taken from the buffer).
+            let mut from = self.port.inline_len(&head[..peek], len).min(MAX_INLINE - 4);
+            let mut inline = from;
+            let mut hw_tag = None;
+            if tag {
+                if from == 0 && self.port.caps().vlan_insert {
+                    // No inline header needed: the NIC inserts the tag (the `insert` union).
+                    hw_tag = Some(p.vlan);
+                } else {
+                    // The tag goes into the inline copy, after the MAC addresses.
+                    from = from.max(14).min(len);
+                    head.copy_within(12..from, 16);
+                    head[12..16].copy_from_slice(&[0x81, 0x00, (p.vlan >> 8) as u8, p.vlan as u8]);
+                    inline = from + 4;
+                }
+            }
+            let rest = len - from;
             let inline_units = if inline > 2 {
                 (inline - 2).div_ceil(16)
             } else {
@@ -317,10 +336,16 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
             let data = if rest > 0 {
                 (
                     (u64::from(rest as u32) << 32) | u64::from(self.pool.lkey()),
-                    self.pool.iova(p.index) + inline as u64,
+                    self.pool.iova(p.index) + from as u64,
                 )
             } else {
                 (0, 0)
+            };
+            // Ethernet segment bytes 12..16: the inline size and first two inline bytes, or the
+            // insert type and the TCI.
+            let hdr_word = match hw_tag {
+                Some(tci) => (u64::from(ETH_WQE_INSERT_VLAN) << 16) | u64::from(tci),
+                None => ((inline as u64) << 16) | (u64::from(head[0]) << 8) | u64::from(head[1]),
             };
             if inline <= 18 {
                 // One WQEBB: control, Ethernet segment with the first two header bytes, the
@@ -343,20 +368,25 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
                 bb.write64(0, ctrl);
                 bb.write64(8, u64::from(ce) << 32);
                 bb.write64(16, u64::from(cs) << 24);
-                bb.write64(
-                    24,
-                    ((inline as u64) << 16) | (u64::from(h[0]) << 8) | u64::from(h[1]),
-                );
-                bb.write64(32, word(2));
-                bb.write64(40, word(10));
-                bb.write64(48, data.0);
-                bb.write64(56, data.1);
+                bb.write64(24, hdr_word);
+                if inline_units == 0 {
+                    // Nothing inlined past the segment: the data segment follows it.
+                    bb.write64(32, data.0);
+                    bb.write64(40, data.1);
+                    bb.write64(48, 0);
+                    bb.write64(56, 0);
+                } else {
+                    bb.write64(32, word(2));
+                    bb.write64(40, word(10));
+                    bb.write64(48, data.0);
+                    bb.write64(56, data.1);
+                }
             } else {
                 wqe[..bbs * WQEBB].fill(0);
                 wqe[..8].copy_from_slice(&ctrl.to_be_bytes());
                 wqe[11] = ce;
                 wqe[20] = cs;
-                wqe[28..30].copy_from_slice(&(inline as u16).to_be_bytes());
+                wqe[24..32].copy_from_slice(&hdr_word.to_be_bytes());
                 wqe[30..30 + inline].copy_from_slice(&head[..inline]);
                 if rest > 0 {
                     let at = 32 + 16 * inline_units;

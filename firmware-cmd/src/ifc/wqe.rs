@@ -44,7 +44,9 @@ crate::ifc! {
         /// LSO: the payload bytes of each segment.
         0x30 mss: 16,
         0x40 flow_table_metadata: 32,
-        /// Bytes of headers inlined from `inline_hdr_start` on.
+        /// Bytes of headers inlined from `inline_hdr_start` on; or, with
+        /// [`ETH_WQE_INSERT_VLAN`] set, the insert type, `inline_hdr_start` then holding the
+        /// VLAN TCI to insert (the `insert` union of `struct mlx5_wqe_eth_seg`).
         0x60 inline_hdr_sz: 16,
         0x70 inline_hdr_start: [u8; 2],
     }
@@ -147,6 +149,9 @@ pub mod eth_cs_flags {
     /// TCP/UDP checksum.
     pub const L4_CSUM: u8 = 1 << 7;
 }
+
+/// `wqe_eth_seg.inline_hdr_sz` as the insert type: insert a C-tag (`MLX5_ETH_WQE_INSERT_VLAN`).
+pub const ETH_WQE_INSERT_VLAN: u16 = 1 << 15;
 
 /// Flag OR-ed into `wqe_inline_seg.byte_count` (`MLX5_INLINE_SEG`).
 pub const INLINE_SEG: u32 = 0x8000_0000;

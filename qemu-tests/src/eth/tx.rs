@@ -6,7 +6,8 @@
 
 use bareverbs_firmware_cmd::ifc::{
     eth_cs_flags, make_op_own, wqe_ctrl_seg as ctrl, wqe_data_seg, wqe_eth_seg as es, wqe_opcode,
-    CqeOpcode, WqeCtrlSeg, WqeDataSeg, WqeEthSeg, INLINE_SEG, INLINE_SEG_BYTE_COUNT_MASK,
+    CqeOpcode, WqeCtrlSeg, WqeDataSeg, WqeEthSeg, ETH_WQE_INSERT_VLAN, INLINE_SEG,
+    INLINE_SEG_BYTE_COUNT_MASK,
 };
 use bareverbs_firmware_cmd::layout::View;
 
@@ -150,7 +151,11 @@ impl Hca {
             .get(16..32)
             .and_then(|b| View::<WqeEthSeg>::new_checked(b).ok())
             .ok_or(Refused(synd::LOCAL_QP_OP))?;
-        let inline = e.get(es::inline_hdr_sz) as usize;
+        let hdr = e.get(es::inline_hdr_sz) as u16;
+        // VLAN insertion replaces the inline header (the `insert` union): the TCI sits where
+        // the inline bytes would start.
+        let vlan = (hdr & ETH_WQE_INSERT_VLAN != 0).then(|| u16::from_be_bytes([raw[30], raw[31]]));
+        let inline = if vlan.is_some() { 0 } else { usize::from(hdr) };
         let cs = e.get(es::cs_flags) as u8;
         let mss = e.get(es::mss) as usize;
         // Inline headers start in the Ethernet segment's last two bytes.
@@ -190,6 +195,13 @@ impl Hca {
             at += 16;
         }
         self.gather_into(sq.ring.pd, &mut sges, &mut frame)?;
+        if let Some(tci) = vlan {
+            if frame.len() < 14 {
+                return Err(Refused(synd::LOCAL_LENGTH));
+            }
+            let tag = [0x81, 0x00, (tci >> 8) as u8, tci as u8];
+            frame.splice(12..12, tag);
+        }
         let h = Headers::parse(&frame).ok_or(Refused(synd::LOCAL_LENGTH))?;
         if inline < required_inline(&h, sq.min_inline) {
             log::debug!(
