@@ -707,5 +707,82 @@ fn a_vlan_tag_is_inserted_on_send_in_the_inline_headers_or_by_the_nic() {
     assert_eq!(txc.tx_burst(&[p]), 1);
     let got = recv_all(&pools[1], &mut rx);
     assert_eq!(got.len(), 1);
-    assert_eq!(&got[0].0[..frame.len()], &frame[..], "as sent, padded to 60 bytes");
+    assert_eq!(
+        &got[0].0[..frame.len()],
+        &frame[..],
+        "as sent, padded to 60 bytes"
+    );
+}
+
+#[test]
+fn counted_rules_count_what_they_match_and_an_admin_down_port_is_silent() {
+    with_ports(|pa, pb, hb| {
+        let (pool_a, pool_b) = (
+            PktPool::new(pa, 32, 2048).unwrap(),
+            PktPool::new(pb, 32, 2048).unwrap(),
+        );
+        let mut txq = TxQueue::new(pa, &pool_a, TxQueueAttr::default()).unwrap();
+        let mut rxq = RxQueue::new(
+            pb,
+            &pool_b,
+            RxQueueAttr {
+                entries: 8,
+                vlan_strip: false,
+            },
+        )
+        .unwrap();
+        let counted = pb
+            .add_counted_rule(
+                &FlowMatch {
+                    udp_dport: Some(53),
+                    ..FlowMatch::default()
+                },
+                FlowDest::Drop,
+            )
+            .unwrap();
+        let plain = pb
+            .add_rule(
+                &FlowMatch {
+                    dmac: Some(pb.mac()),
+                    ..FlowMatch::default()
+                },
+                FlowDest::Queue(&rxq),
+            )
+            .unwrap();
+        assert_eq!(plain.counts().unwrap(), None);
+        let dns = udp(pb.mac(), pa.mac(), 1, 53, &[0u8; 100]);
+        for _ in 0..3 {
+            send(&pool_a, &mut txq, &dns, true);
+        }
+        send(
+            &pool_a,
+            &mut txq,
+            &udp(pb.mac(), pa.mac(), 1, 54, b"x"),
+            true,
+        );
+        assert_eq!(counted.counts().unwrap(), Some((3, 3 * dns.len() as u64)));
+        assert_eq!(
+            recv_all(&pool_b, &mut rxq).len(),
+            1,
+            "only the one to port 54"
+        );
+        assert_eq!(
+            hb.model().with(|h| h.eth_objects()).unwrap().flow_counters,
+            1
+        );
+        drop(counted);
+        assert_eq!(
+            hb.model().with(|h| h.eth_objects()).unwrap().flow_counters,
+            0
+        );
+        // Down: the link reads down and nothing arrives; up again, traffic flows.
+        pb.set_admin_up(false).unwrap();
+        assert!(!pb.link_up().unwrap());
+        send(&pool_a, &mut txq, &dns, true);
+        assert!(recv_all(&pool_b, &mut rxq).is_empty());
+        pb.set_admin_up(true).unwrap();
+        assert!(pb.link_up().unwrap());
+        send(&pool_a, &mut txq, &dns, true);
+        assert_eq!(recv_all(&pool_b, &mut rxq).len(), 1);
+    });
 }

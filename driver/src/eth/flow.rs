@@ -5,8 +5,8 @@
 //! `fte_match_set_lyr_2_4`).
 
 use bareverbs_firmware_cmd::commands::{
-    CreateFlowGroup, CreateRqt, CreateTir, DeleteFlowTableEntry, DestroyFlowGroup, DestroyRqt,
-    SetFlowTableEntry,
+    AllocFlowCounter, CreateFlowGroup, CreateRqt, CreateTir, DeallocFlowCounter,
+    DeleteFlowTableEntry, DestroyFlowGroup, DestroyRqt, QueryFlowCounter, SetFlowTableEntry,
 };
 use bareverbs_firmware_cmd::ifc::*;
 use bareverbs_firmware_cmd::layout::ViewMut;
@@ -226,6 +226,8 @@ pub struct FlowRule<'p, 'd, H: Hal> {
     port: &'p EthPort<'d, H>,
     index: u32,
     group: u32,
+    /// The flow counter of a counted rule.
+    counter: Option<u32>,
 }
 
 /// Byte offset of the destination list in SET_FLOW_TABLE_ENTRY.
@@ -242,6 +244,28 @@ impl<'d, H: Hal> EthPort<'d, H> {
         &'p self,
         m: &FlowMatch,
         dest: FlowDest<'_, '_, 'd, H>,
+    ) -> Result<FlowRule<'p, 'd, H>, Error> {
+        self.add_rule_with(m, dest, false)
+    }
+
+    /// [`EthPort::add_rule`] with a flow counter: [`FlowRule::counts`] reads the frames and
+    /// bytes the rule matched.
+    ///
+    /// # Errors
+    /// As [`EthPort::add_rule`].
+    pub fn add_counted_rule<'p>(
+        &'p self,
+        m: &FlowMatch,
+        dest: FlowDest<'_, '_, 'd, H>,
+    ) -> Result<FlowRule<'p, 'd, H>, Error> {
+        self.add_rule_with(m, dest, true)
+    }
+
+    fn add_rule_with<'p>(
+        &'p self,
+        m: &FlowMatch,
+        dest: FlowDest<'_, '_, 'd, H>,
+        counted: bool,
     ) -> Result<FlowRule<'p, 'd, H>, Error> {
         let tirn = match &dest {
             FlowDest::Queue(q) if q.belongs_to(self) => Some(q.tirn),
@@ -273,12 +297,16 @@ impl<'d, H: Hal> EthPort<'d, H> {
                 return Err(e);
             }
         };
-        let rule = FlowRule {
+        let mut rule = FlowRule {
             port: self,
             index,
             group,
+            counter: None,
         };
-        self.set_entry(index, group, m, tirn)?;
+        if counted {
+            rule.counter = Some(self.alloc_counter()?);
+        }
+        self.set_entry(index, group, m, tirn, rule.counter)?;
         Ok(rule)
     }
 
@@ -305,15 +333,27 @@ impl<'d, H: Hal> EthPort<'d, H> {
         Ok(View::<CreateFlowGroupOut>::new_checked(&o)?.get32(create_flow_group_out::group_id))
     }
 
+    fn alloc_counter(&self) -> Result<u32, Error> {
+        let mut i = [0u8; AllocFlowCounterIn::BYTES];
+        input::<AllocFlowCounter>(&mut i)?;
+        let mut o = [0u8; AllocFlowCounterOut::BYTES];
+        self.dev.exec::<AllocFlowCounter>(&mut i, &mut o)?;
+        Ok(View::<AllocFlowCounterOut>::new_checked(&o)?
+            .get32(alloc_flow_counter_out::flow_counter_id))
+    }
+
     fn set_entry(
         &self,
         index: u32,
         group: u32,
         m: &FlowMatch,
         tirn: Option<u32>,
+        counter: Option<u32>,
     ) -> Result<(), Error> {
-        let mut i = [0u8; DEST_LIST_AT + 8];
-        let ilen = DEST_LIST_AT + if tirn.is_some() { 8 } else { 0 };
+        let mut i = [0u8; DEST_LIST_AT + 16];
+        let dests = usize::from(tirn.is_some());
+        let counters = usize::from(counter.is_some());
+        let ilen = DEST_LIST_AT + 8 * (dests + counters);
         {
             let mut v = input::<SetFlowTableEntry>(&mut i[..ilen])?;
             v.set(set_fte_in::table_type, flow_table_type::NIC_RX)
@@ -321,20 +361,31 @@ impl<'d, H: Hal> EthPort<'d, H> {
                 .set(set_fte_in::flow_index, index);
             let mut c = v.sub(set_fte_in::flow_context);
             c.set(flow_context::group_id, group);
+            let count = if counter.is_some() {
+                flow_action::COUNT
+            } else {
+                0
+            };
             match tirn {
                 Some(_) => {
-                    c.set(flow_context::action, flow_action::FWD_DEST)
+                    c.set(flow_context::action, flow_action::FWD_DEST | count)
                         .set(flow_context::destination_list_size, 1u8);
                 }
                 None => {
-                    c.set(flow_context::action, flow_action::DROP);
+                    c.set(flow_context::action, flow_action::DROP | count);
                 }
             }
+            c.set(flow_context::flow_counter_list_size, counters as u8);
             m.fill(
                 c.sub(flow_context::match_value)
                     .sub(fte_match_param::outer_headers),
                 false,
             );
+        }
+        if let Some(c) = counter {
+            // The counter list follows the destinations (`flow_counter_list`).
+            let at = DEST_LIST_AT + 8 * dests;
+            i[at..at + 4].copy_from_slice(&c.to_be_bytes());
         }
         if let Some(t) = tirn {
             let mut d = ViewMut::<DestFormat>::new_checked(&mut i[DEST_LIST_AT..DEST_LIST_AT + 8])?;
@@ -346,6 +397,28 @@ impl<'d, H: Hal> EthPort<'d, H> {
         }
         self.dev
             .exec::<SetFlowTableEntry>(&mut i[..ilen], &mut [0u8; SetFteOut::BYTES])
+    }
+}
+
+impl<H: Hal> FlowRule<'_, '_, H> {
+    /// Frames and bytes a counted rule matched (QUERY_FLOW_COUNTER); `None` for a rule
+    /// without a counter.
+    ///
+    /// # Errors
+    /// A command error.
+    pub fn counts(&self) -> Result<Option<(u64, u64)>, Error> {
+        let Some(c) = self.counter else {
+            return Ok(None);
+        };
+        let mut i = [0u8; QueryFlowCounterIn::BYTES];
+        input::<QueryFlowCounter>(&mut i)?.set(query_flow_counter_in::flow_counter_id, c);
+        let mut o = [0u8; QueryFlowCounterOut::BYTES + TrafficCounter::BYTES];
+        self.port.dev.exec::<QueryFlowCounter>(&mut i, &mut o)?;
+        let t = View::<TrafficCounter>::new_checked(&o[QueryFlowCounterOut::BYTES..])?;
+        Ok(Some((
+            t.get(traffic_counter::packets),
+            t.get(traffic_counter::octets),
+        )))
     }
 }
 
@@ -372,6 +445,17 @@ impl<H: Hal> Drop for FlowRule<'_, '_, H> {
                 self.port.rules.lock()[self.index as usize / 64] &= !(1 << (self.index % 64));
             }
             Err(e) => warn!("eth: flow rule {} not removed: {:?}", self.index, e),
+        }
+        if let Some(c) = self.counter {
+            let r = (|| {
+                let mut i = [0u8; DeallocFlowCounterIn::BYTES];
+                input::<DeallocFlowCounter>(&mut i)?
+                    .set(dealloc_flow_counter_in::flow_counter_id, c);
+                dev.exec::<DeallocFlowCounter>(&mut i, &mut [0u8; DeallocFlowCounterOut::BYTES])
+            })();
+            if let Err(e) = r {
+                warn!("eth: flow counter {} not freed: {:?}", c, e);
+            }
         }
     }
 }

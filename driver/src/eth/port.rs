@@ -4,8 +4,8 @@
 //! Linux mlx5e builds the same objects (en_common.c `mlx5e_create_mdev_resources`).
 
 use bareverbs_firmware_cmd::commands::{
-    CreateFlowTable, CreateTis, DestroyFlowTable, DestroyTis, ModifyNicVportContext, QueryHcaCap,
-    QueryNicVportContext, QueryVportState, SetFlowTableRoot,
+    AccessReg, CreateFlowTable, CreateTis, DestroyFlowTable, DestroyTis, ModifyNicVportContext,
+    QueryHcaCap, QueryNicVportContext, QueryVportState, SetFlowTableRoot,
 };
 use bareverbs_firmware_cmd::ifc::*;
 use bareverbs_firmware_cmd::{Layout, View};
@@ -276,6 +276,35 @@ impl<'d, H: Hal> EthPort<'d, H> {
             View::<QueryVportStateOut>::new_checked(&o)?.get(query_vport_state_out::state)
                 == u64::from(vport_state::UP),
         )
+    }
+
+    /// Takes the port administratively up or down (the PAOS register, as Linux mlx5e does on
+    /// open and close); a port that is down sends and receives nothing, and its link reads
+    /// down.
+    ///
+    /// # Errors
+    /// A command error.
+    pub fn set_admin_up(&self, up: bool) -> Result<(), Error> {
+        const LEN: usize = AccessRegisterIn::BYTES + PaosReg::BYTES;
+        let mut i = [0u8; LEN];
+        input::<AccessReg>(&mut i)?
+            .set(access_register_in::op_mod, access_reg_op_mod::WRITE)
+            .set(access_register_in::register_id, register_id::PAOS);
+        bareverbs_firmware_cmd::layout::ViewMut::<PaosReg>::new_checked(
+            &mut i[AccessRegisterIn::BYTES..],
+        )?
+        .set(paos_reg::local_port, 1u8)
+        .set(
+            paos_reg::admin_status,
+            if up {
+                port_status::UP
+            } else {
+                port_status::DOWN
+            },
+        )
+        .set(paos_reg::ase, 1u8);
+        let mut o = [0u8; AccessRegisterOut::BYTES + PaosReg::BYTES];
+        self.dev.exec::<AccessReg>(&mut i, &mut o)
     }
 
     /// Sets the largest frame the port receives, L2 header and FCS included
