@@ -786,3 +786,69 @@ fn counted_rules_count_what_they_match_and_an_admin_down_port_is_silent() {
         assert_eq!(recv_all(&pool_b, &mut rxq).len(), 1);
     });
 }
+
+#[test]
+fn queues_run_on_their_own_threads_sharing_one_pool() {
+    with_ports(|pa, pb, _| {
+        let (pool_a, pool_b) = (
+            PktPool::new(pa, 256, 2048).unwrap(),
+            PktPool::new(pb, 256, 2048).unwrap(),
+        );
+        let mut rxq = RxQueue::new(
+            pb,
+            &pool_b,
+            RxQueueAttr {
+                entries: 128,
+                vlan_strip: false,
+            },
+        )
+        .unwrap();
+        let _r = pb
+            .add_rule(
+                &FlowMatch {
+                    dmac: Some(pb.mac()),
+                    ..FlowMatch::default()
+                },
+                FlowDest::Queue(&rxq),
+            )
+            .unwrap();
+        // Two send queues, one per thread, on one pool: 50 frames each, tagged by sender.
+        std::thread::scope(|s| {
+            for sender in 0..2u8 {
+                let pool = &pool_a;
+                let frame = udp(
+                    pb.mac(),
+                    pa.mac(),
+                    1000 + u16::from(sender),
+                    9,
+                    &[sender; 32],
+                );
+                s.spawn(move || {
+                    let mut txq = TxQueue::new(pa, pool, TxQueueAttr { entries: 16 }).unwrap();
+                    let mut sent = 0;
+                    while sent < 50 {
+                        let mut p = pool.alloc().expect("a buffer");
+                        pool.write(&mut p, 0, &frame).unwrap();
+                        if txq.tx_burst(&[p]) == 1 {
+                            sent += 1;
+                        } else {
+                            pool.free(p).unwrap();
+                            txq.reclaim();
+                        }
+                    }
+                    txq.reclaim();
+                });
+            }
+        });
+        let got = recv_all(&pool_b, &mut rxq);
+        assert_eq!(got.len(), 100);
+        for sender in 0..2u8 {
+            assert_eq!(got.iter().filter(|(b, _)| b[42] == sender).count(), 50);
+        }
+        assert_eq!(
+            pool_a.available(),
+            256,
+            "every sent buffer came back to the shared pool"
+        );
+    });
+}
