@@ -328,4 +328,58 @@ pub(crate) mod tests {
             (0x0806, true, true)
         );
     }
+
+    /// Frames of random bytes (often with an IPv4/IPv6 ethertype, a VLAN tag, TCP or UDP, and
+    /// lengths that cut headers short) through everything the NIC reads from a frame: no
+    /// panic, no read past the frame.
+    #[test]
+    fn random_frames_are_parsed_without_panicking() {
+        let mut r = crate::rng::Rng(0x5eed_f00d);
+        for _ in 0..20_000 {
+            let len = r.below(120) as usize;
+            let mut f: Vec<u8> = (0..len).map(|_| r.next() as u8).collect();
+            if len > 14 && r.below(2) == 0 {
+                let (ty, at) = if r.below(3) == 0 && len > 18 {
+                    f[12..14].copy_from_slice(&[0x81, 0x00]);
+                    (
+                        [0x86, 0xdd, 0x08, 0x00][r.below(2) as usize * 2..][..2].to_vec(),
+                        16,
+                    )
+                } else {
+                    (
+                        [0x08, 0x00, 0x86, 0xdd][r.below(2) as usize * 2..][..2].to_vec(),
+                        12,
+                    )
+                };
+                f[at..at + 2].copy_from_slice(&ty);
+                if len > at + 3 {
+                    f[at + 2] = if ty[0] == 0x08 { 0x45 } else { 0x60 };
+                }
+                if len > at + 11 {
+                    f[at + 11] = [6, 17][r.below(2) as usize];
+                }
+            }
+            let Some(h) = Headers::parse(&f) else {
+                assert!(len < 14);
+                continue;
+            };
+            let _ = crate::eth::steering::match_param(&h);
+            let _ = (l3_ok(&f, &h), l4_ok(&f, &h));
+            let key = [0x5a; 40];
+            for fields in [0, 3, 15] {
+                let _ = crate::eth::rss::hash(
+                    &h,
+                    2,
+                    &key,
+                    h.ip.as_ref().is_some_and(|i| i.version == 6),
+                    true,
+                    fields,
+                );
+            }
+            let mut g = f.clone();
+            fill_l3_csum(&mut g, &h);
+            fill_l4_csum(&mut g, &h);
+            assert_eq!(g.len(), f.len());
+        }
+    }
 }
