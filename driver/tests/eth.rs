@@ -135,13 +135,7 @@ fn a_udp_frame_crosses_the_wire_with_its_checksums_filled_and_checked() {
         )
         .unwrap();
         let _rule = pb
-            .add_rule(
-                &FlowMatch {
-                    dmac: Some(pb.mac()),
-                    ..FlowMatch::default()
-                },
-                FlowDest::Queue(&rxq),
-            )
+            .add_rule(&FlowMatch::any().dmac(pb.mac()), FlowDest::Queue(&rxq))
             .unwrap();
         let frame = udp(pb.mac(), pa.mac(), 1234, 7, b"hello over the model's wire");
         send(&pool_a, &mut txq, &frame, true);
@@ -188,31 +182,15 @@ fn steering_sends_each_frame_to_the_first_rule_it_matches_and_drops_the_rest() {
         let mut q_rest = RxQueue::new(pb, &pool_b, attr).unwrap();
         let _echo = pb
             .add_rule(
-                &FlowMatch {
-                    dmac: Some(pb.mac()),
-                    udp_dport: Some(7),
-                    ..FlowMatch::default()
-                },
+                &FlowMatch::any().dmac(pb.mac()).udp_dport(7),
                 FlowDest::Queue(&q_echo),
             )
             .unwrap();
         let _drop9 = pb
-            .add_rule(
-                &FlowMatch {
-                    udp_dport: Some(9),
-                    ..FlowMatch::default()
-                },
-                FlowDest::Drop,
-            )
+            .add_rule(&FlowMatch::any().udp_dport(9), FlowDest::Drop)
             .unwrap();
         let _mine = pb
-            .add_rule(
-                &FlowMatch {
-                    dmac: Some(pb.mac()),
-                    ..FlowMatch::default()
-                },
-                FlowDest::Queue(&q_rest),
-            )
+            .add_rule(&FlowMatch::any().dmac(pb.mac()), FlowDest::Queue(&q_rest))
             .unwrap();
         send(
             &pool_a,
@@ -298,13 +276,7 @@ fn rss_spreads_udp_flows_over_its_queues_by_the_toeplitz_hash() {
         let refs: Vec<&RxQueue<'_, '_, &SimHal>> = qs.iter().collect();
         let rss = RssGroup::new(pb, &refs, RssFields::Ipv4Udp, &DEFAULT_RSS_KEY).unwrap();
         let rule = pb
-            .add_rule(
-                &FlowMatch {
-                    dmac: Some(pb.mac()),
-                    ..FlowMatch::default()
-                },
-                FlowDest::Rss(&rss),
-            )
+            .add_rule(&FlowMatch::any().dmac(pb.mac()), FlowDest::Rss(&rss))
             .unwrap();
         for sport in 1000..1040u16 {
             send(
@@ -445,7 +417,7 @@ fn a_full_pool_backs_off_and_the_device_drops_what_finds_no_buffer() {
         )
         .unwrap();
         let _r = pb
-            .add_rule(&FlowMatch::default(), FlowDest::Queue(&rxq))
+            .add_rule(&FlowMatch::any(), FlowDest::Queue(&rxq))
             .unwrap();
         for k in 0..12u8 {
             send(
@@ -504,16 +476,10 @@ fn everything_is_released_when_the_objects_go() {
         let _t = TxQueue::new(&port, &pool, TxQueueAttr::default());
         let rss = RssGroup::new(&port, &[&q1, &q2], RssFields::Ipv4, &DEFAULT_RSS_KEY).unwrap();
         let r1 = port
-            .add_rule(&FlowMatch::default(), FlowDest::Rss(&rss))
+            .add_rule(&FlowMatch::any(), FlowDest::Rss(&rss))
             .unwrap();
         let r2 = port
-            .add_rule(
-                &FlowMatch {
-                    ethertype: Some(0x0806),
-                    ..FlowMatch::default()
-                },
-                FlowDest::Queue(&q1),
-            )
+            .add_rule(&FlowMatch::any().ethertype(0x0806), FlowDest::Queue(&q1))
             .unwrap();
         let o = h.model().with(|h| h.eth_objects()).unwrap();
         assert_eq!((o.sqs, o.rqs, o.tirs, o.rqts, o.tises), (1, 2, 3, 1, 1));
@@ -566,22 +532,10 @@ fn vlan_tags_are_stripped_on_request_and_frames_past_the_receivers_mtu_are_dropp
         )
         .unwrap();
         let _a = pb
-            .add_rule(
-                &FlowMatch {
-                    vlan_id: Some(5),
-                    ..FlowMatch::default()
-                },
-                FlowDest::Queue(&strip),
-            )
+            .add_rule(&FlowMatch::any().vlan_id(5), FlowDest::Queue(&strip))
             .unwrap();
         let _b = pb
-            .add_rule(
-                &FlowMatch {
-                    dmac: Some(pb.mac()),
-                    ..FlowMatch::default()
-                },
-                FlowDest::Queue(&keep),
-            )
+            .add_rule(&FlowMatch::any().dmac(pb.mac()), FlowDest::Queue(&keep))
             .unwrap();
         let plain = udp(pb.mac(), pa.mac(), 1, 2, &[7u8; 100]);
         let mut tagged = plain[..12].to_vec();
@@ -659,13 +613,7 @@ fn a_vlan_tag_is_inserted_on_send_in_the_inline_headers_or_by_the_nic() {
     )
     .unwrap();
     let _r = pb
-        .add_rule(
-            &FlowMatch {
-                vlan_id: Some(0x123),
-                ..FlowMatch::default()
-            },
-            FlowDest::Queue(&rx),
-        )
+        .add_rule(&FlowMatch::any().vlan_id(0x123), FlowDest::Queue(&rx))
         .unwrap();
     for (txq, port, pool) in [(&mut txa, &pa, &pools[0]), (&mut txc, &pc, &pools[2])] {
         let frame = udp(pb.mac(), port.mac(), 5, 6, b"tag me");
@@ -693,13 +641,7 @@ fn a_vlan_tag_is_inserted_on_send_in_the_inline_headers_or_by_the_nic() {
     // A plain send from the port that inlines nothing: the data segment right after the
     // Ethernet segment.
     let _mine = pb
-        .add_rule(
-            &FlowMatch {
-                dmac: Some(pb.mac()),
-                ..FlowMatch::default()
-            },
-            FlowDest::Queue(&rx),
-        )
+        .add_rule(&FlowMatch::any().dmac(pb.mac()), FlowDest::Queue(&rx))
         .unwrap();
     let frame = udp(pb.mac(), pc.mac(), 5, 6, b"no inline");
     let mut p = pools[2].alloc().unwrap();
@@ -732,22 +674,10 @@ fn counted_rules_count_what_they_match_and_an_admin_down_port_is_silent() {
         )
         .unwrap();
         let counted = pb
-            .add_counted_rule(
-                &FlowMatch {
-                    udp_dport: Some(53),
-                    ..FlowMatch::default()
-                },
-                FlowDest::Drop,
-            )
+            .add_counted_rule(&FlowMatch::any().udp_dport(53), FlowDest::Drop)
             .unwrap();
         let plain = pb
-            .add_rule(
-                &FlowMatch {
-                    dmac: Some(pb.mac()),
-                    ..FlowMatch::default()
-                },
-                FlowDest::Queue(&rxq),
-            )
+            .add_rule(&FlowMatch::any().dmac(pb.mac()), FlowDest::Queue(&rxq))
             .unwrap();
         assert_eq!(plain.counts().unwrap(), None);
         let dns = udp(pb.mac(), pa.mac(), 1, 53, &[0u8; 100]);
@@ -804,13 +734,7 @@ fn queues_run_on_their_own_threads_sharing_one_pool() {
         )
         .unwrap();
         let _r = pb
-            .add_rule(
-                &FlowMatch {
-                    dmac: Some(pb.mac()),
-                    ..FlowMatch::default()
-                },
-                FlowDest::Queue(&rxq),
-            )
+            .add_rule(&FlowMatch::any().dmac(pb.mac()), FlowDest::Queue(&rxq))
             .unwrap();
         // Two send queues, one per thread, on one pool: 50 frames each, tagged by sender.
         std::thread::scope(|s| {

@@ -142,21 +142,11 @@ fn serve<H: Hal>(
     let mut txq = TxQueue::new(&port, &pool, TxQueueAttr { entries: 256 }).map_err(e)?;
     // Frames to the appliance's MAC, and ARP broadcasts.
     let _mine = port
-        .add_rule(
-            &FlowMatch {
-                dmac: Some(me.mac),
-                ..FlowMatch::default()
-            },
-            FlowDest::Queue(&rxq),
-        )
+        .add_rule(&FlowMatch::any().dmac(me.mac), FlowDest::Queue(&rxq))
         .map_err(e)?;
     let _arp = port
         .add_rule(
-            &FlowMatch {
-                dmac: Some([0xff; 6]),
-                ethertype: Some(0x0806),
-                ..FlowMatch::default()
-            },
+            &FlowMatch::any().dmac([0xff; 6]).ethertype(0x0806),
             FlowDest::Queue(&rxq),
         )
         .map_err(e)?;
@@ -241,13 +231,7 @@ fn peer<H: Hal>(hal: H, o: &Opts, count: u32, appliance_mac: [u8; 6]) -> Result<
     .map_err(e)?;
     let mut txq = TxQueue::new(&port, &pool, TxQueueAttr { entries: 64 }).map_err(e)?;
     let _r = port
-        .add_rule(
-            &FlowMatch {
-                dmac: Some(port.mac()),
-                ..FlowMatch::default()
-            },
-            FlowDest::Queue(&rxq),
-        )
+        .add_rule(&FlowMatch::any().dmac(port.mac()), FlowDest::Queue(&rxq))
         .map_err(e)?;
     let my_ip = [o.ip[0], o.ip[1], o.ip[2], o.ip[3].wrapping_add(100)];
     let mut exchange = |frame: &[u8], expect_reply: bool| -> Result<Option<Vec<u8>>, String> {

@@ -124,22 +124,10 @@ fn run(o: &Opts) -> Result<String, String> {
     let mut fwd_tx = TxQueue::new(&pf, &pool_f, attr_tx).map_err(e)?;
     let mut sink_rx = RxQueue::new(&ps, &pool_s, attr_rx).map_err(e)?;
     let _rf = pf
-        .add_rule(
-            &FlowMatch {
-                dmac: Some(pf.mac()),
-                ..FlowMatch::default()
-            },
-            FlowDest::Queue(&fwd_rx),
-        )
+        .add_rule(&FlowMatch::any().dmac(pf.mac()), FlowDest::Queue(&fwd_rx))
         .map_err(e)?;
     let _rs = ps
-        .add_rule(
-            &FlowMatch {
-                dmac: Some(ps.mac()),
-                ..FlowMatch::default()
-            },
-            FlowDest::Queue(&sink_rx),
-        )
+        .add_rule(&FlowMatch::any().dmac(ps.mac()), FlowDest::Queue(&sink_rx))
         .map_err(e)?;
     let mut frame = vec![0u8; o.size];
     frame[..6].copy_from_slice(&pf.mac());

@@ -42,6 +42,56 @@ pub struct FlowMatch {
     pub tcp_dport: Option<u16>,
 }
 
+/// A builder method per field: `FlowMatch::any().dmac(mac).udp_dport(7)`.
+macro_rules! flow_match_setters {
+    ($($(#[$m:meta])* $field:ident: $t:ty;)*) => {
+        impl FlowMatch {
+            /// A match that takes every frame.
+            pub const fn any() -> Self {
+                FlowMatch {
+                    dmac: None,
+                    smac: None,
+                    ethertype: None,
+                    vlan_id: None,
+                    ip_protocol: None,
+                    src_ipv4: None,
+                    dst_ipv4: None,
+                    udp_dport: None,
+                    tcp_dport: None,
+                }
+            }
+            $(
+                $(#[$m])*
+                pub const fn $field(mut self, v: $t) -> Self {
+                    self.$field = Some(v);
+                    self
+                }
+            )*
+        }
+    };
+}
+
+flow_match_setters! {
+    /// Also matching the destination MAC address.
+    dmac: [u8; 6];
+    /// Also matching the source MAC address.
+    smac: [u8; 6];
+    /// Also matching the ethertype.
+    ethertype: u16;
+    /// Also matching the VLAN id.
+    vlan_id: u16;
+    /// Also matching the IP protocol.
+    ip_protocol: u8;
+    /// Also matching the IPv4 source address.
+    src_ipv4: [u8; 4];
+    /// Also matching the IPv4 destination address.
+    dst_ipv4: [u8; 4];
+    /// Also matching the UDP destination port.
+    udp_dport: u16;
+    /// Also matching the TCP destination port.
+    tcp_dport: u16;
+}
+
 impl FlowMatch {
     /// Writes the mask (`mask` true) or the value of this match into `outer`.
     fn fill(&self, mut o: ViewMut<'_, FteMatchSetLyr24>, mask: bool) {

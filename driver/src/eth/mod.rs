@@ -25,7 +25,7 @@
 //! let mut rxq = RxQueue::new(&port, &pool, RxQueueAttr::default()).unwrap();
 //! let mut txq = TxQueue::new(&port, &pool, TxQueueAttr::default()).unwrap();
 //! // Everything sent to the port's own MAC comes back on the port (local loopback).
-//! let _rule = port.add_rule(&FlowMatch { dmac: Some(port.mac()), ..FlowMatch::default() },
+//! let _rule = port.add_rule(&FlowMatch::any().dmac(port.mac()),
 //!                           FlowDest::Queue(&rxq)).unwrap();
 //! let mut p = pool.alloc().unwrap();
 //! let mut frame = [0u8; 60];

@@ -150,15 +150,8 @@ pub fn appliance<H: Hal>(d0: &Device<H>, d1: &Device<H>) -> Result<(), Fail> {
         ip: APPLIANCE_IP,
         udp_echo_port: ECHO_PORT,
     };
-    let mine = FlowMatch {
-        dmac: Some(me.mac),
-        ..FlowMatch::default()
-    };
-    let arp = FlowMatch {
-        dmac: Some([0xff; 6]),
-        ethertype: Some(0x0806),
-        ..FlowMatch::default()
-    };
+    let mine = FlowMatch::any().dmac(me.mac);
+    let arp = FlowMatch::any().dmac([0xff; 6]).ethertype(0x0806);
     let peer_mac = p1.mac();
     let _r0 = p0
         .add_rule(&mine, FlowDest::Queue(&app.rxq))
@@ -166,10 +159,7 @@ pub fn appliance<H: Hal>(d0: &Device<H>, d1: &Device<H>) -> Result<(), Fail> {
     let _r1 = p0
         .add_rule(&arp, FlowDest::Queue(&app.rxq))
         .map_err(verb("flow rule"))?;
-    let to_peer = FlowMatch {
-        dmac: Some(peer_mac),
-        ..FlowMatch::default()
-    };
+    let to_peer = FlowMatch::any().dmac(peer_mac);
     let _r2 = p1
         .add_rule(&to_peer, FlowDest::Queue(&peer.rxq))
         .map_err(verb("flow rule"))?;
