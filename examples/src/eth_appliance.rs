@@ -319,7 +319,10 @@ fn peer<H: Hal>(hal: H, o: &Opts, count: u32, appliance_mac: [u8; 6]) -> Result<
         }
     }
     for k in 0..count {
-        let data: Vec<u8> = (0..(16 + 97 * k)).map(|i| (i * 7 + k) as u8).collect();
+        // Sizes from 16 bytes up, within the 1472 bytes a 1500-byte MTU takes.
+        let data: Vec<u8> = (0..(16 + 97 * k % 1457))
+            .map(|i| (i * 7 + k) as u8)
+            .collect();
         let mut udp = 40000u16.to_be_bytes().to_vec();
         udp.extend_from_slice(&o.udp_port.to_be_bytes());
         udp.extend_from_slice(&((8 + data.len()) as u16).to_be_bytes());
