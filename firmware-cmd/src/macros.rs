@@ -246,6 +246,14 @@ macro_rules! enum_with_unknown {
         }
 
         impl $name {
+            /// The raw value (usable in constants, unlike `From`).
+            pub const fn raw(self) -> $repr {
+                match self {
+                    $( $name::$variant => $value, )*
+                    $name::Unknown(other) => other,
+                }
+            }
+
             /// The PRM / Linux description of the value.
             pub fn text(self) -> &'static str {
                 match self {

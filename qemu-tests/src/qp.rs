@@ -417,7 +417,7 @@ impl Hca {
                 _ => break,
             };
             let mut cqe = [0u8; 64];
-            cqe[0x37] = 0x05;
+            cqe[0x37] = crate::wqe_exec::synd::WR_FLUSH;
             cqe[0x38..0x3c].copy_from_slice(&((u32::from(op) << 24) | qpn).to_be_bytes());
             cqe[0x3c..0x3e].copy_from_slice(&sq.to_be_bytes());
             set_srqn_uidx(&mut cqe, self.cqe_srqn_uidx(&qp, None));
@@ -432,7 +432,7 @@ impl Hca {
 
     fn flush_cqe(&mut self, qp: &Qp, counter: u16) {
         let mut cqe = [0u8; 64];
-        cqe[0x37] = 0x05; // WR_FLUSH_ERR
+        cqe[0x37] = crate::wqe_exec::synd::WR_FLUSH;
         cqe[0x38..0x3c].copy_from_slice(&qp.qpn.to_be_bytes());
         cqe[0x3c..0x3e].copy_from_slice(&counter.to_be_bytes());
         set_srqn_uidx(&mut cqe, self.cqe_srqn_uidx(qp, None));

@@ -54,16 +54,18 @@ use crate::mkey::KeyFault;
 use crate::pma::Traffic;
 use crate::qp::{Qp, QpState, ServiceType, CQE_V0_UIDX, PSN_MASK};
 
-/// CQE error syndromes (`MLX5_CQE_SYNDROME_*`).
+/// The CQE error syndromes the model writes: short names for the values of
+/// [`CqeSyndrome`](bareverbs_firmware_cmd::ifc::CqeSyndrome), the one table.
 pub(crate) mod synd {
-    pub const LOCAL_LENGTH: u8 = 0x01;
-    pub const LOCAL_QP_OP: u8 = 0x02;
-    pub const LOCAL_PROT: u8 = 0x04;
-    pub const REMOTE_INVAL_REQ: u8 = 0x12;
-    pub const REMOTE_ACCESS: u8 = 0x13;
-    pub const TRANSPORT_RETRY_EXC: u8 = 0x15;
-    pub const RNR_RETRY_EXC: u8 = 0x16;
-    pub const WR_FLUSH: u8 = 0x05;
+    use bareverbs_firmware_cmd::ifc::CqeSyndrome as S;
+    pub const LOCAL_LENGTH: u8 = S::LocalLengthErr.raw();
+    pub const LOCAL_QP_OP: u8 = S::LocalQpOpErr.raw();
+    pub const LOCAL_PROT: u8 = S::LocalProtErr.raw();
+    pub const REMOTE_INVAL_REQ: u8 = S::RemoteInvalReqErr.raw();
+    pub const REMOTE_ACCESS: u8 = S::RemoteAccessErr.raw();
+    pub const TRANSPORT_RETRY_EXC: u8 = S::TransportRetryExcErr.raw();
+    pub const RNR_RETRY_EXC: u8 = S::RnrRetryExcErr.raw();
+    pub const WR_FLUSH: u8 = S::WrFlushErr.raw();
 }
 
 /// `srqn_uidx` of a CQE (`mlx5_cqe64.srqn`, bits 23:0).

@@ -60,21 +60,22 @@ pub enum WcStatus {
 impl WcStatus {
     /// The status of an error CQE with mlx5 `syndrome` (`MLX5_CQE_SYNDROME_*`).
     pub fn from_syndrome(syndrome: u8) -> Self {
-        match syndrome {
-            0x01 => WcStatus::LocLenErr,
-            0x02 => WcStatus::LocQpOpErr,
-            0x04 => WcStatus::LocProtErr,
-            0x05 => WcStatus::WrFlushErr,
-            0x06 => WcStatus::MwBindErr,
-            0x10 => WcStatus::BadRespErr,
-            0x11 => WcStatus::LocAccessErr,
-            0x12 => WcStatus::RemInvReqErr,
-            0x13 => WcStatus::RemAccessErr,
-            0x14 => WcStatus::RemOpErr,
-            0x15 => WcStatus::RetryExcErr,
-            0x16 => WcStatus::RnrRetryExcErr,
-            0x22 => WcStatus::RemAbortErr,
-            _ => WcStatus::GeneralErr,
+        use bareverbs_firmware_cmd::ifc::CqeSyndrome as S;
+        match S::from(syndrome) {
+            S::LocalLengthErr => WcStatus::LocLenErr,
+            S::LocalQpOpErr => WcStatus::LocQpOpErr,
+            S::LocalProtErr => WcStatus::LocProtErr,
+            S::WrFlushErr => WcStatus::WrFlushErr,
+            S::MwBindErr => WcStatus::MwBindErr,
+            S::BadRespErr => WcStatus::BadRespErr,
+            S::LocalAccessErr => WcStatus::LocAccessErr,
+            S::RemoteInvalReqErr => WcStatus::RemInvReqErr,
+            S::RemoteAccessErr => WcStatus::RemAccessErr,
+            S::RemoteOpErr => WcStatus::RemOpErr,
+            S::TransportRetryExcErr => WcStatus::RetryExcErr,
+            S::RnrRetryExcErr => WcStatus::RnrRetryExcErr,
+            S::RemoteAbortedErr => WcStatus::RemAbortErr,
+            S::Unknown(_) => WcStatus::GeneralErr,
         }
     }
 
