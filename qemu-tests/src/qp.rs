@@ -84,39 +84,10 @@ impl ServiceType {
     }
 }
 
-/// QP states (`qpc.state` encoding, qp.h).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum QpState {
-    /// Reset.
-    Rst,
-    /// Initialized.
-    Init,
-    /// Ready to receive.
-    Rtr,
-    /// Ready to send.
-    Rts,
-    /// Send queue error.
-    Sqe,
-    /// Send queue drained.
-    Sqd,
-    /// Error.
-    Err,
-}
-
-impl QpState {
-    /// The `qpc.state` value.
-    pub fn raw(self) -> u8 {
-        match self {
-            QpState::Rst => 0,
-            QpState::Init => 1,
-            QpState::Rtr => 2,
-            QpState::Rts => 3,
-            QpState::Sqe => 4,
-            QpState::Sqd => 5,
-            QpState::Err => 6,
-        }
-    }
-}
+/// A QP's state: the `qpc.state` codes, one type with the driver and the layouts
+/// ([`QpcState`](bareverbs_firmware_cmd::ifc::QpcState)). The model uses RST, INIT, RTR, RTS,
+/// SQER, SQD and ERR.
+pub use bareverbs_firmware_cmd::ifc::QpcState as QpState;
 
 /// One QP.
 #[derive(Clone, Debug)]
@@ -338,7 +309,7 @@ impl Hca {
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return;
         };
-        qp.state = QpState::Sqe;
+        qp.state = QpState::Sqer;
         self.flush_sq(qpn);
     }
 

@@ -308,7 +308,7 @@ impl Hca {
             let Some(qp) = self.qps.get(&qpn).cloned() else {
                 return;
             };
-            if matches!(qp.state, QpState::Sqe | QpState::Err) && !qp.no_sq {
+            if matches!(qp.state, QpState::Sqer | QpState::Err) && !qp.no_sq {
                 // Send requests posted while the send queue is in error are flushed, and so
                 // are those posted to a QP in ERR (IBA: the Error state flushes what is posted; umr.c
                 // `mlx5r_umr_recover` waits for exactly that flush).
@@ -1028,7 +1028,7 @@ impl Hca {
             // A QP in SQE (UC, UD) still receives.
             matches!(
                 r.state,
-                QpState::Rtr | QpState::Rts | QpState::Sqe | QpState::Sqd
+                QpState::Rtr | QpState::Rts | QpState::Sqer | QpState::Sqd
             ) && (r.st == req.st || (req.st == ServiceType::Dci && r.st == ServiceType::Dct))
         }) else {
             return if rc {

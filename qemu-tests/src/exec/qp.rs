@@ -285,7 +285,7 @@ impl Hca {
             Opcode::INIT2RTR_QP => (&[QpState::Init], QpState::Rtr),
             Opcode::RTR2RTS_QP => (&[QpState::Rtr], QpState::Rts),
             Opcode::RTS2RTS_QP => (&[QpState::Rts], QpState::Rts),
-            Opcode::SQERR2RTS_QP => (&[QpState::Sqe], QpState::Rts),
+            Opcode::SQERR2RTS_QP => (&[QpState::Sqer], QpState::Rts),
             Opcode::SQD_RTS_QP => (&[QpState::Sqd], QpState::Rts),
             Opcode::QP_2ERR => {
                 self.qp_to_error(qpn);
