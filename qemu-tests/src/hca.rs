@@ -44,6 +44,17 @@ pub const MSIX_PBA_OFFSET: usize = 0x3000;
 /// How often the health counter advances.
 const HEALTH_TICK_NS: u64 = 10_000_000;
 
+// The initialization segment's registers, at the offsets `init_seg` names.
+const FW_REV: usize = init_seg::fw_rev::OFFSET.0;
+const CMDIF_REV: usize = init_seg::cmdif_rev_fw_sub::OFFSET.0;
+const CMDQ_ADDR_H: usize = init_seg::cmdq_addr_h::OFFSET.0;
+const CMDQ_ADDR_L_SZ: usize = init_seg::cmdq_addr_l_sz::OFFSET.0;
+const CMD_DBELL: usize = init_seg::cmd_dbell::OFFSET.0;
+const INITIALIZING: usize = init_seg::initializing::OFFSET.0;
+const TIMER_H: usize = init_seg::internal_timer_h::OFFSET.0;
+const TIMER_L: usize = init_seg::internal_timer_l::OFFSET.0;
+const HEALTH_COUNTER: usize = init_seg::health_counter::OFFSET.0;
+
 /// A command waiting in a slot.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Pending {
@@ -371,47 +382,64 @@ impl Hca {
         self.health_rfr && self.health_synd != 0
     }
 
+    /// The dword at `off` of the health buffer (`init_seg::HealthBuffer`).
     fn health_dword(&self, off: usize) -> u32 {
-        match off {
-            0x30 => self.fw_rev_dword(),
-            0x38 => u32::from(self.health_rfr) << 31,
-            0x3c => u32::from(self.health_synd) << 16,
-            _ => 0,
+        use bareverbs_firmware_cmd::init_seg::{health_buffer as hb, HealthBuffer};
+        use bareverbs_firmware_cmd::layout::{Layout, ViewMut};
+        let mut b = [0u8; HealthBuffer::BYTES];
+        if let Ok(mut v) = ViewMut::<HealthBuffer>::new_checked(&mut b) {
+            v.set(hb::fw_version, self.fw_rev_dword())
+                .set(hb::rfr, self.health_rfr)
+                .set(hb::synd, self.health_synd);
         }
+        b.get(off..off + 4)
+            .map_or(0, |d| u32::from_be_bytes([d[0], d[1], d[2], d[3]]))
     }
 
     fn fw_rev_dword(&self) -> u32 {
+        use init_seg::fw_rev;
         let (maj, min, _) = self.cfg.fw_version;
-        (u32::from(min) << 16) | u32::from(maj)
+        fw_rev::fw_rev_major.set(fw_rev::fw_rev_minor.set(0, min.into()), maj.into())
     }
 
     /// A 32-bit BAR0 read, in host order.
     pub fn mmio_read32(&mut self, off: usize) -> u32 {
+        use init_seg::{
+            cmd_dbell, cmdif_rev_fw_sub as rev, cmdq_addr_h, cmdq_addr_l_sz as l,
+            health_counter as hc, initializing as ini, internal_timer_h, internal_timer_l,
+        };
         if self.cfg.faults.removed {
             return u32::MAX;
         }
         let (_, _, sub) = self.cfg.fw_version;
         match off {
-            0x000 => self.fw_rev_dword(),
-            0x004 => {
-                (u32::from(self.cfg.faults.cmdif_rev.unwrap_or(CMD_IF_REV as u16)) << 16)
-                    | u32::from(sub)
+            FW_REV => self.fw_rev_dword(),
+            CMDIF_REV => {
+                let r = self.cfg.faults.cmdif_rev.unwrap_or(CMD_IF_REV as u16);
+                rev::fw_rev_subminor.set(rev::cmd_interface_rev.set(0, r.into()), sub.into())
             }
-            0x010 => (self.cmdq_addr >> 32) as u32,
-            0x014 => {
-                (self.cmdq_addr as u32 & 0xffff_f000)
-                    | (self.nic_interface << 8)
-                    | (LOG_CMDQ_SIZE << 4)
-                    | LOG_CMDQ_STRIDE
+            CMDQ_ADDR_H => cmdq_addr_h::cmdq_phy_addr_63_32.set(0, (self.cmdq_addr >> 32) as u32),
+            CMDQ_ADDR_L_SZ => {
+                let v = l::cmdq_phy_addr_31_12.set(0, (self.cmdq_addr as u32) >> 12);
+                let v = l::nic_interface.set(v, self.nic_interface);
+                l::log_cmdq_stride.set(l::log_cmdq_size.set(v, LOG_CMDQ_SIZE), LOG_CMDQ_STRIDE)
             }
-            0x018 => self.pending.iter().fold(0, |m, p| m | 1 << p.slot) | self.stalled,
-            0x1fc => u32::from(!self.ready()) << 31 | (1 << 30),
+            CMD_DBELL => cmd_dbell::command_doorbell_vector.set(
+                0,
+                self.pending.iter().fold(0, |m, p| m | 1 << p.slot) | self.stalled,
+            ),
+            INITIALIZING => {
+                ini::fw_reset_supported.set(ini::initializing.set(0, u32::from(!self.ready())), 1)
+            }
             o if (HEALTH_BUFFER_OFFSET..HEALTH_BUFFER_OFFSET + 64).contains(&o) => {
                 self.health_dword(o - HEALTH_BUFFER_OFFSET)
             }
-            0x1000 => (self.timer() >> 32) as u32,
-            0x1004 => self.timer() as u32,
-            0x1010 => (u32::from(self.health_synd) << 24) | self.health_counter(),
+            TIMER_H => internal_timer_h::value.set(0, (self.timer() >> 32) as u32),
+            TIMER_L => internal_timer_l::value.set(0, self.timer() as u32),
+            HEALTH_COUNTER => hc::health_counter.set(
+                hc::health_syndrome.set(0, self.health_synd.into()),
+                self.health_counter(),
+            ),
             o if (MSIX_TABLE_OFFSET..MSIX_TABLE_OFFSET + self.msix.len()).contains(&o) => {
                 let i = o - MSIX_TABLE_OFFSET;
                 u32::from_le_bytes([
@@ -436,12 +464,13 @@ impl Hca {
             width: 4,
         });
         match off {
-            0x010 => self.cmdq_addr = (u64::from(val) << 32) | (self.cmdq_addr & 0xffff_ffff),
-            0x014 => {
-                self.cmdq_addr = (self.cmdq_addr & !0xffff_ffff) | u64::from(val & 0xffff_f000);
+            CMDQ_ADDR_H => self.cmdq_addr = (u64::from(val) << 32) | (self.cmdq_addr & 0xffff_ffff),
+            CMDQ_ADDR_L_SZ => {
+                let low = init_seg::cmdq_addr_l_sz::cmdq_phy_addr_31_12.get(val) << 12;
+                self.cmdq_addr = (self.cmdq_addr & !0xffff_ffff) | u64::from(low);
                 self.nic_interface = init_seg::cmdq_addr_l_sz::nic_interface.get(val);
             }
-            0x018 => self.ring(val),
+            CMD_DBELL => self.ring(val),
             o if (MSIX_TABLE_OFFSET..MSIX_TABLE_OFFSET + self.msix.len()).contains(&o) => {
                 let i = o - MSIX_TABLE_OFFSET;
                 self.msix[i..i + 4].copy_from_slice(&val.to_be_bytes());
