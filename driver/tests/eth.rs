@@ -776,3 +776,109 @@ fn queues_run_on_their_own_threads_sharing_one_pool() {
         );
     });
 }
+
+/// A UDP/IPv6 frame from 2001:db8::1 to `dst_ip`, checksum left for the NIC.
+fn udp6(
+    dst: [u8; 6],
+    src: [u8; 6],
+    dst_ip: [u8; 16],
+    sport: u16,
+    dport: u16,
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut f = dst.to_vec();
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0]);
+    let ulen = (8 + payload.len()) as u16;
+    f.extend_from_slice(&ulen.to_be_bytes());
+    f.extend_from_slice(&[17, 64]);
+    let mut src_ip = [0u8; 16];
+    src_ip[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
+    src_ip[15] = 1;
+    f.extend_from_slice(&src_ip);
+    f.extend_from_slice(&dst_ip);
+    f.extend_from_slice(&sport.to_be_bytes());
+    f.extend_from_slice(&dport.to_be_bytes());
+    f.extend_from_slice(&ulen.to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(payload);
+    f
+}
+
+#[test]
+fn ipv6_rules_and_rss_over_ipv6_udp() {
+    with_ports(|pa, pb, _| {
+        let (pool_a, pool_b) = (
+            PktPool::new(pa, 64, 2048).unwrap(),
+            PktPool::new(pb, 256, 2048).unwrap(),
+        );
+        let mut txq = TxQueue::new(pa, &pool_a, TxQueueAttr::default()).unwrap();
+        let attr = RxQueueAttr {
+            entries: 32,
+            vlan_strip: false,
+        };
+        let mut qs: Vec<_> = (0..2)
+            .map(|_| RxQueue::new(pb, &pool_b, attr).unwrap())
+            .collect();
+        let mut other = RxQueue::new(pb, &pool_b, attr).unwrap();
+        let refs: Vec<&RxQueue<'_, '_, &SimHal>> = qs.iter().collect();
+        let rss = RssGroup::new(pb, &refs, RssFields::Ipv6Udp, &DEFAULT_RSS_KEY).unwrap();
+        let mut mine = [0u8; 16];
+        mine[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
+        mine[15] = 2;
+        let _r6 = pb
+            .add_rule(
+                &FlowMatch::any().ip_version(6).dst_ipv6(mine),
+                FlowDest::Rss(&rss),
+            )
+            .unwrap();
+        let _rest = pb
+            .add_rule(&FlowMatch::any(), FlowDest::Queue(&other))
+            .unwrap();
+        for sport in 0..16u16 {
+            send(
+                &pool_a,
+                &mut txq,
+                &udp6(pb.mac(), pa.mac(), mine, 5000 + sport, 9, b"v6"),
+                true,
+            );
+        }
+        let mut not_mine = mine;
+        not_mine[15] = 3;
+        send(
+            &pool_a,
+            &mut txq,
+            &udp6(pb.mac(), pa.mac(), not_mine, 1, 9, b"v6"),
+            true,
+        );
+        send(
+            &pool_a,
+            &mut txq,
+            &udp(pb.mac(), pa.mac(), 1, 9, b"v4"),
+            true,
+        );
+        let mut per_queue = [0usize; 2];
+        for (k, q) in qs.iter_mut().enumerate() {
+            for (bytes, p) in recv_all(&pool_b, q) {
+                let sport = u16::from_be_bytes([bytes[54], bytes[55]]);
+                let mut input = bytes[22..54].to_vec(); // source and destination addresses
+                input.extend(sport.to_be_bytes());
+                input.extend(9u16.to_be_bytes());
+                let h = toeplitz(&DEFAULT_RSS_KEY, &input);
+                assert!(p
+                    .flags()
+                    .contains(PktFlags::RSS_HASH | PktFlags::L4_CSUM_OK));
+                assert_eq!(p.rss_hash(), h);
+                assert_eq!(h as usize % 2, k);
+                per_queue[k] += 1;
+            }
+        }
+        assert_eq!(per_queue.iter().sum::<usize>(), 16);
+        assert!(per_queue.iter().all(|&n| n > 0), "{per_queue:?}");
+        assert_eq!(
+            recv_all(&pool_b, &mut other).len(),
+            2,
+            "the other address and the IPv4 frame"
+        );
+    });
+}

@@ -36,6 +36,12 @@ pub struct FlowMatch {
     pub src_ipv4: Option<[u8; 4]>,
     /// IPv4 destination address.
     pub dst_ipv4: Option<[u8; 4]>,
+    /// IP version (4 or 6).
+    pub ip_version: Option<u8>,
+    /// IPv6 source address.
+    pub src_ipv6: Option<[u8; 16]>,
+    /// IPv6 destination address.
+    pub dst_ipv6: Option<[u8; 16]>,
     /// UDP destination port (implies UDP).
     pub udp_dport: Option<u16>,
     /// TCP destination port (implies TCP).
@@ -56,6 +62,9 @@ macro_rules! flow_match_setters {
                     ip_protocol: None,
                     src_ipv4: None,
                     dst_ipv4: None,
+                    ip_version: None,
+                    src_ipv6: None,
+                    dst_ipv6: None,
                     udp_dport: None,
                     tcp_dport: None,
                 }
@@ -86,6 +95,12 @@ flow_match_setters! {
     src_ipv4: [u8; 4];
     /// Also matching the IPv4 destination address.
     dst_ipv4: [u8; 4];
+    /// Also matching the IP version.
+    ip_version: u8;
+    /// Also matching the IPv6 source address.
+    src_ipv6: [u8; 16];
+    /// Also matching the IPv6 destination address.
+    dst_ipv6: [u8; 16];
     /// Also matching the UDP destination port.
     udp_dport: u16;
     /// Also matching the TCP destination port.
@@ -133,6 +148,17 @@ impl FlowMatch {
             let v = if mask { [0xff; 4] } else { a };
             o.bytes_mut(l::dst_ipv4_dst_ipv6)[12..].copy_from_slice(&v);
         }
+        if let Some(v) = self.ip_version {
+            o.set(l::ip_version, if mask { 0xf } else { v & 0xf });
+        }
+        if let Some(a) = self.src_ipv6 {
+            let v = if mask { [0xff; 16] } else { a };
+            o.bytes_mut(l::src_ipv4_src_ipv6).copy_from_slice(&v);
+        }
+        if let Some(a) = self.dst_ipv6 {
+            let v = if mask { [0xff; 16] } else { a };
+            o.bytes_mut(l::dst_ipv4_dst_ipv6).copy_from_slice(&v);
+        }
         if let Some(p) = self.udp_dport {
             o.set(l::udp_dport, if mask { 0xffff } else { p });
         }
@@ -142,7 +168,8 @@ impl FlowMatch {
     }
 }
 
-/// Which header fields an RSS group hashes.
+/// Which header fields an RSS group hashes (frames of another IP version, or without the
+/// ports, go to its first queue).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RssFields {
     /// IPv4 source and destination addresses.
@@ -151,6 +178,12 @@ pub enum RssFields {
     Ipv4Udp,
     /// IPv4 addresses and TCP ports.
     Ipv4Tcp,
+    /// IPv6 source and destination addresses.
+    Ipv6,
+    /// IPv6 addresses and UDP ports.
+    Ipv6Udp,
+    /// IPv6 addresses and TCP ports.
+    Ipv6Tcp,
 }
 
 /// A set of receive queues a rule spreads frames over by the Toeplitz hash of the fields it
@@ -213,16 +246,14 @@ impl<'p, 'd, H: Hal> RssGroup<'p, 'd, H> {
             rqtn,
             tirn: 0,
         };
-        let (l4_udp, sel) = match fields {
-            RssFields::Ipv4 => (false, rx_hash_fields::SRC_IP | rx_hash_fields::DST_IP),
-            RssFields::Ipv4Udp | RssFields::Ipv4Tcp => (
-                fields == RssFields::Ipv4Udp,
-                rx_hash_fields::SRC_IP
-                    | rx_hash_fields::DST_IP
-                    | rx_hash_fields::L4_SPORT
-                    | rx_hash_fields::L4_DPORT,
-            ),
-        };
+        use RssFields as F;
+        let ipv6 = matches!(fields, F::Ipv6 | F::Ipv6Udp | F::Ipv6Tcp);
+        let l4_udp = matches!(fields, F::Ipv4Udp | F::Ipv6Udp);
+        let ports = !matches!(fields, F::Ipv4 | F::Ipv6);
+        let mut sel = rx_hash_fields::SRC_IP | rx_hash_fields::DST_IP;
+        if ports {
+            sel |= rx_hash_fields::L4_SPORT | rx_hash_fields::L4_DPORT;
+        }
         let mut i = [0u8; CreateTirIn::BYTES];
         {
             let mut v = input::<CreateTir>(&mut i)?;
@@ -233,6 +264,7 @@ impl<'p, 'd, H: Hal> RssGroup<'p, 'd, H> {
                 .set(tirc::transport_domain, port.td.tdn());
             c.bytes_mut(tirc::rx_hash_toeplitz_key).copy_from_slice(key);
             c.sub(tirc::rx_hash_field_selector_outer)
+                .set(rx_hash_field_select::l3_prot_type, u8::from(ipv6))
                 .set(rx_hash_field_select::l4_prot_type, u8::from(l4_udp))
                 .set(rx_hash_field_select::selected_fields, sel);
         }
