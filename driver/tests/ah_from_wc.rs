@@ -13,13 +13,7 @@ use common::{poll_one, region, send_wr, sge, two_hcas};
 const QKEY: u32 = 0x1111;
 
 fn cap() -> QpCap {
-    QpCap {
-        max_send_wr: 4,
-        max_recv_wr: 4,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    }
+    common::cap_with(4, 1, 0)
 }
 
 #[test]

@@ -11,13 +11,7 @@ mod common;
 use common::{connect_pair, region, send_wr, sge};
 
 fn cap() -> QpCap {
-    QpCap {
-        max_send_wr: 8,
-        max_recv_wr: 8,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    }
+    common::cap_with(8, 1, 0)
 }
 
 #[test]

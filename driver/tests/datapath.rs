@@ -15,13 +15,7 @@ use common::{poll_one, region, send_wr, sge};
 const PSN: u32 = 0x10;
 
 fn cap() -> QpCap {
-    QpCap {
-        max_send_wr: 16,
-        max_recv_wr: 16,
-        max_send_sge: 2,
-        max_recv_sge: 2,
-        max_inline_data: 128,
-    }
+    common::cap_with(16, 2, 128)
 }
 
 fn to_rts<H: Hal>(q: &mut Qp<'_, '_, H>, peer: u32, rnr_retry: u8) {

@@ -12,13 +12,7 @@ mod common;
 use common::{all_access, connect_pair, poll_one, region, sge};
 
 fn cap() -> QpCap {
-    QpCap {
-        max_send_wr: 16,
-        max_recv_wr: 16,
-        max_send_sge: 2,
-        max_recv_sge: 2,
-        max_inline_data: 64,
-    }
+    common::cap_with(16, 2, 64)
 }
 
 fn flags(f: DvQpCreateFlags) -> DvQpInitAttr {

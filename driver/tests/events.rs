@@ -19,13 +19,7 @@ fn up(hal: &SimHal) -> Device<&SimHal> {
 }
 
 fn cap() -> QpCap {
-    QpCap {
-        max_send_wr: 8,
-        max_recv_wr: 8,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    }
+    common::cap_with(8, 1, 0)
 }
 
 /// A requester CQE of QP 1.

@@ -17,13 +17,7 @@ const MLID: u16 = 0xc001;
 const MGID: [u8; 16] = [0xff, 0x12, 0x40, 0x1b, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
 
 fn cap() -> QpCap {
-    QpCap {
-        max_send_wr: 8,
-        max_recv_wr: 8,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    }
+    common::cap_with(8, 1, 0)
 }
 
 #[test]
