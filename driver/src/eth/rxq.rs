@@ -78,15 +78,8 @@ impl<'p, 'd, H: Hal> RxQueue<'p, 'd, H> {
         attr: RxQueueAttr,
     ) -> Result<Self, Error> {
         let dev = port.dev;
-        let entries = attr.entries.max(1).next_power_of_two();
-        if attr.entries == 0 || entries > MAX_QUEUE_ENTRIES || entries > pool.available() {
-            return Err(Error::ExceedsLimit {
-                limit: Limit::PacketBuffers,
-                requested: u64::from(attr.entries),
-                max: u64::from(MAX_QUEUE_ENTRIES.min(pool.available())),
-            });
-        }
-        let log_size = entries.trailing_zeros() as u8;
+        let (entries, log_size) =
+            queue_size(attr.entries, MAX_QUEUE_ENTRIES.min(pool.available()))?;
         let cq = EthCq::new(dev, log_size)?;
         let (ring, pages) = alloc_ring(&dev.hal, entries as usize * RX_WQE)?;
         let ring = ring.share();
@@ -262,12 +255,21 @@ impl<'p, 'd, H: Hal> RxQueue<'p, 'd, H> {
     /// how many (and so how many of `fresh` were used).
     #[inline]
     fn rx_chunk(&mut self, pkts: &mut [Pkt], fresh: &[u32]) -> usize {
+        // The ring views are made once per chunk: every index below is masked into them.
+        let size = 1usize << self.log_size;
+        let (Ok(ring), Ok(slots)) = (
+            self.ring.slots::<RX_WQE>(0, size),
+            self.slots.slots::<8>(0, size),
+        ) else {
+            return 0;
+        };
+        let seg = (u64::from(self.pool.buf_size() as u32) << 32) | u64::from(self.pool.lkey());
         let mut n = 0;
         while n < fresh.len() {
             let Some(c) = self.cq.next() else {
                 break;
             };
-            let index = self.slot_buffer(usize::from(c.wqe_counter));
+            let index = slots.slot(usize::from(c.wqe_counter)).read64(0) as u32;
             self.ci = self.ci.wrapping_add(1);
             if c.opcode != u8::from(CqeOpcode::RespSend) {
                 self.errors += 1;
@@ -294,7 +296,12 @@ impl<'p, 'd, H: Hal> RxQueue<'p, 'd, H> {
             p.hash = c.hash;
             p.vlan = c.vlan_info;
             pkts[n] = p;
-            self.post(fresh[n]);
+            // The fresh buffer goes into WQE `pi`.
+            let at = usize::from(self.pi);
+            ring.slot(at).write64(0, seg);
+            ring.slot(at).write64(8, self.pool.iova(fresh[n]));
+            slots.slot(at).write64(0, u64::from(fresh[n]));
+            self.pi = self.pi.wrapping_add(1);
             n += 1;
         }
         n
@@ -339,6 +346,20 @@ impl<'p, 'd, H: Hal> RxQueue<'p, 'd, H> {
             a += 1;
         }
     }
+}
+
+/// An Ethernet queue's ring: `requested` entries rounded up to a power of two, at most `max`;
+/// the entries and their log2.
+pub(crate) fn queue_size(requested: u32, max: u32) -> Result<(u32, u8), Error> {
+    let entries = requested.max(1).next_power_of_two();
+    if requested == 0 || entries > max {
+        return Err(Error::ExceedsLimit {
+            limit: Limit::PacketBuffers,
+            requested: u64::from(requested),
+            max: u64::from(max),
+        });
+    }
+    Ok((entries, entries.trailing_zeros() as u8))
 }
 
 /// A TIR delivering everything it gets to RQ `rqn`.

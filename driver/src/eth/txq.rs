@@ -80,15 +80,7 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
         attr: TxQueueAttr,
     ) -> Result<Self, Error> {
         let dev = port.dev;
-        let entries = attr.entries.max(1).next_power_of_two();
-        if attr.entries == 0 || entries > MAX_QUEUE_ENTRIES {
-            return Err(Error::ExceedsLimit {
-                limit: Limit::PacketBuffers,
-                requested: u64::from(attr.entries),
-                max: u64::from(MAX_QUEUE_ENTRIES),
-            });
-        }
-        let log_size = entries.trailing_zeros() as u8;
+        let (entries, log_size) = crate::eth::rxq::queue_size(attr.entries, MAX_QUEUE_ENTRIES)?;
         let uar = dev.uar().ok_or(Error::NotUp)?;
         let cq = EthCq::new(dev, log_size)?;
         let (ring, pages) = alloc_ring(&dev.hal, entries as usize * WQEBB)?;

@@ -294,8 +294,6 @@ pub(crate) struct Eth {
     /// Kept across resets.
     pub work: EthWork,
     next_object: u32,
-    /// The MAC address the port has after a reset.
-    vport_mac_at_power_on: [u8; 6],
 }
 
 impl Eth {
@@ -330,14 +328,13 @@ impl Eth {
             inbox: Arc::new(Mutex::new(VecDeque::new())),
             work: EthWork::default(),
             next_object: 0,
-            vport_mac_at_power_on: mac,
         }
     }
 
     /// Back to the power-on state (TEARDOWN_HCA, reset): every object gone; the inbox and
     /// the work counters stay.
     pub(crate) fn reset(&mut self, cfg: &crate::config::ModelConfig) {
-        let mut fresh = Eth::new(self.vport_mac_at_power_on, cfg.eth_mtu, cfg.eth_min_inline);
+        let mut fresh = Eth::new(mac_of_guid(cfg.node_guid), cfg.eth_mtu, cfg.eth_min_inline);
         fresh.inbox = self.inbox.clone();
         fresh
             .inbox
@@ -353,6 +350,40 @@ impl Eth {
         self.next_object = (self.next_object % 0x00ff_fffe) + 1;
         self.next_object
     }
+}
+
+/// A requester CQE for WQE `index` (counter) of SQ `sqn`, built through the `Cqe64` layout.
+pub(crate) fn req_cqe(wqe_opcode: u8, sqn: u32, index: u16, user_index: u32) -> [u8; 64] {
+    use bareverbs_firmware_cmd::ifc::{cqe64, make_op_own, Cqe64, CqeOpcode};
+    let mut cqe = [0u8; 64];
+    if let Ok(mut c) = bareverbs_firmware_cmd::layout::ViewMut::<Cqe64>::new_checked(&mut cqe[..]) {
+        c.set(cqe64::srqn, user_index & 0xff_ffff)
+            .set(cqe64::sop_drop_qpn, (u32::from(wqe_opcode) << 24) | sqn)
+            .set(cqe64::wqe_counter, index)
+            .set(cqe64::op_own, make_op_own(CqeOpcode::Req.into(), 0));
+    }
+    cqe
+}
+
+/// An error CQE (`op` requester or responder error) for WQE `index` of queue `qn`, built
+/// through the `ErrCqe` layout.
+pub(crate) fn err_cqe(
+    op: bareverbs_firmware_cmd::ifc::CqeOpcode,
+    syndrome: u8,
+    wqe_opcode: u8,
+    qn: u32,
+    index: u16,
+) -> [u8; 64] {
+    use bareverbs_firmware_cmd::ifc::{err_cqe as e, make_op_own, ErrCqe};
+    let mut cqe = [0u8; 64];
+    if let Ok(mut c) = bareverbs_firmware_cmd::layout::ViewMut::<ErrCqe>::new_checked(&mut cqe[..])
+    {
+        c.set(e::syndrome, syndrome)
+            .set(e::s_wqe_opcode_qpn, (u32::from(wqe_opcode) << 24) | qn)
+            .set(e::wqe_counter, index)
+            .set(e::op_own, make_op_own(op.into(), 0));
+    }
+    cqe
 }
 
 /// The MAC address a model HCA reports: locally administered, from its node GUID.

@@ -163,20 +163,17 @@ impl Hca {
             _ => frame,
         };
         let sges = Self::recv_sges(&raw);
-        let mut cqe = [0u8; 64];
         let result = self.scatter(rq.ring.pd, &sges, 0, data);
         if let Err(syndrome) = result {
             log::debug!("model: RQ {rqn:#x} WQE {index}: error CQE syndrome {syndrome:#x}");
-            cqe[0x37] = syndrome;
-            cqe[0x38..0x3c].copy_from_slice(&rqn.to_be_bytes());
-            cqe[0x3c..0x3e].copy_from_slice(&index.to_be_bytes());
-            cqe[0x3f] = make_op_own(CqeOpcode::RespErr.into(), 0);
+            let cqe = super::err_cqe(CqeOpcode::RespErr, syndrome, 0, rqn, index);
             if let Some(r) = self.eth.as_mut().and_then(|e| e.rqs.get_mut(&rqn)) {
                 r.state = WqState::Err;
             }
             self.post_cqe(rq.cqn, cqe, false);
             return;
         }
+        let mut cqe = [0u8; 64];
         {
             let mut c = ViewMut::<Cqe64>::new_checked(&mut cqe[..])
                 .unwrap_or_else(|_| unreachable!("a CQE is 64 bytes"));

@@ -5,9 +5,8 @@
 //! its own function when allowed and puts it on the fabric.
 
 use bareverbs_firmware_cmd::ifc::{
-    eth_cs_flags, make_op_own, wqe_ctrl_seg as ctrl, wqe_data_seg, wqe_eth_seg as es, wqe_opcode,
-    CqeOpcode, WqeCtrlSeg, WqeDataSeg, WqeEthSeg, ETH_WQE_INSERT_VLAN, INLINE_SEG,
-    INLINE_SEG_BYTE_COUNT_MASK,
+    eth_cs_flags, wqe_ctrl_seg as ctrl, wqe_data_seg, wqe_eth_seg as es, wqe_opcode, CqeOpcode,
+    WqeCtrlSeg, WqeDataSeg, WqeEthSeg, ETH_WQE_INSERT_VLAN, INLINE_SEG, INLINE_SEG_BYTE_COUNT_MASK,
 };
 use bareverbs_firmware_cmd::layout::View;
 
@@ -112,12 +111,7 @@ impl Hca {
             }
             match result {
                 Ok(()) if ce >= 2 => {
-                    let mut cqe = [0u8; 64];
-                    cqe[0x38..0x3c]
-                        .copy_from_slice(&((u32::from(opcode) << 24) | sqn).to_be_bytes());
-                    cqe[0x3c..0x3e].copy_from_slice(&index.to_be_bytes());
-                    cqe[0x21..0x24].copy_from_slice(&sq.user_index.to_be_bytes()[1..]);
-                    cqe[0x3f] = make_op_own(CqeOpcode::Req.into(), 0);
+                    let cqe = super::req_cqe(opcode, sqn, index, sq.user_index);
                     self.post_cqe(sq.cqn, cqe, false);
                 }
                 Ok(()) => {}
@@ -137,11 +131,7 @@ impl Hca {
         sq.state = WqState::Err;
         let cqn = sq.cqn;
         log::debug!("model: SQ {sqn:#x} WQE {index}: error CQE syndrome {syndrome:#x}");
-        let mut cqe = [0u8; 64];
-        cqe[0x37] = syndrome;
-        cqe[0x38..0x3c].copy_from_slice(&((u32::from(opcode) << 24) | sqn).to_be_bytes());
-        cqe[0x3c..0x3e].copy_from_slice(&index.to_be_bytes());
-        cqe[0x3f] = make_op_own(CqeOpcode::ReqErr.into(), 0);
+        let cqe = super::err_cqe(CqeOpcode::ReqErr, syndrome, opcode, sqn, index);
         self.post_cqe(cqn, cqe, false);
     }
 
