@@ -51,6 +51,20 @@ pub(crate) trait AddressSpace: Send + Sync {
     /// # Errors
     /// [`DmaFault`] when any byte is unmapped.
     fn write(&self, iova: u64, src: &[u8]) -> Result<(), DmaFault>;
+
+    /// Appends `len` bytes at `iova` to `out`; on a fault `out` is left as it was.
+    ///
+    /// # Errors
+    /// [`DmaFault`] when any byte is unmapped.
+    fn read_append(&self, iova: u64, len: usize, out: &mut Vec<u8>) -> Result<(), DmaFault> {
+        let at = out.len();
+        out.resize(at + len, 0);
+        let r = self.read(iova, &mut out[at..]);
+        if r.is_err() {
+            out.truncate(at);
+        }
+        r
+    }
 }
 
 /// Typed helpers over an [`AddressSpace`] for big-endian device structures.

@@ -129,6 +129,11 @@ pub struct Hca {
     pub(crate) mcgs: BTreeMap<[u8; 16], std::collections::BTreeSet<u32>>,
     /// Send queues waiting to be run again (receiver not ready, or its HCA busy).
     pub(crate) stalled_sqs: BTreeSet<u32>,
+    /// The message buffer a send request is gathered into, kept between requests so the
+    /// data path does not allocate per WQE.
+    pub(crate) payload_buf: Vec<u8>,
+    /// The bytes of the send WQE being executed (`wqe_exec.rs`), kept for the same reason.
+    pub(crate) wqe_buf: Vec<u8>,
     /// CQEs and EQEs held back by injected faults (`late.rs`).
     pub(crate) late: crate::late::LateQueue,
     /// UMR work requests executed, and refused with an error completion.
@@ -203,6 +208,8 @@ impl Hca {
             pkeys: BTreeMap::new(),
             alias_guids: BTreeMap::new(),
             stalled_sqs: BTreeSet::new(),
+            payload_buf: Vec::new(),
+            wqe_buf: Vec::new(),
             late: crate::late::LateQueue::default(),
             umrs: (0, 0),
             scattered_to_cqe: 0,

@@ -32,6 +32,7 @@ pub mod qp;
 pub mod rng;
 pub mod sim_hal;
 pub mod sma;
+mod small_list;
 pub mod srq;
 pub mod subnet;
 mod tap;

@@ -19,6 +19,7 @@ pub const IOVA_BASE: u64 = 0x1_0000_0000;
 /// Unmapped gap after every allocation.
 pub const GUARD_BYTES: u64 = 0x1000;
 
+#[derive(Clone, Copy)]
 struct Region {
     ptr: NonNull<u8>,
     len: usize,
@@ -38,6 +39,30 @@ struct Arena {
     max_align: Option<usize>,
     /// IOVA ranges (start, length) the device can no longer reach.
     revoked: Vec<(u64, u64)>,
+    /// The regions the device reached last (IOVA, pointer, length), tried before the map: a
+    /// WQE's accesses go to a few regions (ring, doorbell record, buffers) over and over.
+    recent: [Option<(u64, Region)>; RECENT],
+    /// Which `recent` slot the next miss fills.
+    recent_next: usize,
+}
+
+/// Regions remembered by [`Arena::recent`].
+const RECENT: usize = 4;
+
+impl Arena {
+    /// The region holding `iova`: (its IOVA, pointer, length).
+    fn find(&mut self, iova: u64) -> Option<(u64, NonNull<u8>, usize)> {
+        for &(base, r) in self.recent.iter().flatten() {
+            if iova >= base && iova - base < r.len as u64 {
+                return Some((base, r.ptr, r.len));
+            }
+        }
+        let (&base, &r) = self.regions.range(..=iova).next_back()?;
+        let hit = (base, r.ptr, r.len);
+        self.recent[self.recent_next] = Some((base, r));
+        self.recent_next = (self.recent_next + 1) % RECENT;
+        Some(hit)
+    }
 }
 
 /// The arena of DMA memory shared by the driver (through [`SimDma`]) and the model (through
@@ -157,6 +182,11 @@ impl HostMemory {
         if let Some(r) = a.regions.remove(&iova) {
             a.bytes -= r.len;
         }
+        for slot in a.recent.iter_mut() {
+            if slot.is_some_and(|(base, _)| base == iova) {
+                *slot = None;
+            }
+        }
     }
 
     fn with_region<R>(
@@ -167,7 +197,7 @@ impl HostMemory {
         f: impl FnOnce(*mut u8) -> R,
     ) -> Result<R, DmaFault> {
         let fault = DmaFault { iova, len, kind };
-        let a = self.lock();
+        let mut a = self.lock();
         let end = iova.saturating_add(len as u64);
         if a.revoked
             .iter()
@@ -175,14 +205,15 @@ impl HostMemory {
         {
             return Err(fault);
         }
-        let (&base, r) = a.regions.range(..=iova).next_back().ok_or(fault)?;
+        let (base, ptr, rlen) = a.find(iova).ok_or(fault)?;
         let off = (iova - base) as usize;
-        if off.checked_add(len).is_none_or(|end| end > r.len) {
+        if off.checked_add(len).is_none_or(|end| end > rlen) {
             return Err(fault);
         }
-        // SAFETY: off + len <= r.len (checked); the region stays allocated while the arena
-        // lock is held, because SimDma::drop removes it under the same lock before freeing.
-        Ok(f(unsafe { r.ptr.as_ptr().add(off) }))
+        // SAFETY: off + len <= rlen (checked); the region stays allocated while the arena
+        // lock is held, because SimDma::drop removes it (and forgets it in `recent`) under the
+        // same lock before freeing.
+        Ok(f(unsafe { ptr.as_ptr().add(off) }))
     }
 }
 
@@ -199,24 +230,62 @@ impl AddressSpace for HostMemory {
             // stay atomic (hal's `SharedDma` does the same on the driver's side) at an eighth
             // of the operations.
             let head = p.align_offset(8).min(dst.len());
-            let words = (dst.len() - head) / 8;
-            for (i, d) in dst[..head].iter_mut().enumerate() {
+            let tail_at = head + (dst.len() - head) / 8 * 8;
+            let (lead, rest) = dst.split_at_mut(head);
+            for (i, d) in lead.iter_mut().enumerate() {
                 // SAFETY: in bounds of the region (with_region), which is only ever accessed
                 // atomically while shared (the driver's `SharedDma` accessors, these).
                 *d = unsafe { AtomicU8::from_ptr(p.add(i)) }.load(Ordering::Relaxed);
             }
-            for w in 0..words {
-                let at = head + 8 * w;
-                // SAFETY: in bounds (at + 8 <= len) and 8-aligned (head reached alignment).
-                let v =
-                    unsafe { AtomicU64::from_ptr(p.add(at).cast::<u64>()) }.load(Ordering::Relaxed);
-                dst[at..at + 8].copy_from_slice(&v.to_ne_bytes());
+            // SAFETY: head <= len, inside the region.
+            let words = unsafe { p.add(head) }.cast::<u64>();
+            let mut chunks = rest.chunks_exact_mut(8);
+            for (w, d) in (&mut chunks).enumerate() {
+                // SAFETY: words + w is 8-aligned (head reached alignment) and its 8 bytes lie
+                // within the access (head + 8 * (w + 1) <= len).
+                let v = unsafe { AtomicU64::from_ptr(words.add(w)) }.load(Ordering::Relaxed);
+                d.copy_from_slice(&v.to_ne_bytes());
             }
-            for (i, d) in dst.iter_mut().enumerate().skip(head + 8 * words) {
-                // SAFETY: as above.
-                *d = unsafe { AtomicU8::from_ptr(p.add(i)) }.load(Ordering::Relaxed);
+            for (i, d) in chunks.into_remainder().iter_mut().enumerate() {
+                // SAFETY: tail_at + i < len.
+                *d = unsafe { AtomicU8::from_ptr(p.add(tail_at + i)) }.load(Ordering::Relaxed);
             }
             fence(Ordering::Acquire);
+        })
+    }
+
+    // As `read`, appending: no zeroed bytes to overwrite first.
+    fn read_append(&self, iova: u64, len: usize, out: &mut Vec<u8>) -> Result<(), DmaFault> {
+        out.reserve(len);
+        let at = out.len();
+        self.with_region(iova, len, DmaKind::Read, |p| {
+            let spare = &mut out.spare_capacity_mut()[..len];
+            let head = p.align_offset(8).min(len);
+            let (lead, rest) = spare.split_at_mut(head);
+            for (i, d) in lead.iter_mut().enumerate() {
+                // SAFETY: as in `read`.
+                d.write(unsafe { AtomicU8::from_ptr(p.add(i)) }.load(Ordering::Relaxed));
+            }
+            // SAFETY: as in `read`.
+            let wp = unsafe { p.add(head) }.cast::<u64>();
+            let mut chunks = rest.chunks_exact_mut(8);
+            for (w, d) in (&mut chunks).enumerate() {
+                // SAFETY: as in `read`.
+                let v = unsafe { AtomicU64::from_ptr(wp.add(w)) }.load(Ordering::Relaxed);
+                for (d, b) in d.iter_mut().zip(v.to_ne_bytes()) {
+                    d.write(b);
+                }
+            }
+            let tail = chunks.into_remainder();
+            let tail_at = len - tail.len();
+            for (i, d) in tail.iter_mut().enumerate() {
+                // SAFETY: as in `read`.
+                d.write(unsafe { AtomicU8::from_ptr(p.add(tail_at + i)) }.load(Ordering::Relaxed));
+            }
+            fence(Ordering::Acquire);
+            // SAFETY: the `len` bytes after `at` were all written above, within the capacity
+            // reserved.
+            unsafe { out.set_len(at + len) };
         })
     }
 
@@ -224,22 +293,23 @@ impl AddressSpace for HostMemory {
         self.with_region(iova, src.len(), DmaKind::Write, |p| {
             fence(Ordering::Release);
             let head = p.align_offset(8).min(src.len());
-            let words = (src.len() - head) / 8;
-            for (i, s) in src[..head].iter().enumerate() {
+            let (lead, rest) = src.split_at(head);
+            for (i, s) in lead.iter().enumerate() {
                 // SAFETY: as in `read`.
                 unsafe { AtomicU8::from_ptr(p.add(i)) }.store(*s, Ordering::Relaxed);
             }
-            for w in 0..words {
-                let at = head + 8 * w;
-                let mut b = [0u8; 8];
-                b.copy_from_slice(&src[at..at + 8]);
+            // SAFETY: as in `read`.
+            let words = unsafe { p.add(head) }.cast::<u64>();
+            let mut chunks = rest.chunks_exact(8);
+            for (w, c) in (&mut chunks).enumerate() {
+                let v = u64::from_ne_bytes(c.try_into().unwrap_or([0; 8]));
                 // SAFETY: as in `read`.
-                unsafe { AtomicU64::from_ptr(p.add(at).cast::<u64>()) }
-                    .store(u64::from_ne_bytes(b), Ordering::Relaxed);
+                unsafe { AtomicU64::from_ptr(words.add(w)) }.store(v, Ordering::Relaxed);
             }
-            for (i, s) in src.iter().enumerate().skip(head + 8 * words) {
+            let tail_at = head + (src.len() - head) / 8 * 8;
+            for (i, s) in chunks.remainder().iter().enumerate() {
                 // SAFETY: as in `read`.
-                unsafe { AtomicU8::from_ptr(p.add(i)) }.store(*s, Ordering::Relaxed);
+                unsafe { AtomicU8::from_ptr(p.add(tail_at + i)) }.store(*s, Ordering::Relaxed);
             }
         })
     }

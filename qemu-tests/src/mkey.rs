@@ -69,6 +69,10 @@ pub struct RepeatEnt {
 /// `(key, address, bytes)`: a piece of an indirect key's bytes, in another key.
 pub type KeyPiece = (u32, u64, u64);
 
+/// `(device address, bytes)` pieces of a translated range, merged where they touch; the first
+/// four are kept without allocating.
+pub(crate) type Pieces = crate::small_list::SmallList<(u64, u64), 4>;
+
 impl Translation {
     /// The `(key, address, bytes)` pieces of an indirect key's bytes `off..off + len` (from
     /// the key's start), or `None` for a direct translation.
@@ -169,16 +173,30 @@ impl Mkey {
     /// An indirect key's pieces are other keys' ranges: [`Translation::indirect_pieces`],
     /// resolved by the caller (`Hca::key_range`); here it is a bounds fault.
     pub fn translate(&self, va: u64, len: u64) -> Result<Vec<(u64, u64)>, KeyFault> {
+        let mut out = Pieces::new();
+        self.translate_into(va, len, &mut out)?;
+        Ok(out.to_vec())
+    }
+
+    /// [`Mkey::translate`], appending the pieces to `out`.
+    pub(crate) fn translate_into(
+        &self,
+        va: u64,
+        len: u64,
+        out: &mut Pieces,
+    ) -> Result<(), KeyFault> {
         let end = va.checked_add(len).ok_or(KeyFault::Bounds)?;
         if va < self.start || end > self.start.saturating_add(self.len) {
             return Err(KeyFault::Bounds);
         }
         match &self.translation {
             Translation::Klm(_) | Translation::Interleaved { .. } => Err(KeyFault::Bounds),
-            Translation::Physical => Ok(vec![(va, len)]),
+            Translation::Physical => {
+                out.push((va, len));
+                Ok(())
+            }
             Translation::Mtt { log_page, pages } => {
                 let page = 1u64 << log_page;
-                let mut out: Vec<(u64, u64)> = Vec::new();
                 let mut at = va - self.start + (self.start & (page - 1));
                 let mut left = len;
                 while left > 0 {
@@ -199,7 +217,7 @@ impl Mkey {
                     at += n;
                     left -= n;
                 }
-                Ok(out)
+                Ok(())
             }
         }
     }
@@ -208,6 +226,10 @@ impl Mkey {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn tr(k: &Mkey, va: u64, len: u64) -> Result<Vec<(u64, u64)>, KeyFault> {
+        k.translate(va, len)
+    }
 
     #[test]
     fn mtt_translation_splits_at_pages_and_checks_bounds() {
@@ -226,18 +248,18 @@ mod tests {
             xlt_octowords: 2,
         };
         // 0x7000_0800 is offset 0x800 in page 0.
-        assert_eq!(k.translate(0x7000_0800, 0x10), Ok(vec![(0xa800, 0x10)]));
+        assert_eq!(tr(&k, 0x7000_0800, 0x10), Ok(vec![(0xa800, 0x10)]));
         assert_eq!(
-            k.translate(0x7000_0ff0, 0x20),
+            tr(&k, 0x7000_0ff0, 0x20),
             Ok(vec![(0xaff0, 0x10), (0x5000, 0x10)])
         );
         // Pages 1 and 2 are contiguous: one piece.
-        assert_eq!(k.translate(0x7000_1ff0, 0x20), Ok(vec![(0x5ff0, 0x20)]));
-        assert_eq!(k.translate(0x7000_07ff, 1), Err(KeyFault::Bounds));
-        assert_eq!(k.translate(0x7000_2800, 1), Err(KeyFault::Bounds));
+        assert_eq!(tr(&k, 0x7000_1ff0, 0x20), Ok(vec![(0x5ff0, 0x20)]));
+        assert_eq!(tr(&k, 0x7000_07ff, 1), Err(KeyFault::Bounds));
+        assert_eq!(tr(&k, 0x7000_2800, 1), Err(KeyFault::Bounds));
         // A page whose entry is not present faults even inside the key's range.
         let k = Mkey { len: 0x4000, ..k };
-        assert_eq!(k.translate(0x7000_2800, 1), Ok(vec![(0x6800, 1)]));
-        assert_eq!(k.translate(0x7000_3800, 1), Err(KeyFault::Bounds));
+        assert_eq!(tr(&k, 0x7000_2800, 1), Ok(vec![(0x6800, 1)]));
+        assert_eq!(tr(&k, 0x7000_3800, 1), Err(KeyFault::Bounds));
     }
 }

@@ -50,7 +50,7 @@ use bareverbs_firmware_cmd::layout::{Layout, View, ViewMut};
 
 use crate::dma::{AddressSpaceExt, DmaFault};
 use crate::hca::Hca;
-use crate::mkey::KeyFault;
+use crate::mkey::{KeyFault, Pieces};
 use crate::pma::Traffic;
 use crate::qp::{Qp, QpState, ServiceType, CQE_V0_UIDX, PSN_MASK};
 
@@ -105,7 +105,7 @@ impl From<DmaFault> for WqeFault {
 pub(crate) struct Recv {
     /// What the CQE's `wqe_counter` carries: the RQ's consumer counter, or the SRQ WQE's index.
     counter: u16,
-    sges: Vec<Sge>,
+    sges: SgeList,
     /// Taken from SRQ `.0`, whose head then moves to `.1`.
     srq: Option<(u32, u16)>,
 }
@@ -121,15 +121,21 @@ pub(crate) struct XrcTarget {
 }
 
 /// One gather/scatter entry of a WQE.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Sge {
     pub lkey: u32,
     pub addr: u64,
     pub len: u32,
 }
 
-/// A parsed send WQE.
-struct SendWqe {
+/// A WQE's gather or scatter list; up to four entries without allocating.
+pub(crate) type SgeList = crate::small_list::SmallList<Sge, 4>;
+
+/// The largest send WQE: `ds` is six bits of 16-byte units, so 63 units in 16 basic blocks.
+const MAX_SEND_WQE: usize = 16 * 64;
+
+/// A parsed send WQE; inline data stays in the bytes it was read into.
+struct SendWqe<'a> {
     opcode: u8,
     wqe_index: u16,
     bbs: u16,
@@ -148,8 +154,8 @@ struct SendWqe {
     ud_rlid: u16,
     /// The UD address vector's global route, when its GRH flag is set.
     ud_grh: Option<AvGrh>,
-    inline: Option<Vec<u8>>,
-    sges: Vec<Sge>,
+    inline: Option<&'a [u8]>,
+    sges: SgeList,
     /// The XRC segment's `xrc_srqn` (XRC initiator QPs).
     xrc_srqn: Option<u32>,
     /// DCI: the address vector's DC access key (the first 8 bytes of `mlx5_av`, where UD has
@@ -304,6 +310,15 @@ impl Hca {
 
     /// Executes the QP's posted send WQEs in order, up to the doorbell record's counter.
     pub fn run_sq(&mut self, qpn: u32) {
+        // The WQE bytes are read into a buffer the HCA keeps (taken here, so the parsed WQE can
+        // borrow it while the HCA executes it); a nested run of another queue makes its own.
+        let mut buf = std::mem::take(&mut self.wqe_buf);
+        buf.resize(MAX_SEND_WQE, 0);
+        self.run_sq_with(qpn, &mut buf);
+        self.wqe_buf = buf;
+    }
+
+    fn run_sq_with(&mut self, qpn: u32, buf: &mut [u8]) {
         loop {
             let Some(qp) = self.qps.get(&qpn).cloned() else {
                 return;
@@ -340,7 +355,7 @@ impl Hca {
                 }
                 return;
             }
-            let w = match self.read_send_wqe(&qp) {
+            let w = match self.read_send_wqe(&qp, buf) {
                 Ok(w) => w,
                 Err(WqeFault::Umr) => {
                     if self.step_umr(&qp) {
@@ -424,7 +439,7 @@ impl Hca {
 
     /// A DCI request's stream before it runs: `Some` outcome when it must not run, because its
     /// stream is in error (flushed: WR_FLUSH_ERR, and the send queue goes on).
-    fn dci_stream_check(&mut self, qp: &Qp, w: &SendWqe) -> Option<Outcome> {
+    fn dci_stream_check(&mut self, qp: &Qp, w: &SendWqe<'_>) -> Option<Outcome> {
         let d = qp.dci.as_ref()?;
         if d.errored.contains(&w.dci_stream) {
             self.send_error_cqe(qp, w.wqe_index, w.opcode, synd::WR_FLUSH);
@@ -436,7 +451,7 @@ impl Hca {
     /// After request `w` of DCI `qp` failed with `syndrome`: its stream is in error. While
     /// fewer streams than the DCI tolerates are, only the error completion is written and
     /// the send queue goes on (true); at the limit the DCI goes to ERR as any RC QP (false).
-    fn dci_stream_failed(&mut self, qp: &Qp, w: &SendWqe, syndrome: u8) -> bool {
+    fn dci_stream_failed(&mut self, qp: &Qp, w: &SendWqe<'_>, syndrome: u8) -> bool {
         let Some(d) = self.qps.get_mut(&qp.qpn).and_then(|q| q.dci.as_mut()) else {
             return false;
         };
@@ -491,30 +506,36 @@ impl Hca {
         self.post_cqe(qp.cqn_snd, c, false);
     }
 
-    fn read_send_wqe(&mut self, qp: &Qp) -> Result<SendWqe, WqeFault> {
+    /// Reads the WQE at `qp`'s send queue head into `buf` (basic block by basic block: the
+    /// ring may wrap inside it) and parses it.
+    fn read_send_wqe<'a>(&mut self, qp: &Qp, buf: &'a mut [u8]) -> Result<SendWqe<'a>, WqeFault> {
         let mask = (1u16 << qp.log_sq_size) - 1;
         let bb = |i: u16| qp.buf_iova(qp.sq_offset() + u64::from(i & mask) * 64);
-        let first = self.dma.read_vec(bb(qp.sq_consumed), 64)?;
-        if first[3] == wqe_opcode::UMR {
+        self.dma.read(bb(qp.sq_consumed), &mut buf[..64])?;
+        if buf[3] == wqe_opcode::UMR {
             return Err(WqeFault::Umr);
         }
-        let ds = u16::from(first[7] & 0x3f);
+        let ds = u16::from(buf[7] & 0x3f);
         if ds == 0 {
             return Err(WqeFault::Malformed);
         }
         let bbs = ds.div_ceil(4);
-        let mut raw = first;
         for k in 1..bbs {
-            raw.extend(self.dma.read_vec(bb(qp.sq_consumed.wrapping_add(k)), 64)?);
+            let at = usize::from(k) * 64;
+            self.dma
+                .read(bb(qp.sq_consumed.wrapping_add(k)), &mut buf[at..at + 64])?;
         }
+        let raw: &'a [u8] = buf
+            .get(..usize::from(bbs) * 64)
+            .ok_or(WqeFault::Malformed)?;
         Self::parse_send_wqe(qp, raw, bbs).ok_or(WqeFault::Malformed)
     }
 
     /// The send WQE in `raw` (`bbs` basic blocks, read from `qp`'s send queue), or `None` when
     /// its segments do not parse.
-    fn parse_send_wqe(qp: &Qp, mut raw: Vec<u8>, bbs: u16) -> Option<SendWqe> {
-        let ds = u16::from(raw[7] & 0x3f);
-        raw.truncate(usize::from(ds) * 16);
+    fn parse_send_wqe<'a>(qp: &Qp, raw: &'a [u8], bbs: u16) -> Option<SendWqe<'a>> {
+        let ds = u16::from(*raw.get(7)? & 0x3f);
+        let raw = raw.get(..usize::from(ds) * 16)?;
         let be32 = |o: usize| u32::from_be_bytes([raw[o], raw[o + 1], raw[o + 2], raw[o + 3]]);
         let be64 = |o: usize| (u64::from(be32(o)) << 32) | u64::from(be32(o + 4));
         let opcode = raw[3];
@@ -535,7 +556,7 @@ impl Hca {
             ud_rlid: 0,
             ud_grh: None,
             inline: None,
-            sges: Vec::new(),
+            sges: SgeList::new(),
             xrc_srqn: None,
             dc_key: 0,
             dci_stream: dci_channel(qp, u16::from_be_bytes([raw[9], raw[10]])),
@@ -604,8 +625,7 @@ impl Hca {
         }
         if off + 4 <= raw.len() && be32(off) & INLINE_SEG != 0 {
             let n = (be32(off) & !INLINE_SEG) as usize;
-            let data = raw.get(off + 4..off + 4 + n)?.to_vec();
-            w.inline = Some(data);
+            w.inline = Some(raw.get(off + 4..off + 4 + n)?);
             return Some(w);
         }
         while off + 16 <= raw.len() {
@@ -632,7 +652,7 @@ impl Hca {
         addr: u64,
         len: u64,
         need: impl Fn(&crate::mkey::Rights) -> bool,
-    ) -> Result<Vec<(u64, u64)>, KeyFault> {
+    ) -> Result<Pieces, KeyFault> {
         let k = self
             .mkeys
             .get(&(key >> 8))
@@ -645,31 +665,33 @@ impl Hca {
         if !need(&k.rights) {
             return Err(KeyFault::Rights);
         }
-        self.resolve(k, addr, len, 0)
+        let mut out = Pieces::new();
+        self.resolve_into(k, addr, len, 0, &mut out)?;
+        Ok(out)
     }
 
     /// The device-address pieces of `addr..addr + len` through `k`, following an indirect
     /// key's entries into the keys they name, at most `max_indirection` levels deep
     /// (`cmd_hca_cap.max_indirection`). The entries' keys must be live and of the same PD;
     /// the rights checked are the outer key's (the indirect key is what the request names).
-    fn resolve(
+    fn resolve_into(
         &self,
         k: &crate::mkey::Mkey,
         addr: u64,
         len: u64,
         depth: u64,
-    ) -> Result<Vec<(u64, u64)>, KeyFault> {
+        out: &mut Pieces,
+    ) -> Result<(), KeyFault> {
         let end = addr.checked_add(len).ok_or(KeyFault::Bounds)?;
         if addr < k.start || end > k.start.saturating_add(k.len) {
             return Err(KeyFault::Bounds);
         }
         let Some(pieces) = k.translation.indirect_pieces(addr - k.start, len) else {
-            return k.translate(addr, len);
+            return k.translate_into(addr, len, out);
         };
         if depth >= self.cap(bareverbs_firmware_cmd::ifc::cmd_hca_cap::max_indirection) {
             return Err(KeyFault::Bounds);
         }
-        let mut out = Vec::new();
         for (key, a, n) in pieces? {
             let inner = self
                 .mkeys
@@ -679,26 +701,30 @@ impl Hca {
             if inner.pd != k.pd {
                 return Err(KeyFault::Pd);
             }
-            out.extend(self.resolve(inner, a, n, depth + 1)?);
+            self.resolve_into(inner, a, n, depth + 1, out)?;
         }
-        Ok(out)
+        Ok(())
     }
 
-    pub(crate) fn gather_sges(&mut self, pd: u32, sges: &[Sge]) -> Result<Vec<u8>, u8> {
-        let mut out = Vec::new();
+    /// Appends the bytes `sges` name (through their lkeys, in PD `pd`) to `out`.
+    pub(crate) fn gather_sges(
+        &mut self,
+        pd: u32,
+        sges: &[Sge],
+        out: &mut Vec<u8>,
+    ) -> Result<(), u8> {
         for s in sges {
             let pieces = self
                 .key_range(s.lkey, pd, s.addr, s.len.into(), |_| true)
                 .map_err(|_| synd::LOCAL_PROT)?;
-            for (a, n) in pieces {
-                let v = self.dma.read_vec(a, n as usize).map_err(|f| {
+            for &(a, n) in &pieces {
+                if let Err(f) = self.dma.read_append(a, n as usize, out) {
                     self.record_fault(f);
-                    synd::LOCAL_PROT
-                })?;
-                out.extend(v);
+                    return Err(synd::LOCAL_PROT);
+                }
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Scatters `data` over `sges` (local write required). Err(LOCAL_LENGTH) when it does not
@@ -735,7 +761,7 @@ impl Hca {
                     |r| r.local_write,
                 )
                 .map_err(|_| synd::LOCAL_PROT)?;
-            for (a, l) in pieces {
+            for &(a, l) in &pieces {
                 self.dma
                     .write(a, &data[at..at + l as usize])
                     .map_err(|_| synd::LOCAL_PROT)?;
@@ -746,17 +772,21 @@ impl Hca {
         Ok(())
     }
 
-    fn payload(&mut self, qp: &Qp, w: &SendWqe) -> Result<Vec<u8>, u8> {
-        match &w.inline {
-            Some(d) => Ok(d.clone()),
-            None => self.gather_sges(qp.pd, &w.sges),
+    /// The message of send WQE `w` of `qp`, in the HCA's reused payload buffer.
+    fn payload(&mut self, qp: &Qp, w: &SendWqe<'_>) -> Result<Vec<u8>, u8> {
+        let mut out = std::mem::take(&mut self.payload_buf);
+        out.clear();
+        match w.inline {
+            Some(d) => out.extend_from_slice(d),
+            None => self.gather_sges(qp.pd, w.sges.as_slice(), &mut out)?,
         }
+        Ok(out)
     }
 
     /// The scatter list of a receive WQE: data segments up to the first with
     /// [`INVALID_LKEY`](bareverbs_firmware_cmd::ifc::INVALID_LKEY) or the end of the WQE.
-    pub(crate) fn recv_sges(raw: &[u8]) -> Vec<Sge> {
-        let mut sges = Vec::new();
+    pub(crate) fn recv_sges(raw: &[u8]) -> SgeList {
+        let mut sges = SgeList::new();
         for seg in raw.chunks_exact(16) {
             let Ok(d) = View::<WqeDataSeg>::new_checked(seg) else {
                 break;
@@ -1024,13 +1054,18 @@ impl Hca {
 
     fn respond_at_port(&mut self, req: &Request) -> Response {
         let rc = req.st.reliable();
-        let Some(r) = self.qps.get(&req.dst_qpn).cloned().filter(|r| {
-            // A QP in SQE (UC, UD) still receives.
-            matches!(
-                r.state,
-                QpState::Rtr | QpState::Rts | QpState::Sqer | QpState::Sqd
-            ) && (r.st == req.st || (req.st == ServiceType::Dci && r.st == ServiceType::Dct))
-        }) else {
+        let Some(r) = self
+            .qps
+            .get(&req.dst_qpn)
+            .filter(|r| {
+                // A QP in SQE (UC, UD) still receives.
+                matches!(
+                    r.state,
+                    QpState::Rtr | QpState::Rts | QpState::Sqer | QpState::Sqd
+                ) && (r.st == req.st || (req.st == ServiceType::Dci && r.st == ServiceType::Dct))
+            })
+            .cloned()
+        else {
             return if rc {
                 Response::NoQp
             } else {
@@ -1178,7 +1213,7 @@ impl Hca {
                     return dropped(Response::Nak(synd::REMOTE_ACCESS));
                 };
                 let mut at = 0;
-                for (a, n) in dest {
+                for &(a, n) in &dest {
                     let _ = self.dma.write(a, &req.payload[at..at + n as usize]);
                     at += n as usize;
                 }
@@ -1193,7 +1228,7 @@ impl Hca {
                     return Response::Nak(synd::REMOTE_ACCESS);
                 };
                 let mut data = Vec::new();
-                for (a, n) in src {
+                for &(a, n) in &src {
                     data.extend(self.dma.read_vec(a, n as usize).unwrap_or_default());
                 }
                 Response::Ack(data)
@@ -1371,7 +1406,7 @@ impl Hca {
 
     /// The requester: builds the request for `w`, routes it and turns the answer into the
     /// send completion.
-    fn execute(&mut self, qp: &Qp, w: &SendWqe) -> Outcome {
+    fn execute(&mut self, qp: &Qp, w: &SendWqe<'_>) -> Outcome {
         // The ACK timeout of an unanswered request ran out: retransmit it, counting against
         // `retry_count`, or fail it once the retries are spent.
         if qp.ack_pending {
@@ -1404,10 +1439,10 @@ impl Hca {
         };
         // ibv_poll_cq(3), IBV_WC_LOC_LEN_ERR: a message longer than the QP may send
         // (`log_msg_max`) fails at the requester.
-        let msg_len = match (&w.inline, kind) {
+        let msg_len = match (w.inline, kind) {
             (_, Kind::Atomic { .. }) => 8,
             (Some(d), _) => d.len() as u64,
-            (None, _) => w.sges.iter().map(|s| u64::from(s.len)).sum(),
+            (None, _) => w.sges.as_slice().iter().map(|s| u64::from(s.len)).sum(),
         };
         if qp.st != ServiceType::Ud && msg_len > 1u64 << qp.log_msg_max.min(63) {
             return Outcome::Failed(synd::LOCAL_LENGTH);
@@ -1442,7 +1477,7 @@ impl Hca {
             solicited: w.solicited,
             raddr: w.raddr,
             rkey: w.rkey,
-            len: w.sges.iter().map(|s| u64::from(s.len)).sum(),
+            len: w.sges.as_slice().iter().map(|s| u64::from(s.len)).sum(),
             swap_add: w.swap_add,
             compare: w.compare,
             // The QP's own Q_Key is used when the request's has its top bit set (IB spec).
@@ -1462,9 +1497,9 @@ impl Hca {
             xrc_srqn: w.xrc_srqn,
             dc_key: w.dc_key,
         };
-        loop {
+        let out = loop {
             let Some(resp) = self.route(dlid, &req) else {
-                return Outcome::Wait;
+                break Outcome::Wait;
             };
             let out = match resp {
                 Response::Ack(data) => match kind {
@@ -1483,7 +1518,7 @@ impl Hca {
                         if qp.cs_req == qpc_scatter::REQ_DATA32 && w.signaled && data.len() <= 32 {
                             Outcome::DoneInline(data)
                         } else {
-                            match self.scatter(qp.pd, &w.sges, 0, &data) {
+                            match self.scatter(qp.pd, w.sges.as_slice(), 0, &data) {
                                 Ok(()) => Outcome::Done(data.len() as u32),
                                 Err(s) => Outcome::Failed(s),
                             }
@@ -1497,7 +1532,7 @@ impl Hca {
                 // `retry_count`.
                 Response::NakSeq => {
                     let Some(q) = self.qps.get_mut(&qp.qpn) else {
-                        return Outcome::Wait;
+                        break Outcome::Wait;
                     };
                     if q.retry_tries >= u32::from(q.retry_count) {
                         Outcome::Failed(synd::TRANSPORT_RETRY_EXC)
@@ -1540,8 +1575,11 @@ impl Hca {
                     q.next_send_psn = psn_add(req.psn, packets(kind, msg_len, qp.mtu));
                 }
             }
-            return out;
-        }
+            break out;
+        };
+        // The payload buffer serves the next request.
+        self.payload_buf = req.payload;
+        out
     }
 }
 
@@ -1693,11 +1731,11 @@ mod tests {
         raw[3] = wqe_opcode::RDMA_WRITE;
         raw[7] = 6; // control, address vector (3 x 16 bytes), remote address, data
         raw[9..11].copy_from_slice(&5u16.to_be_bytes());
-        let w = Hca::parse_send_wqe(&qp, raw.clone(), 2);
+        let w = Hca::parse_send_wqe(&qp, &raw, 2);
         assert_eq!(w.map(|w| w.dci_stream), Some(1));
         // A `ds` that leaves no room for the remote address segment: malformed, no panic.
         raw[7] = 4;
-        assert!(Hca::parse_send_wqe(&qp, raw, 2).is_none());
+        assert!(Hca::parse_send_wqe(&qp, &raw, 2).is_none());
     }
 
     #[test]

@@ -232,8 +232,7 @@ impl Hca {
         sges: &mut Vec<Sge>,
         frame: &mut Vec<u8>,
     ) -> Result<(), Refused> {
-        let data = self.gather_sges(pd, sges).map_err(Refused)?;
-        frame.extend_from_slice(&data);
+        self.gather_sges(pd, sges, frame).map_err(Refused)?;
         sges.clear();
         Ok(())
     }
