@@ -64,6 +64,7 @@ if ! command -v valgrind >/dev/null || ! command -v gcc >/dev/null ||
 fi
 qemu-tests/bench/wqe-cost.sh 20
 qemu-tests/bench/l2fwd-cost.sh 20
+qemu-tests/bench/model-rate.sh 2000
 
 step "examples"
 cargo run --locked -q -p bareverbs-examples --bin devinfo -- -v --trace >/dev/null

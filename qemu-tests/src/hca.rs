@@ -140,6 +140,8 @@ pub struct Hca {
     pub(crate) umrs: (u64, u64),
     /// CQEs written with their data inside (scatter to CQE).
     pub(crate) scattered_to_cqe: u64,
+    /// 8-byte words of WQEs written into BlueFlame registers after their doorbell word.
+    pub(crate) blueflame_words: u64,
     /// Send WQEs executed with the initiator small fence (`fm_ce_se` fence mode 1).
     pub(crate) small_fenced: u64,
     /// QPs, CQs and SRQs created with a non-zero `page_offset`.
@@ -213,6 +215,7 @@ impl Hca {
             late: crate::late::LateQueue::default(),
             umrs: (0, 0),
             scattered_to_cqe: 0,
+            blueflame_words: 0,
             small_fenced: 0,
             offset_queues: 0,
             fabric: None,
@@ -289,6 +292,12 @@ impl Hca {
     /// UMR work requests executed so far: (done, refused with an error completion).
     pub fn umr_counts(&self) -> (u64, u64) {
         self.umrs
+    }
+
+    /// 8-byte WQE words received through BlueFlame registers past each doorbell word (a
+    /// BlueFlame post of a one-WQEBB WQE brings 7).
+    pub fn blueflame_words(&self) -> u64 {
+        self.blueflame_words
     }
 
     /// CQEs written with the message (or READ/atomic result) inside them: scatter to CQE.
@@ -553,7 +562,20 @@ impl Hca {
             let uar = (off / UAR_PAGE_SIZE) as u32;
             match off % UAR_PAGE_SIZE {
                 uar_offset::CQ_DOORBELL => self.cq_doorbell(uar, val),
-                o if o >= uar_offset::BF => self.sq_doorbell(uar, val),
+                // A BlueFlame register is two halves of `bf_reg_size / 2` bytes, used in turn
+                // (rdma-core `bf->offset ^= bf->buf_size`): the first 8 bytes of a half ring
+                // the send doorbell; the rest carry the WQE a BlueFlame post copies whole
+                // (rdma-core `mlx5_bf_copy`), which the model takes from memory instead,
+                // where the driver wrote it too.
+                o if o >= uar_offset::BF => {
+                    let log = self.cap(bareverbs_firmware_cmd::ifc::cmd_hca_cap::log_bf_reg_size);
+                    let half = (1usize << log.min(16)) / 2;
+                    if half == 0 || (o - uar_offset::BF) % half == 0 {
+                        self.sq_doorbell(uar, val);
+                    } else {
+                        self.blueflame_words += 1;
+                    }
+                }
                 _ => {}
             }
             return;

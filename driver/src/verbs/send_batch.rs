@@ -947,9 +947,23 @@ impl<H: Hal> Qp<'_, '_, H> {
             // ORDERING: the doorbell record before the doorbell (mlx5 post_send / Linux
             // mlx5e_notify_hw).
             wmb();
-            dev.hal
-                .bar0()
-                .write64(BarOffset(self.bf_register + self.bf_offset), b.last_ctrl);
+            let (bar, at) = (dev.hal.bar0(), self.bf_register + self.bf_offset);
+            // BlueFlame (rdma-core 56 qp.c `post_send_db`, `mlx5_bf_copy`): a batch of one
+            // WQE that fits half the BlueFlame register is written into it whole, so the
+            // device need not fetch it; its first 8 bytes ring the doorbell. Otherwise they
+            // alone do. The WQE's index in the control segment says whether it is the batch's
+            // only one.
+            let bbs = usize::from(b.cur.wrapping_sub(self.sq_cur));
+            if (b.last_ctrl >> 40) as u16 == self.sq_cur && bbs * WQEBB <= self.bf_half {
+                for k in 0..bbs {
+                    let s = b.sq.slot(usize::from(self.sq_cur) + k);
+                    for w in 0..WQEBB / 8 {
+                        bar.write64(BarOffset(at + k * WQEBB + w * 8), s.read64(w * 8));
+                    }
+                }
+            } else {
+                bar.write64(BarOffset(at), b.last_ctrl);
+            }
             self.bf_offset ^= self.bf_half;
             self.sq_cur = b.cur;
             // What a software flush completes up to, should the device fail.

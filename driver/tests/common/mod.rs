@@ -224,3 +224,57 @@ pub fn all_access() -> AccessFlags {
         | AccessFlags::REMOTE_READ
         | AccessFlags::REMOTE_ATOMIC
 }
+
+/// What [`with_rc_pair`] hands its closure: two RC QPs `a` and `b` of one model HCA, connected
+/// to each other (port 1, MTU 1024, every access right), sharing the send CQ `scq` and the
+/// receive CQ `rcq`, and one region `mr` with every access right.
+pub struct RcPair<'p, 'd, 'h> {
+    pub a: Qp<'p, 'd, &'h SimHal>,
+    pub b: Qp<'p, 'd, &'h SimHal>,
+    pub scq: Cq<'d, &'h SimHal>,
+    pub rcq: Cq<'d, &'h SimHal>,
+    pub mr: Mr<'p, 'd, &'h SimHal>,
+    pub hal: &'h SimHal,
+}
+
+impl RcPair<'_, '_, '_> {
+    /// `len` bytes at `off` of the pair's region.
+    pub fn sge(&self, off: u64, len: u32) -> Sge {
+        sge(&self.mr, off, len)
+    }
+
+    /// The region's remote address at `off`, and its rkey.
+    pub fn remote(&self, off: u64) -> (u64, u32) {
+        (self.mr.addr() + off, self.mr.rkey().raw())
+    }
+}
+
+/// Runs `f` with a fresh [`RcPair`] (QPs of `cap`, CQs of 64 entries, a region of
+/// `region_len` bytes) on a synchronous model HCA, and tears it all down after: a test states
+/// only what it checks.
+pub fn with_rc_pair<R>(
+    cap: QpCap,
+    region_len: usize,
+    f: impl FnOnce(&mut RcPair<'_, '_, '_>) -> R,
+) -> R {
+    let hal = SimHal::synchronous();
+    let dev = bareverbs::Device::bring_up(&hal, bareverbs::Config::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let (scq, rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
+    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap);
+    let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
+    connect_pair(&mut a, &mut b, all_access(), Mtu::Mtu1024);
+    let mr = region(&hal, &pd, region_len, all_access());
+    let mut pair = RcPair {
+        a,
+        b,
+        scq,
+        rcq,
+        mr,
+        hal: &hal,
+    };
+    let r = f(&mut pair);
+    // QPs first, then the region and the CQs, then the PD and the device.
+    drop(pair);
+    r
+}
