@@ -18,6 +18,7 @@ pub mod init_seg;
 pub mod layout;
 pub mod reg;
 pub mod status;
+pub mod wqe_codec;
 
 pub use bareverbs_hal::BarOffset;
 pub use commands::{Command, Opcode};

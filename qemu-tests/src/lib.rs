@@ -12,6 +12,7 @@ pub mod clock;
 pub mod cmdq;
 pub mod config;
 pub mod cq;
+mod cqe_write;
 pub mod dma;
 pub mod engine;
 pub mod eq;

@@ -1,11 +1,12 @@
 //! Queue pairs in the model: their state machine, the attributes each transition sets, and the
 //! send and receive queues as firmware tracks them (mlx5-reference 05 §1–2, §6).
 
-use bareverbs_firmware_cmd::ifc::{event_type, make_op_own, CqeOpcode};
+use bareverbs_firmware_cmd::ifc::{event_type, CqeOpcode};
 
+use crate::cqe_write::err_cqe;
 use crate::dma::AddressSpaceExt;
 use crate::hca::Hca;
-use crate::wqe_exec::set_srqn_uidx;
+use crate::wqe_exec::synd;
 
 /// PSNs are 24 bits wide and wrap.
 pub const PSN_MASK: u32 = 0x00ff_ffff;
@@ -387,12 +388,8 @@ impl Hca {
                 (Ok(a), Ok(b)) => ((a & 0xff) as u8, (b & 0x3f) as u16),
                 _ => break,
             };
-            let mut cqe = [0u8; 64];
-            cqe[0x37] = crate::wqe_exec::synd::WR_FLUSH;
-            cqe[0x38..0x3c].copy_from_slice(&((u32::from(op) << 24) | qpn).to_be_bytes());
-            cqe[0x3c..0x3e].copy_from_slice(&sq.to_be_bytes());
-            set_srqn_uidx(&mut cqe, self.cqe_srqn_uidx(&qp, None));
-            cqe[0x3f] = make_op_own(CqeOpcode::ReqErr.into(), 0);
+            let uidx = self.cqe_srqn_uidx(&qp, None);
+            let cqe = err_cqe(CqeOpcode::ReqErr, op, qpn, sq, synd::WR_FLUSH, uidx);
             self.post_cqe(qp.cqn_snd, cqe, false);
             sq = sq.wrapping_add(ds.div_ceil(4).max(1));
         }
@@ -402,12 +399,8 @@ impl Hca {
     }
 
     fn flush_cqe(&mut self, qp: &Qp, counter: u16) {
-        let mut cqe = [0u8; 64];
-        cqe[0x37] = crate::wqe_exec::synd::WR_FLUSH;
-        cqe[0x38..0x3c].copy_from_slice(&qp.qpn.to_be_bytes());
-        cqe[0x3c..0x3e].copy_from_slice(&counter.to_be_bytes());
-        set_srqn_uidx(&mut cqe, self.cqe_srqn_uidx(qp, None));
-        cqe[0x3f] = make_op_own(CqeOpcode::RespErr.into(), 0);
+        let uidx = self.cqe_srqn_uidx(qp, None);
+        let cqe = err_cqe(CqeOpcode::RespErr, 0, qp.qpn, counter, synd::WR_FLUSH, uidx);
         self.post_cqe(qp.cqn_rcv, cqe, false);
     }
 }

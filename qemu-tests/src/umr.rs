@@ -17,8 +17,8 @@
 //! the key's table, a translation for a key without an MTT) as a local QP operation error.
 
 use bareverbs_firmware_cmd::ifc::{
-    cmd_hca_cap, fm_ce_se, make_op_own, mkc, mkey_mask, mtt_perm, umr_flags, wqe_opcode,
-    wqe_umr_ctrl_seg, CqeOpcode, Mkc, WqeCtrlSeg, WqeDataSeg, WqeUmrCtrlSeg, UMR_OCTOWORD,
+    cmd_hca_cap, fm_ce_se, mkc, mkey_mask, mtt_perm, umr_flags, wqe_opcode, wqe_umr_ctrl_seg,
+    CqeOpcode, Mkc, WqeCtrlSeg, WqeDataSeg, WqeUmrCtrlSeg, UMR_OCTOWORD,
 };
 use bareverbs_firmware_cmd::ifc::{wqe_ctrl_seg, wqe_data_seg};
 use bareverbs_firmware_cmd::layout::{Layout, View};
@@ -101,11 +101,14 @@ impl Hca {
             Ok(()) => {
                 self.umrs.0 += 1;
                 if signaled {
-                    let mut c = [0u8; 64];
-                    c[0x38..0x3c]
-                        .copy_from_slice(&((u32::from(opcode) << 24) | qp.qpn).to_be_bytes());
-                    c[0x3c..0x3e].copy_from_slice(&wqe_index.to_be_bytes());
-                    c[0x3f] = make_op_own(CqeOpcode::Req.into(), 0);
+                    let c = crate::cqe_write::ok_cqe(
+                        CqeOpcode::Req,
+                        &crate::cqe_write::CqeFields {
+                            sop_drop_qpn: (u32::from(opcode) << 24) | qp.qpn,
+                            wqe_counter: wqe_index,
+                            ..Default::default()
+                        },
+                    );
                     self.post_cqe(qp.cqn_snd, c, false);
                 }
                 true

@@ -42,12 +42,14 @@
 //! and any posted later, are flushed, receives go on, and SQERR2RTS_QP resumes sending.
 
 use bareverbs_firmware_cmd::ifc::{
-    cqe64, cqe_format, eqe_qp_srq, event_type, fm_ce_se, make_op_own, qpc_scatter, wqe_data_seg,
-    wqe_opcode, wqe_srq_next_seg, wqe_xrc_seg, Cqe64, CqeOpcode, EqeQpSrq, WqeDataSeg,
-    WqeSrqNextSeg, WqeXrcSeg, EQE_DCT_DCTN, INLINE_SEG,
+    eqe_qp_srq, event_type, fm_ce_se, qpc_scatter, wqe_data_seg, wqe_opcode, wqe_srq_next_seg,
+    CqeOpcode, EqeQpSrq, WqeAtomicSeg, WqeCtrlSeg, WqeDataSeg, WqeDatagramSeg, WqeInlineSeg,
+    WqeRaddrSeg, WqeSrqNextSeg, WqeXrcSeg, EQE_DCT_DCTN, INLINE_SEG,
 };
 use bareverbs_firmware_cmd::layout::{Layout, View, ViewMut};
+use bareverbs_firmware_cmd::wqe_codec::{self as codec, ctrl, datagram, inline, raddr, xrc};
 
+use crate::cqe_write::{err_cqe, ok_cqe, CqeFields};
 use crate::dma::{AddressSpaceExt, DmaFault};
 use crate::hca::Hca;
 use crate::mkey::{KeyFault, Pieces};
@@ -66,13 +68,6 @@ pub(crate) mod synd {
     pub const TRANSPORT_RETRY_EXC: u8 = S::TransportRetryExcErr.raw();
     pub const RNR_RETRY_EXC: u8 = S::RnrRetryExcErr.raw();
     pub const WR_FLUSH: u8 = S::WrFlushErr.raw();
-}
-
-/// `srqn_uidx` of a CQE (`mlx5_cqe64.srqn`, bits 23:0).
-pub(crate) fn set_srqn_uidx(cqe: &mut [u8; 64], v: u32) {
-    if let Ok(mut c) = ViewMut::<Cqe64>::new_checked(&mut cqe[..]) {
-        c.set(cqe64::srqn, v & 0xff_ffff);
-    }
 }
 
 /// The data of a QP/SRQ asynchronous event EQE (`eqe_qp_srq`): resource type and number.
@@ -403,23 +398,25 @@ impl Hca {
                         q.retry_tries = 0;
                     }
                     if w.signaled {
-                        let mut c = [0u8; 64];
-                        let bytes = match &outcome {
+                        let (byte_cnt, inline) = match &outcome {
                             Outcome::DoneInline(data) => {
-                                c[..data.len()].copy_from_slice(data);
-                                c[0x3f] = cqe_format::INLINE_DATA32_SEG << 2;
                                 self.scattered_to_cqe += 1;
-                                data.len() as u32
+                                (data.len() as u32, Some(&data[..]))
                             }
-                            Outcome::Done(bytes) => *bytes,
-                            _ => 0,
+                            Outcome::Done(bytes) => (*bytes, None),
+                            _ => (0, None),
                         };
-                        c[0x2c..0x30].copy_from_slice(&bytes.to_be_bytes());
-                        c[0x38..0x3c]
-                            .copy_from_slice(&((u32::from(w.opcode) << 24) | qpn).to_be_bytes());
-                        c[0x3c..0x3e].copy_from_slice(&w.wqe_index.to_be_bytes());
-                        set_srqn_uidx(&mut c, self.cqe_srqn_uidx(&qp, None));
-                        c[0x3f] |= make_op_own(CqeOpcode::Req.into(), 0);
+                        let c = ok_cqe(
+                            CqeOpcode::Req,
+                            &CqeFields {
+                                sop_drop_qpn: (u32::from(w.opcode) << 24) | qpn,
+                                wqe_counter: w.wqe_index,
+                                srqn_uidx: self.cqe_srqn_uidx(&qp, None),
+                                byte_cnt,
+                                inline,
+                                ..CqeFields::default()
+                            },
+                        );
                         self.post_cqe(qp.cqn_snd, c, false);
                     }
                 }
@@ -497,12 +494,8 @@ impl Hca {
             qp.qpn,
             qp.st
         );
-        let mut c = [0u8; 64];
-        c[0x37] = syndrome;
-        c[0x38..0x3c].copy_from_slice(&((u32::from(opcode) << 24) | qp.qpn).to_be_bytes());
-        c[0x3c..0x3e].copy_from_slice(&wqe_index.to_be_bytes());
-        set_srqn_uidx(&mut c, self.cqe_srqn_uidx(qp, None));
-        c[0x3f] = make_op_own(CqeOpcode::ReqErr.into(), 0);
+        let uidx = self.cqe_srqn_uidx(qp, None);
+        let c = err_cqe(CqeOpcode::ReqErr, opcode, qp.qpn, wqe_index, syndrome, uidx);
         self.post_cqe(qp.cqn_snd, c, false);
     }
 
@@ -534,18 +527,22 @@ impl Hca {
     /// The send WQE in `raw` (`bbs` basic blocks, read from `qp`'s send queue), or `None` when
     /// its segments do not parse.
     fn parse_send_wqe<'a>(qp: &Qp, raw: &'a [u8], bbs: u16) -> Option<SendWqe<'a>> {
-        let ds = u16::from(*raw.get(7)? & 0x3f);
-        let raw = raw.get(..usize::from(ds) * 16)?;
-        let be32 = |o: usize| u32::from_be_bytes([raw[o], raw[o + 1], raw[o + 2], raw[o + 3]]);
-        let be64 = |o: usize| (u64::from(be32(o)) << 32) | u64::from(be32(o + 4));
-        let opcode = raw[3];
+        // Every field through the data-path codec (`wqe_codec`), which places it by the
+        // segment layouts; a segment cut off by the WQE's own size (`ds`) does not parse.
+        let w0 = codec::load(raw, ctrl::OPCODE.byte())?;
+        let ds = ctrl::DS.get(w0) as usize;
+        let raw = raw.get(..ds * 16)?;
+        let word = |at: usize| codec::load(raw, at);
+        let w1 = word(ctrl::IMM.byte())?;
+        let opcode = ctrl::OPCODE.get(w0) as u8;
+        let flags = ctrl::FM_CE_SE.get(w1) as u8;
         let mut w = SendWqe {
             opcode,
-            wqe_index: u16::from_be_bytes([raw[1], raw[2]]),
+            wqe_index: ctrl::WQE_INDEX.get(w0) as u16,
             bbs,
-            signaled: raw[11] & fm_ce_se::CQ_UPDATE != 0,
-            solicited: raw[11] & 0x02 != 0,
-            imm: be32(12),
+            signaled: flags & fm_ce_se::CQ_UPDATE != 0,
+            solicited: flags & fm_ce_se::SOLICITED != 0,
+            imm: ctrl::IMM.get(w1) as u32,
             raddr: 0,
             rkey: 0,
             swap_add: 0,
@@ -559,46 +556,47 @@ impl Hca {
             sges: SgeList::new(),
             xrc_srqn: None,
             dc_key: 0,
-            dci_stream: dci_channel(qp, u16::from_be_bytes([raw[9], raw[10]])),
-            fence_mode: raw[11] >> 5,
+            dci_stream: dci_channel(qp, ctrl::STREAM.get(w1) as u16),
+            fence_mode: flags >> 5,
         };
-        let mut off = 16;
+        let mut off = WqeCtrlSeg::BYTES;
         // An XRC initiator's WQEs carry the XRC segment right after the control segment
         // (rdma-core 56 providers/mlx5/qp.c `_mlx5_post_send`, IBV_QPT_XRC_SEND; Linux 6.12
         // qp.c `sq_overhead` counts it for IB_QPT_XRC_INI); then come RC's segments.
         if qp.st == ServiceType::Xrc {
-            let seg = View::<WqeXrcSeg>::new_checked(raw.get(off..off + WqeXrcSeg::BYTES)?).ok()?;
-            w.xrc_srqn = Some(seg.get32(wqe_xrc_seg::xrc_srqn) & 0xff_ffff);
+            let x = word(off + xrc::XRC_SRQN.byte())?;
+            w.xrc_srqn = Some(xrc::XRC_SRQN.get(x) as u32 & 0xff_ffff);
             off += WqeXrcSeg::BYTES;
         }
-        // A segment cut off by the WQE's own size (`ds`): the WQE does not parse.
-        let room = |off: usize, n: usize| raw.len() >= off + n;
         if matches!(qp.st, ServiceType::Ud | ServiceType::Dci) {
-            if !room(off, 48) {
+            if raw.len() < off + WqeDatagramSeg::BYTES {
                 return None;
             }
             // A DCI's address vector holds the DC access key where UD's holds the Q_Key
             // (rdma-core 56 mlx5dv.h `struct mlx5_wqe_av`: `key.dc_key`), and the target DCT's
             // number in `dqp_dct` (qp.c `mlx5_send_wr_set_dc_addr`).
-            w.dc_key = be64(off);
-            w.ud_qkey = be32(off);
-            w.ud_dqpn = be32(off + 8) & 0x00ff_ffff;
-            w.ud_sl = raw[off + 12] & 0xf;
-            w.ud_rlid = u16::from_be_bytes([raw[off + 14], raw[off + 15]]);
+            let key = word(off + datagram::QKEY.byte())?;
+            let dest = word(off + datagram::RLID.byte())?;
+            let grh = word(off + datagram::GRH_GID_FL.byte())?;
+            w.dc_key = key;
+            w.ud_qkey = datagram::QKEY.get(key) as u32;
+            w.ud_dqpn = datagram::DQP_DCT.get(dest) as u32 & 0x00ff_ffff;
+            w.ud_sl = datagram::STAT_RATE_SL.get(dest) as u8 & 0xf;
+            w.ud_rlid = datagram::RLID.get(dest) as u16;
             // grh_gid_fl: bit 30 says a GRH follows; source GID index 27:20, flow label 19:0.
-            let gid_fl = be32(off + 28);
+            let gid_fl = datagram::GRH_GID_FL.get(grh) as u32;
             if gid_fl & (1 << 30) != 0 {
-                let mut dgid = [0u8; 16];
-                dgid.copy_from_slice(&raw[off + 32..off + 48]);
+                let at = off + datagram::RGID_BYTE;
+                let dgid: [u8; 16] = raw.get(at..at + 16)?.try_into().ok()?;
                 w.ud_grh = Some(AvGrh {
-                    tclass: raw[off + 26],
-                    hop_limit: raw[off + 27],
+                    tclass: datagram::TCLASS.get(grh) as u8,
+                    hop_limit: datagram::HOP_LIMIT.get(grh) as u8,
                     flow_label: gid_fl & 0xf_ffff,
                     sgid_index: (gid_fl >> 20) as u8,
                     dgid,
                 });
             }
-            off += 48;
+            off += WqeDatagramSeg::BYTES;
         }
         if qp.st != ServiceType::Ud
             && matches!(
@@ -610,36 +608,37 @@ impl Hca {
                     | wqe_opcode::ATOMIC_FA
             )
         {
-            let atomic = matches!(opcode, wqe_opcode::ATOMIC_CS | wqe_opcode::ATOMIC_FA);
-            if !room(off, if atomic { 32 } else { 16 }) {
-                return None;
-            }
-            w.raddr = be64(off);
-            w.rkey = be32(off + 8);
-            off += 16;
+            let r = word(off + raddr::RKEY.byte())?;
+            w.raddr = raddr::RADDR.get(word(off + raddr::RADDR.byte())?);
+            w.rkey = raddr::RKEY.get(r) as u32;
+            off += WqeRaddrSeg::BYTES;
             if matches!(opcode, wqe_opcode::ATOMIC_CS | wqe_opcode::ATOMIC_FA) {
-                w.swap_add = be64(off);
-                w.compare = be64(off + 8);
-                off += 16;
+                w.swap_add = word(off + codec::atomic::SWAP_ADD.byte())?;
+                w.compare = word(off + codec::atomic::COMPARE.byte())?;
+                off += WqeAtomicSeg::BYTES;
             }
         }
-        if off + 4 <= raw.len() && be32(off) & INLINE_SEG != 0 {
-            let n = (be32(off) & !INLINE_SEG) as usize;
-            w.inline = Some(raw.get(off + 4..off + 4 + n)?);
-            return Some(w);
+        // Inline data or data segments: the inline header's top bit tells them apart.
+        if let Some(h) = word(off + inline::BYTE_COUNT.byte()) {
+            let hdr = inline::BYTE_COUNT.get(h) as u32;
+            if hdr & INLINE_SEG != 0 {
+                let n = (hdr & !INLINE_SEG) as usize;
+                let at = off + WqeInlineSeg::BYTES;
+                w.inline = Some(raw.get(at..at + n)?);
+                return Some(w);
+            }
         }
-        while off + 16 <= raw.len() {
-            let len = be32(off);
-            let lkey = be32(off + 4);
+        while let (Some(w0), Some(addr)) = (
+            word(off + codec::data::LKEY.byte()),
+            word(off + codec::data::ADDR.byte()),
+        ) {
+            let lkey = codec::data::LKEY.get(w0) as u32;
+            let len = codec::data::BYTE_COUNT.get(w0) as u32;
             if lkey == bareverbs_firmware_cmd::ifc::INVALID_LKEY && len == 0 {
                 break;
             }
-            w.sges.push(Sge {
-                lkey,
-                addr: be64(off + 8),
-                len,
-            });
-            off += 16;
+            w.sges.push(Sge { lkey, addr, len });
+            off += WqeDataSeg::BYTES;
         }
         Some(w)
     }
@@ -984,49 +983,43 @@ impl Hca {
         } else {
             grh.and_then(|()| self.scatter(pd, &sges, skip, &req.payload))
         };
-        let mut c = [0u8; 64];
-        c[0x38..0x3c].copy_from_slice(&rqp.qpn.to_be_bytes());
-        c[0x3c..0x3e].copy_from_slice(&counter.to_be_bytes());
-        set_srqn_uidx(&mut c, self.cqe_srqn_uidx(rqp, srq.map(|(n, _)| n)));
+        let uidx = self.cqe_srqn_uidx(rqp, srq.map(|(n, _)| n));
         if let Err(s) = r {
-            c[0x37] = s;
-            c[0x3f] = make_op_own(CqeOpcode::RespErr.into(), 0);
+            let c = err_cqe(CqeOpcode::RespErr, 0, rqp.qpn, counter, s, uidx);
             self.post_cqe(cqn, c, false);
             self.qp_to_error(rqp.qpn);
             return Err(s);
         }
-        let bytes = (req.payload.len() + skip as usize) as u32;
         if inline {
-            c[..req.payload.len()].copy_from_slice(&req.payload);
             self.scattered_to_cqe += 1;
-        } else {
-            // ml_path: the DLID's path bits, the low LMC bits (rdma-core: ml_path & 0x7f).
-            c[0x11] = self.path_bits(req.dlid);
-            c[0x16..0x18].copy_from_slice(&req.slid.to_be_bytes());
-            // flags_rqpn: bits 29:28 say a GRH arrived (1: IB GRH), 27:24 the SL, 23:0 the
-            // QPN.
-            let g = if ud && req.grh.is_some() {
-                1u32 << 28
-            } else {
-                0
-            };
-            c[0x18..0x1c].copy_from_slice(
-                &(g | (u32::from(req.sl & 0xf) << 24) | req.src_qpn).to_be_bytes(),
-            );
         }
-        c[0x24..0x28].copy_from_slice(&req.imm.unwrap_or(u32::from(rqp.pkey_index)).to_be_bytes());
-        c[0x2c..0x30].copy_from_slice(&bytes.to_be_bytes());
+        // flags_rqpn: bits 29:28 say a GRH arrived (1: IB GRH), 27:24 the SL, 23:0 the QPN.
+        let g = if ud && req.grh.is_some() {
+            1u32 << 28
+        } else {
+            0
+        };
         let op = match (rdma_imm, req.imm.is_some()) {
             (true, _) => CqeOpcode::RespWrImm,
             (false, true) => CqeOpcode::RespSendImm,
             (false, false) => CqeOpcode::RespSend,
         };
-        let format = if inline {
-            cqe_format::INLINE_DATA32_SEG << 2
-        } else {
-            0
-        };
-        c[0x3f] = make_op_own(op.into(), 0) | if req.solicited { 0x02 } else { 0 } | format;
+        let c = ok_cqe(
+            op,
+            &CqeFields {
+                sop_drop_qpn: rqp.qpn,
+                wqe_counter: counter,
+                srqn_uidx: uidx,
+                byte_cnt: (req.payload.len() + skip as usize) as u32,
+                imm_inval_pkey: req.imm.unwrap_or(u32::from(rqp.pkey_index)),
+                // ml_path: the DLID's path bits, the low LMC bits (rdma-core: ml_path & 0x7f).
+                ml_path: self.path_bits(req.dlid),
+                slid: req.slid,
+                flags_rqpn: g | (u32::from(req.sl & 0xf) << 24) | req.src_qpn,
+                solicited: req.solicited,
+                inline: inline.then_some(&req.payload[..]),
+            },
+        );
         self.post_cqe(cqn, c, req.solicited);
         Ok(())
     }

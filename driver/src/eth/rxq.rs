@@ -6,6 +6,7 @@
 
 use bareverbs_firmware_cmd::commands::{CreateRq, CreateTir, DestroyRq, DestroyTir, ModifyRq};
 use bareverbs_firmware_cmd::ifc::*;
+use bareverbs_firmware_cmd::wqe_codec::data;
 use bareverbs_firmware_cmd::{Layout, View};
 use bareverbs_hal::{dma_wmb, Hal, SharedDma};
 
@@ -161,9 +162,9 @@ impl<'p, 'd, H: Hal> RxQueue<'p, 'd, H> {
         let wqe = ring.slot(at);
         wqe.write64(
             0,
-            (u64::from(self.pool.buf_size() as u32) << 32) | u64::from(self.pool.lkey()),
+            data::word0(self.pool.buf_size() as u32, self.pool.lkey()),
         );
-        wqe.write64(8, self.pool.iova(index));
+        wqe.write64(data::ADDR.byte(), self.pool.iova(index));
         slots.slot(at).write64(0, u64::from(index));
         self.pi = self.pi.wrapping_add(1);
     }
@@ -263,7 +264,7 @@ impl<'p, 'd, H: Hal> RxQueue<'p, 'd, H> {
         ) else {
             return 0;
         };
-        let seg = (u64::from(self.pool.buf_size() as u32) << 32) | u64::from(self.pool.lkey());
+        let seg = data::word0(self.pool.buf_size() as u32, self.pool.lkey());
         let mut n = 0;
         while n < fresh.len() {
             let Some(c) = self.cq.next() else {
@@ -299,7 +300,8 @@ impl<'p, 'd, H: Hal> RxQueue<'p, 'd, H> {
             // The fresh buffer goes into WQE `pi`.
             let at = usize::from(self.pi);
             ring.slot(at).write64(0, seg);
-            ring.slot(at).write64(8, self.pool.iova(fresh[n]));
+            ring.slot(at)
+                .write64(data::ADDR.byte(), self.pool.iova(fresh[n]));
             slots.slot(at).write64(0, u64::from(fresh[n]));
             self.pi = self.pi.wrapping_add(1);
             n += 1;

@@ -7,6 +7,7 @@
 
 use bareverbs_firmware_cmd::commands::{CreateSq, DestroySq, ModifySq};
 use bareverbs_firmware_cmd::ifc::*;
+use bareverbs_firmware_cmd::wqe_codec::{self as codec, ctrl, data, eth};
 use bareverbs_firmware_cmd::{Layout, View};
 use bareverbs_hal::{dma_wmb, wmb, BarOffset, Hal, Mmio, SharedDma};
 
@@ -21,6 +22,8 @@ use crate::verbs::ring_pages::alloc_ring;
 
 /// Bytes of a send WQE basic block.
 const WQEBB: usize = 64;
+/// Where the Ethernet segment starts: after the control segment.
+const ETH_SEG: usize = WqeCtrlSeg::BYTES;
 /// Most header bytes a WQE inlines (L2 + VLAN + IPv6 + TCP with options fit).
 const MAX_INLINE: usize = 160;
 /// A completion is asked for at least this often (and at the end of each burst).
@@ -316,10 +319,8 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
             } else {
                 0
             };
-            let ctrl = (u64::from(self.pi) << 40)
-                | (u64::from(wqe_opcode::SEND) << 32)
-                | (u64::from(self.sqn) << 8)
-                | ds as u64;
+            let ctrl = ctrl::word0(self.pi, wqe_opcode::SEND, ds as u8)
+                | ctrl::QPN.put(u64::from(self.sqn));
             let cs = if p.flags.contains(PktFlags::TX_CSUM) && self.port.caps().csum {
                 eth_cs_flags::L3_CSUM | eth_cs_flags::L4_CSUM
             } else {
@@ -327,7 +328,7 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
             };
             let data = if rest > 0 {
                 (
-                    (u64::from(rest as u32) << 32) | u64::from(self.pool.lkey()),
+                    data::word0(rest as u32, self.pool.lkey()),
                     self.pool.iova(p.index) + from as u64,
                 )
             } else {
@@ -336,8 +337,15 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
             // Ethernet segment bytes 12..16: the inline size and first two inline bytes, or the
             // insert type and the TCI.
             let hdr_word = match hw_tag {
-                Some(tci) => (u64::from(ETH_WQE_INSERT_VLAN) << 16) | u64::from(tci),
-                None => ((inline as u64) << 16) | (u64::from(head[0]) << 8) | u64::from(head[1]),
+                Some(tci) => {
+                    eth::INLINE_HDR_SZ.put(u64::from(ETH_WQE_INSERT_VLAN))
+                        | eth::INLINE_HDR_START.put(u64::from(tci))
+                }
+                None => {
+                    eth::INLINE_HDR_SZ.put(inline as u64)
+                        | eth::INLINE_HDR_START
+                            .put(u64::from(u16::from_be_bytes([head[0], head[1]])))
+                }
             };
             if inline <= 18 {
                 // One WQEBB: control, Ethernet segment with the first two header bytes, the
@@ -357,10 +365,13 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
                     ])
                 };
                 let bb = ring.slot(usize::from(self.pi));
-                bb.write64(0, ctrl);
-                bb.write64(8, u64::from(ce) << 32);
-                bb.write64(16, u64::from(cs) << 24);
-                bb.write64(24, hdr_word);
+                bb.write64(ctrl::OPCODE.byte(), ctrl);
+                bb.write64(ctrl::FM_CE_SE.byte(), ctrl::FM_CE_SE.put(u64::from(ce)));
+                bb.write64(
+                    ETH_SEG + eth::CS_FLAGS.byte(),
+                    eth::CS_FLAGS.put(u64::from(cs)),
+                );
+                bb.write64(ETH_SEG + eth::INLINE_HDR_SZ.byte(), hdr_word);
                 if inline_units == 0 {
                     // Nothing inlined past the segment: the data segment follows it.
                     bb.write64(32, data.0);
@@ -375,15 +386,24 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
                 }
             } else {
                 wqe[..bbs * WQEBB].fill(0);
-                wqe[..8].copy_from_slice(&ctrl.to_be_bytes());
-                wqe[11] = ce;
-                wqe[20] = cs;
-                wqe[24..32].copy_from_slice(&hdr_word.to_be_bytes());
-                wqe[30..30 + inline].copy_from_slice(&head[..inline]);
+                codec::store(&mut wqe, ctrl::OPCODE.byte(), ctrl);
+                codec::store(
+                    &mut wqe,
+                    ctrl::FM_CE_SE.byte(),
+                    ctrl::FM_CE_SE.put(u64::from(ce)),
+                );
+                codec::store(
+                    &mut wqe,
+                    ETH_SEG + eth::CS_FLAGS.byte(),
+                    eth::CS_FLAGS.put(u64::from(cs)),
+                );
+                codec::store(&mut wqe, ETH_SEG + eth::INLINE_HDR_SZ.byte(), hdr_word);
+                let hdr = ETH_SEG + wqe_eth_seg::inline_hdr_start.bit / 8;
+                wqe[hdr..hdr + inline].copy_from_slice(&head[..inline]);
                 if rest > 0 {
-                    let at = 32 + 16 * inline_units;
-                    wqe[at..at + 8].copy_from_slice(&data.0.to_be_bytes());
-                    wqe[at + 8..at + 16].copy_from_slice(&data.1.to_be_bytes());
+                    let at = ETH_SEG + WqeEthSeg::BYTES + 16 * inline_units;
+                    codec::store(&mut wqe, at + data::BYTE_COUNT.byte(), data.0);
+                    codec::store(&mut wqe, at + data::ADDR.byte(), data.1);
                 }
                 // Word stores into the ring, one WQEBB at a time (a WQE may wrap).
                 for k in 0..bbs {

@@ -6,6 +6,7 @@
 use core::sync::atomic::Ordering;
 
 use bareverbs_firmware_cmd::ifc::{qp_dbr, INVALID_LKEY};
+use bareverbs_firmware_cmd::wqe_codec::data;
 use bareverbs_hal::{dma_wmb, Hal};
 use bitflags::bitflags;
 
@@ -309,14 +310,14 @@ impl<H: Hal> Qp<'_, '_, H> {
             let first = usize::from(head) << units_log;
             for (k, s) in wr.sg_list.iter().enumerate() {
                 let u = rq.slot(first + k);
-                u.write64(0, (u64::from(s.length) << 32) | u64::from(s.lkey.raw()));
-                u.write64(8, s.addr);
+                u.write64(data::LKEY.byte(), data::word0(s.length, s.lkey.raw()));
+                u.write64(data::ADDR.byte(), s.addr);
             }
             // A short list ends with an entry of the invalid lkey.
             if wr.sg_list.len() < stride_units {
                 let u = rq.slot(first + wr.sg_list.len());
-                u.write64(0, u64::from(INVALID_LKEY));
-                u.write64(8, 0);
+                u.write64(data::LKEY.byte(), data::word0(0, INVALID_LKEY));
+                u.write64(data::ADDR.byte(), 0);
             }
             ids.slot(usize::from(head)).write_ne64(0, wr.wr_id);
             head = head.wrapping_add(1);

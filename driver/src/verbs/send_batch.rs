@@ -5,7 +5,12 @@
 
 use core::sync::atomic::{AtomicU16, Ordering};
 
-use bareverbs_firmware_cmd::ifc::{fm_ce_se, qp_dbr, wqe_opcode, INLINE_SEG};
+use bareverbs_firmware_cmd::ifc::{
+    av_grh_gid_fl, fm_ce_se, qp_dbr, wqe_opcode, WqeCtrlSeg, WqeRaddrSeg, EXTENDED_UD_AV,
+    INLINE_SEG,
+};
+use bareverbs_firmware_cmd::wqe_codec::{self as codec, ctrl, datagram, inline, raddr, xrc};
+use bareverbs_firmware_cmd::Layout;
 use bareverbs_hal::{dma_wmb, wmb, BarOffset, Hal, Mmio, Slot, Slots, SlotsMut};
 
 use crate::error::{Error, Invalid};
@@ -17,6 +22,9 @@ use crate::verbs::qp_state::{QpState, QpType};
 
 /// Bytes of a send WQE basic block.
 const WQEBB: usize = 64;
+/// Bytes of the control segment, and of the remote address segment.
+const CTRL_SEG: usize = WqeCtrlSeg::BYTES;
+const RADDR_SEG: usize = WqeRaddrSeg::BYTES;
 
 fn invalid(what: Invalid) -> Error {
     Error::InvalidArgument { what }
@@ -38,8 +46,8 @@ pub struct SendBatch<'b, const XRC: bool = false, const DC: bool = false> {
     /// WQEBBs known to be free; refreshed from `tail` when a request needs more.
     room: u16,
     size: u16,
-    /// `qpn << 8`, the control segment's QPN field.
-    qpn8: u32,
+    /// The QPN in its place in the control segment's first word.
+    qpn_word: u64,
     /// The control segment's `fm_ce_se` byte for each combination of FENCE, SIGNALED and
     /// SOLICITED (and CQ_UPDATE always when every request is signaled), byte `flags & 7` of
     /// the word. A word rather than an array keeps the batch in registers: an array indexed at
@@ -185,7 +193,7 @@ impl SendBatch<'_, false, true> {
         }
         self.st.dc_av = av_words(&dest.ah, dest.dc_key, dest.dctn);
         // Bytes 9–10 of the control segment (rdma-core 56 mlx5dv.h `dci_stream_channel_id`).
-        self.st.dc_stream = u64::from(stream_id) << 40;
+        self.st.dc_stream = ctrl::STREAM.put(u64::from(stream_id));
         self.st.dc_set = true;
         Ok(())
     }
@@ -436,21 +444,26 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
         let cur = self.cur;
         let s0 = self.sq.slot(usize::from(cur));
         let fm_ce_se = (self.fm_ce_se >> ((r.flags.bits() & 7) * 8)) as u8;
-        let ctrl = (u64::from((u32::from(cur) << 8) | u32::from(r.opcode)) << 32)
-            | u64::from(self.qpn8 | ds as u32);
-        s0.write64(0, ctrl);
+        let ctrl = ctrl::word0(cur, r.opcode, ds as u8) | self.qpn_word;
+        s0.write64(ctrl::OPCODE.byte(), ctrl);
         // A DCI's stream sits in bytes 9–10 of the control segment.
         let stream = if DC { self.st.dc_stream } else { 0 };
-        s0.write64(8, stream | (u64::from(fm_ce_se) << 32) | u64::from(r.imm));
+        s0.write64(
+            ctrl::IMM.byte(),
+            stream | ctrl::FM_CE_SE.put(u64::from(fm_ce_se)) | ctrl::IMM.put(u64::from(r.imm)),
+        );
         // rdma-core 56 qp.c `_mlx5_post_send` (IBV_QPT_XRC_SEND): the XRC segment
         // (`xrc_srqn`, 12 reserved bytes) right after the control segment.
         if XRC {
-            s0.write64(16, u64::from(self.xrc_srqn) << 32);
-            s0.write64(24, 0);
+            s0.write64(
+                CTRL_SEG + xrc::XRC_SRQN.byte(),
+                xrc::XRC_SRQN.put(u64::from(self.xrc_srqn)),
+            );
+            s0.write64(CTRL_SEG + 8, 0);
         }
         if DC {
             for (k, w) in self.st.dc_av.iter().enumerate() {
-                s0.write64(16 + 8 * k, *w);
+                s0.write64(CTRL_SEG + 8 * k, *w);
             }
         }
         if let Some(ud) = r.ud {
@@ -463,11 +476,12 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
             } else {
                 (s0, 16 + x)
             };
-            seg.write64(at, r.raddr);
-            seg.write64(at + 8, u64::from(r.rkey) << 32);
+            seg.write64(at + raddr::RADDR.byte(), raddr::RADDR.put(r.raddr));
+            seg.write64(at + raddr::RKEY.byte(), raddr::RKEY.put(u64::from(r.rkey)));
             if CLASS == ATOMIC {
-                seg.write64(at + 16, r.operands.0);
-                seg.write64(at + 24, r.operands.1);
+                let at = at + RADDR_SEG;
+                seg.write64(at + codec::atomic::SWAP_ADD.byte(), r.operands.0);
+                seg.write64(at + codec::atomic::COMPARE.byte(), r.operands.1);
             }
         }
         let data = 16 * (1 + addr_units);
@@ -510,9 +524,7 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
             if (s.length as i32) < 0 {
                 return Err(sge_length_refused());
             }
-            let s0 = self.sq.slot(usize::from(cur));
-            s0.write64(at, (u64::from(s.length) << 32) | u64::from(s.lkey.raw()));
-            s0.write64(at + 8, s.addr);
+            write_data_seg(self.sq.slot(usize::from(cur)), at, s);
             return Ok(());
         }
         // A DCI's one SGE, in the second WQEBB (after the address vector); `at` is a multiple
@@ -521,22 +533,15 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
             if (s.length as i32) < 0 {
                 return Err(sge_length_refused());
             }
-            let slot = self.sq.slot(usize::from(cur) + at / WQEBB);
-            let off = at % WQEBB;
-            slot.write64(off, (u64::from(s.length) << 32) | u64::from(s.lkey.raw()));
-            slot.write64(off + 8, s.addr);
+            write_data_seg(self.sq.slot(usize::from(cur) + at / WQEBB), at % WQEBB, s);
             return Ok(());
         }
         if sges.iter().fold(0, |l, s| l | s.length) as i32 >= 0 {
             self.sq.write_be_units(
                 usize::from(cur) + at / WQEBB,
                 at % WQEBB,
-                sges.iter().map(|s| {
-                    (
-                        (u64::from(s.length) << 32) | u64::from(s.lkey.raw()),
-                        s.addr,
-                    )
-                }),
+                sges.iter()
+                    .map(|s| (codec::data::word0(s.length, s.lkey.raw()), s.addr)),
             );
             return Ok(());
         }
@@ -551,7 +556,10 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
         let cur = usize::from(cur) + at / WQEBB;
         let at = at % WQEBB;
         // The header shares its word with the first four bytes (little-endian arithmetic on
-        // the word's bytes: the header's big-endian bytes first, then the data).
+        // the word's bytes: the header's big-endian bytes first, then the data; the layout
+        // puts the header in the word's first four bytes, checked at compile time below).
+        const _: () =
+            assert!(inline::BYTE_COUNT.byte() == 0 && inline::BYTE_COUNT.put(1) == 1 << 32);
         let hdr = u64::from(u32::from_le_bytes(
             (INLINE_SEG | data.len() as u32).to_be_bytes(),
         ));
@@ -579,57 +587,48 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
 /// the WQE's first WQEBB. A free function of the slot alone: a call that took the batch would
 /// pin the batch in memory.
 fn write_datagram(s0: Slot<'_, WQEBB>, ud: &UdDest) {
-    let (ah, key) = (&ud.ah, u64::from(ud.remote_qkey) << 32);
-    let lid_word = (u32::from(ah.sl & 0xf) << 24)
-        | (u32::from(ah.src_path_bits & 0x7f) << 16)
-        | u32::from(ah.dlid);
-    s0.write64(16, key);
-    s0.write64(
-        24,
-        (u64::from(0x8000_0000 | ud.remote_qpn) << 32) | u64::from(lid_word),
-    );
-    // Bytes 16–23 of the vector (the RoCE MAC) stay zero; 26 and 27 are the traffic class
-    // and hop limit, 28–31 GRH flag, source GID index and flow label, 32–47 the DGID.
-    let (mut grh, mut gid) = (0u64, [0u8; 16]);
-    if ah.is_global {
-        let g = &ah.grh;
-        let gid_fl = (1u32 << 30) | (u32::from(g.sgid_index) << 20) | (g.flow_label & 0xf_ffff);
-        grh =
-            (u64::from(g.traffic_class) << 40) | (u64::from(g.hop_limit) << 32) | u64::from(gid_fl);
-        gid = g.dgid;
+    let key = datagram::QKEY.put(u64::from(ud.remote_qkey));
+    for (k, w) in av_words(&ud.ah, key, ud.remote_qpn).iter().enumerate() {
+        s0.write64(CTRL_SEG + 8 * k, *w);
     }
-    s0.write64(32, 0);
-    s0.write64(40, grh);
-    let (hi, lo) = gid.split_at(8);
-    s0.write_bytes8(48, hi.try_into().unwrap_or([0; 8]));
-    s0.write_bytes8(56, lo.try_into().unwrap_or([0; 8]));
 }
 
-/// The address vector (`struct mlx5_wqe_av`) to `ah` as the 8-byte words of WQE bytes
-/// 16–63 (written big-endian): `key` in its first 8 bytes (UD: the Q_Key and 4 reserved
-/// bytes; DC: the access key), `qpn` in `dqp_dct` with the extended-AV flag, the LID word,
-/// then the GRH fields and the DGID. [`write_datagram`] writes the same bytes for UD.
+/// The address vector (`struct mlx5_wqe_av`) to `ah` as the six 8-byte words of WQE bytes
+/// 16–63 (written big-endian): `key` in its first word (UD: the Q_Key and 4 reserved bytes;
+/// DC: the access key), `qpn` in `dqp_dct` with the extended-AV flag, the SL, path bits and
+/// LID; the RoCE MAC word zero; the traffic class, hop limit, GRH flag, SGID index and flow
+/// label; the DGID.
 fn av_words(ah: &crate::verbs::qp::AhAttr, key: u64, qpn: u32) -> [u64; 6] {
-    let lid_word = (u32::from(ah.sl & 0xf) << 24)
-        | (u32::from(ah.src_path_bits & 0x7f) << 16)
-        | u32::from(ah.dlid);
+    let dest = datagram::DQP_DCT.put(u64::from(EXTENDED_UD_AV | qpn))
+        | datagram::STAT_RATE_SL.put(u64::from(ah.sl & 0xf))
+        | datagram::FL_MLID.put(u64::from(ah.src_path_bits & 0x7f))
+        | datagram::RLID.put(u64::from(ah.dlid));
     let (mut grh, mut gid) = (0u64, [0u8; 16]);
     if ah.is_global {
         let g = &ah.grh;
-        let gid_fl = (1u32 << 30) | (u32::from(g.sgid_index) << 20) | (g.flow_label & 0xf_ffff);
-        grh =
-            (u64::from(g.traffic_class) << 40) | (u64::from(g.hop_limit) << 32) | u64::from(gid_fl);
+        grh = datagram::TCLASS.put(u64::from(g.traffic_class))
+            | datagram::HOP_LIMIT.put(u64::from(g.hop_limit))
+            | datagram::GRH_GID_FL.put(u64::from(av_grh_gid_fl(true, g.sgid_index, g.flow_label)));
         gid = g.dgid;
     }
     let (hi, lo) = gid.split_at(8);
-    [
-        key,
-        (u64::from(0x8000_0000 | qpn) << 32) | u64::from(lid_word),
-        0,
-        grh,
-        u64::from_be_bytes(hi.try_into().unwrap_or([0; 8])),
-        u64::from_be_bytes(lo.try_into().unwrap_or([0; 8])),
-    ]
+    let mut w = [0u64; 6];
+    w[datagram::QKEY.byte() / 8] = key;
+    w[datagram::RLID.byte() / 8] = dest;
+    w[datagram::GRH_GID_FL.byte() / 8] = grh;
+    w[datagram::RGID_BYTE / 8] = u64::from_be_bytes(hi.try_into().unwrap_or([0; 8]));
+    w[datagram::RGID_BYTE / 8 + 1] = u64::from_be_bytes(lo.try_into().unwrap_or([0; 8]));
+    w
+}
+
+/// A data segment for `s` at byte `at` of slot `slot` (16-byte aligned, so in one WQEBB).
+#[inline(always)]
+fn write_data_seg(slot: Slot<'_, WQEBB>, at: usize, s: &Sge) {
+    slot.write64(
+        at + codec::data::BYTE_COUNT.byte(),
+        codec::data::word0(s.length, s.lkey.raw()),
+    );
+    slot.write64(at + codec::data::ADDR.byte(), s.addr);
 }
 
 /// `fm_ce_se` of the request after a UMR: fenced behind it
@@ -774,10 +773,11 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
         if self.fence_at == u32::from(cur) {
             fm_ce_se = fence_after_umr(fm_ce_se);
         }
-        let ctrl = (u64::from((u32::from(cur) << 8) | u32::from(wqe_opcode::UMR)) << 32)
-            | u64::from(self.qpn8 | w.units as u32);
-        w.bytes[..8].copy_from_slice(&ctrl.to_be_bytes());
-        w.bytes[11] = fm_ce_se;
+        let ctrl = ctrl::word0(cur, wqe_opcode::UMR, w.units as u8) | self.qpn_word;
+        codec::store(&mut w.bytes, ctrl::OPCODE.byte(), ctrl);
+        let word1 = codec::load(&w.bytes, ctrl::IMM.byte()).unwrap_or(0);
+        let word1 = word1 & !ctrl::FM_CE_SE.put(0xff) | ctrl::FM_CE_SE.put(u64::from(fm_ce_se));
+        codec::store(&mut w.bytes, ctrl::IMM.byte(), word1);
         // Send-queue slots past the last doorbell: the device reads them only after this
         // batch's barrier and doorbell.
         self.sq
@@ -917,7 +917,7 @@ impl<H: Hal> Qp<'_, '_, H> {
             cur: self.sq_cur,
             room: 0,
             size,
-            qpn8: qpn << 8,
+            qpn_word: ctrl::QPN.put(u64::from(qpn)),
             fm_ce_se: self.fm_ce_se,
             refuse,
             max_inline: cap.max_inline_data as usize,
@@ -1011,7 +1011,7 @@ mod tests {
             cur,
             room: 0,
             size: 4,
-            qpn8: 0x1234 << 8,
+            qpn_word: ctrl::QPN.put(0x1234),
             fm_ce_se: fm_ce_se_table(false),
             refuse: if qp_type == QpType::Ud { UD | 0xe } else { 0 },
             max_inline: 200,
@@ -1055,7 +1055,7 @@ mod tests {
             cur: b.cur,
             room: b.room,
             size: b.size,
-            qpn8: b.qpn8,
+            qpn_word: b.qpn_word,
             fm_ce_se: b.fm_ce_se,
             refuse: b.refuse,
             max_inline: b.max_inline,

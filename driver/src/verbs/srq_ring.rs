@@ -8,6 +8,7 @@
 //! lets [`Cq::poll`](crate::verbs::Cq::poll) find an SRQ by the number its CQE carries.
 
 use bareverbs_firmware_cmd::ifc::{wqe_srq_next_seg, INVALID_LKEY};
+use bareverbs_firmware_cmd::wqe_codec::data;
 use bareverbs_hal::{dma_wmb, Hal, SharedDma};
 use bitflags::bitflags;
 
@@ -187,12 +188,14 @@ impl<H: Hal> SrqBook<H> {
             if self.ring.read_bytes(base + 16 * k, &mut seg).is_err() {
                 return;
             }
-            let be32 = |o: usize| u32::from_be_bytes([seg[o], seg[o + 1], seg[o + 2], seg[o + 3]]);
-            if be32(4) == bareverbs_firmware_cmd::ifc::INVALID_LKEY
-                || sges
-                    .push(((u64::from(be32(8)) << 32) | u64::from(be32(12)), be32(0)))
-                    .is_err()
-            {
+            let (Some(w0), Some(addr)) = (
+                bareverbs_firmware_cmd::wqe_codec::load(&seg, data::LKEY.byte()),
+                bareverbs_firmware_cmd::wqe_codec::load(&seg, data::ADDR.byte()),
+            ) else {
+                return;
+            };
+            let (lkey, len) = (data::LKEY.get(w0) as u32, data::BYTE_COUNT.get(w0) as u32);
+            if lkey == INVALID_LKEY || sges.push((addr, len)).is_err() {
                 return;
             }
         }
@@ -241,14 +244,13 @@ impl<H: Hal> SrqBook<H> {
             let next = self.ring.read16(self.next_at(idx)) & self.mask();
             for (k, s) in wr.sg_list.iter().enumerate() {
                 let o = base + 16 * (k + 1);
-                self.ring
-                    .write64(o, (u64::from(s.length) << 32) | u64::from(s.lkey.raw()));
-                self.ring.write64(o + 8, s.addr);
+                self.ring.write64(o, data::word0(s.length, s.lkey.raw()));
+                self.ring.write64(o + data::ADDR.byte(), s.addr);
             }
             if (wr.sg_list.len() as u32) < self.max_sge {
                 let o = base + 16 * (wr.sg_list.len() + 1);
-                self.ring.write64(o, u64::from(INVALID_LKEY));
-                self.ring.write64(o + 8, 0);
+                self.ring.write64(o, data::word0(0, INVALID_LKEY));
+                self.ring.write64(o + data::ADDR.byte(), 0);
             }
             ids.slot(usize::from(idx)).write_ne64(0, wr.wr_id);
             e.head = next;
