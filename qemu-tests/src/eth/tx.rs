@@ -8,7 +8,8 @@ use bareverbs_firmware_cmd::ifc::{
     eth_cs_flags, wqe_ctrl_seg as ctrl, wqe_data_seg, wqe_eth_seg as es, wqe_opcode, CqeOpcode,
     WqeCtrlSeg, WqeDataSeg, WqeEthSeg, ETH_WQE_INSERT_VLAN, INLINE_SEG, INLINE_SEG_BYTE_COUNT_MASK,
 };
-use bareverbs_firmware_cmd::layout::View;
+use bareverbs_firmware_cmd::layout::{Layout, View};
+use bareverbs_firmware_cmd::wqe_codec::{self as codec, eth};
 
 use super::packet::{self, ip_proto, Headers};
 use super::WqState;
@@ -137,32 +138,36 @@ impl Hca {
 
     /// Builds the frame (or, for LSO, the segments) of one send WQE and transmits it.
     fn eth_send(&mut self, sq: &super::Sq, raw: &[u8], opcode: u8) -> Result<(), Refused> {
+        // The Ethernet segment follows the control segment.
+        let seg_at = WqeCtrlSeg::BYTES;
         let e = raw
-            .get(16..32)
+            .get(seg_at..seg_at + WqeEthSeg::BYTES)
             .and_then(|b| View::<WqeEthSeg>::new_checked(b).ok())
             .ok_or(Refused(synd::LOCAL_QP_OP))?;
         let hdr = e.get(es::inline_hdr_sz) as u16;
+        let hdr_word = codec::load(raw, seg_at + eth::INLINE_HDR_START.byte())
+            .ok_or(Refused(synd::LOCAL_QP_OP))?;
         // VLAN insertion replaces the inline header (the `insert` union): the TCI sits where
         // the inline bytes would start.
-        let vlan = (hdr & ETH_WQE_INSERT_VLAN != 0).then(|| u16::from_be_bytes([raw[30], raw[31]]));
+        let vlan =
+            (hdr & ETH_WQE_INSERT_VLAN != 0).then(|| eth::INLINE_HDR_START.get(hdr_word) as u16);
         let inline = if vlan.is_some() { 0 } else { usize::from(hdr) };
         let cs = e.get(es::cs_flags) as u8;
         let mss = e.get(es::mss) as usize;
         // Inline headers start in the Ethernet segment's last two bytes.
-        let after_inline = if inline > 2 {
-            32 + (inline - 2).div_ceil(16) * 16
-        } else {
-            32
-        };
+        let start = seg_at + es::inline_hdr_start.bit / 8;
+        let seg_end = seg_at + WqeEthSeg::BYTES;
+        let after_inline = seg_end + inline.saturating_sub(seg_end - start).div_ceil(16) * 16;
         let mut frame = raw
-            .get(30..30 + inline)
+            .get(start..start + inline)
             .ok_or(Refused(synd::LOCAL_QP_OP))?
             .to_vec();
         let mut sges = Vec::new();
         let mut at = after_inline;
         while at + 16 <= raw.len() {
             let seg = &raw[at..at + 16];
-            let bc = u32::from_be_bytes([seg[0], seg[1], seg[2], seg[3]]);
+            let bc = codec::load(seg, codec::inline::BYTE_COUNT.byte())
+                .map_or(0, |w| codec::inline::BYTE_COUNT.get(w) as u32);
             if bc & INLINE_SEG != 0 {
                 if !sges.is_empty() {
                     self.gather_into(sq.ring.pd, &mut sges, &mut frame)?;
