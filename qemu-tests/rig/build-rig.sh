@@ -42,13 +42,16 @@ PKGS_MAIN=(linux-image-amd64 busybox-static cpio xz-utils)
 PKGS_RDMA=(ibverbs-utils ibverbs-providers perftest iproute2)
 # A compiler to build small C verbs programs against trixie's rdma-core, inside the chroot.
 PKGS_CC=(gcc libc6-dev libibverbs-dev)
+# Callgrind, to count rdma-core's own instructions per work request inside the guest
+# (qemu-tests/bench/rdma-core-cost.sh).
+PKGS_TOOLS=(valgrind)
 PKGS_BPO=(qemu-system-x86)
 
 # What the stamp must say for the cache to be reused. Bump RECIPE when the build steps change.
 RECIPE=3
 recipe_text() {
-  printf 'recipe=%s\nsuite=%s\nmirror=%s\nsecurity=%s\npackages=%s\nrdma-packages=%s\ncc-packages=%s\nbackports-packages=%s\n' \
-    "$RECIPE" "$SUITE" "$MIRROR" "$SECURITY" "${PKGS_MAIN[*]}" "${PKGS_RDMA[*]}" "${PKGS_CC[*]}" "${PKGS_BPO[*]}"
+  printf 'recipe=%s\nsuite=%s\nmirror=%s\nsecurity=%s\npackages=%s\nrdma-packages=%s\ncc-packages=%s\ntools-packages=%s\nbackports-packages=%s\n' \
+    "$RECIPE" "$SUITE" "$MIRROR" "$SECURITY" "${PKGS_MAIN[*]}" "${PKGS_RDMA[*]}" "${PKGS_CC[*]}" "${PKGS_TOOLS[*]}" "${PKGS_BPO[*]}"
 }
 
 print_versions() {
@@ -184,6 +187,8 @@ step "apt-get install ${PKGS_RDMA[*]} (rdma-core user space)"
 logged rig_chroot "$NEW" apt-get install -y "${PKGS_RDMA[@]}"
 step "apt-get install ${PKGS_CC[*]}"
 logged rig_chroot "$NEW" apt-get install -y "${PKGS_CC[@]}"
+step "apt-get install ${PKGS_TOOLS[*]}"
+logged rig_chroot "$NEW" apt-get install -y --no-install-recommends "${PKGS_TOOLS[@]}"
 step "apt-get install -t $SUITE-backports ${PKGS_BPO[*]}"
 logged rig_chroot "$NEW" apt-get install -y -t "$SUITE-backports" "${PKGS_BPO[@]}"
 logged rig_chroot "$NEW" apt-get clean
