@@ -25,7 +25,7 @@ pub use addr::{BarOffset, DmaDomain, Iova};
 pub use barrier::{dma_rmb, dma_wmb, rmb, wmb};
 pub use clock::{Deadline, Instant};
 pub use dma::{DmaBuf, DmaError, DmaMemory, SharedDma};
-pub use mmio::{Mmio, MmioError, RawMmio};
+pub use mmio::{check_access, check_block, Mmio, MmioError, RawMmio};
 pub use raw_commands::RawCommands;
 pub use ring::{Slot, Slots, SlotsMut};
 

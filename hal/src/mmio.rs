@@ -65,6 +65,22 @@ pub const fn check_access(offset: usize, width: usize, len: usize) -> Result<(),
     }
 }
 
+/// Checks a run of `words` 8-byte stores from `offset` against a BAR of `len` bytes: 8-byte
+/// aligned, and the whole run inside.
+///
+/// # Errors
+/// [`MmioError::Misaligned`] or [`MmioError::OutOfBounds`].
+pub const fn check_block(offset: usize, words: usize, len: usize) -> Result<(), MmioError> {
+    if offset % 8 != 0 {
+        return Err(MmioError::Misaligned { offset, width: 8 });
+    }
+    let width = words.saturating_mul(8);
+    match offset.checked_add(width) {
+        Some(end) if end <= len => Ok(()),
+        _ => Err(MmioError::OutOfBounds { offset, width, len }),
+    }
+}
+
 /// A mapped BAR whose registers are big-endian.
 ///
 /// The plain accessors are for offsets the caller has already validated (constants of the
@@ -98,6 +114,20 @@ pub trait Mmio {
     /// # Errors
     /// When the access is out of bounds or misaligned.
     fn try_write64(&self, off: BarOffset, val: u64) -> Result<(), MmioError>;
+
+    /// Writes `words` (host order, one big-endian 64-bit store each) at `off`, `off + 8`, …,
+    /// in order: a BlueFlame copy of a WQE, whose first word rings the doorbell. The default
+    /// is one [`Mmio::try_write64`] per word; a mapped BAR checks the bounds once.
+    ///
+    /// # Errors
+    /// When any store would be out of bounds or misaligned (checked before the first).
+    fn try_write64_block(&self, off: BarOffset, words: &[u64]) -> Result<(), MmioError> {
+        check_block(off.0, words.len(), self.len())?;
+        for (i, w) in words.iter().enumerate() {
+            self.try_write64(BarOffset(off.0 + 8 * i), *w)?;
+        }
+        Ok(())
+    }
 
     /// [`Mmio::try_read32`], reading all ones when the access is refused.
     fn read32(&self, off: BarOffset) -> u32 {
@@ -182,6 +212,18 @@ impl Mmio for RawMmio {
                 .cast::<u64>()
                 .write_volatile(val.to_be())
         };
+        Ok(())
+    }
+
+    fn try_write64_block(&self, off: BarOffset, words: &[u64]) -> Result<(), MmioError> {
+        check_block(off.0, words.len(), self.len)?;
+        // SAFETY: off..off + 8 * len is in bounds and 8-byte aligned (checked above); the
+        // mapping is live. One volatile store per word, in order.
+        let p = unsafe { self.base.as_ptr().add(off.0) }.cast::<u64>();
+        for (i, w) in words.iter().enumerate() {
+            // SAFETY: word i lies inside the range checked above.
+            unsafe { p.add(i).write_volatile(w.to_be()) };
+        }
         Ok(())
     }
 }

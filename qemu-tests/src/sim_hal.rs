@@ -72,6 +72,17 @@ impl Mmio for SimMmio {
         self.shared.dev.notify();
         Ok(())
     }
+
+    fn try_write64_block(&self, off: BarOffset, words: &[u64]) -> Result<(), MmioError> {
+        bareverbs_hal::check_block(off.0, words.len(), self.len)?;
+        let mut hca = self.shared.lock();
+        for (i, w) in words.iter().enumerate() {
+            hca.mmio_write64(off.0 + 8 * i, *w);
+        }
+        drop(hca);
+        self.shared.dev.notify();
+        Ok(())
+    }
 }
 
 /// The in-process platform: the driver's `Hal` backed by the model.

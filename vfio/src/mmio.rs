@@ -167,6 +167,19 @@ impl Mmio for VfioMmio {
             }
         }
     }
+
+    fn try_write64_block(&self, off: BarOffset, words: &[u64]) -> Result<(), MmioError> {
+        match &self.access {
+            Access::Mapped(raw) => raw.try_write64_block(off, words),
+            Access::Syscall { len, .. } => {
+                bareverbs_hal::check_block(off.0, words.len(), *len)?;
+                for (i, w) in words.iter().enumerate() {
+                    self.try_write64(BarOffset(off.0 + 8 * i), *w)?;
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 impl Drop for VfioMmio {

@@ -65,6 +65,24 @@ impl Mmio for VfioUserMmio {
         let _ = lock(&self.client).region_write(BAR0, off.0 as u64, &val.to_be_bytes());
         Ok(())
     }
+
+    // One message for the run: the server splits it into its 8-byte stores, in order.
+    fn try_write64_block(&self, off: BarOffset, words: &[u64]) -> Result<(), MmioError> {
+        bareverbs_hal::check_block(off.0, words.len(), self.len)?;
+        let mut bytes = [0u8; 512];
+        let n = 8 * words.len();
+        if n > bytes.len() {
+            for (i, w) in words.iter().enumerate() {
+                self.try_write64(BarOffset(off.0 + 8 * i), *w)?;
+            }
+            return Ok(());
+        }
+        for (c, w) in bytes.chunks_exact_mut(8).zip(words) {
+            c.copy_from_slice(&w.to_be_bytes());
+        }
+        let _ = lock(&self.client).region_write(BAR0, off.0 as u64, &bytes[..n]);
+        Ok(())
+    }
 }
 
 struct Region {
