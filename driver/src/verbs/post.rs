@@ -280,8 +280,8 @@ impl<H: Hal> Qp<'_, '_, H> {
         ) else {
             return Err(at(0)(Error::NotUp));
         };
-        let size = 1u16 << self.log_rq;
-        let units_log = self.rq_shift - 4;
+        let size = 1u16 << self.rq.log_size();
+        let units_log = self.rq.shift() - 4;
         let rq = ring
             .slots::<16>(0, usize::from(size) << units_log)
             .map_err(|e| at(0)(e.into()))?;
@@ -289,7 +289,7 @@ impl<H: Hal> Qp<'_, '_, H> {
         let max_sge = self.cap().max_recv_sge as usize;
         let stride_units = 1usize << units_log;
         let mut tail = book.rq_tail.load(Ordering::Acquire);
-        let mut head = self.rq_head;
+        let mut head = self.rq.head();
         let mut result = Ok(());
         for (index, wr) in wrs.iter().enumerate() {
             if wr.sg_list.len() > max_sge {
@@ -322,11 +322,11 @@ impl<H: Hal> Qp<'_, '_, H> {
             ids.slot(usize::from(head)).write_ne64(0, wr.wr_id);
             head = head.wrapping_add(1);
         }
-        if head != self.rq_head {
+        if head != self.rq.head() {
             // ORDERING: the receive WQEs before the doorbell record that publishes them.
             dma_wmb();
             dbr.write32(qp_dbr::RCV, u32::from(head));
-            self.rq_head = head;
+            self.rq.advance(head);
             // What a software flush completes up to, should the device fail.
             entry.rq_head.store(head, Ordering::Release);
         }

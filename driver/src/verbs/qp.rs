@@ -17,7 +17,9 @@ use crate::verbs::cq::Cq;
 use crate::verbs::mr::AccessFlags;
 use crate::verbs::pd::Pd;
 use crate::verbs::qp_state::{check_modify, next_state, QpAttrMask, QpState, QpType};
+use crate::verbs::recv_queue::RecvQueue;
 use crate::verbs::ring_pages::{alloc_ring, RingPages};
+use crate::verbs::send_queue::{BatchState, SendQueue};
 
 /// Bytes of a send WQE basic block.
 const WQEBB: u32 = 64;
@@ -233,24 +235,11 @@ pub struct Qp<'p, 'd, H: Hal> {
     pub(crate) buf: Option<SharedDma<H::Dma>>,
     pub(crate) dbr: Option<SharedDma<H::Dma>>,
     pub(crate) cap: QpCap,
-    pub(crate) log_sq_bbs: u8,
-    pub(crate) log_rq: u8,
-    pub(crate) rq_shift: u8,
-    /// Byte offset of the send queue in the work buffer: after the receive queue, 0 for a QP
-    /// without one of its own (on an SRQ, an XRC initiator).
-    pub(crate) sq_base: usize,
-    /// The control segment's `fm_ce_se` byte by send flags (see `send_batch`), made once.
-    pub(crate) fm_ce_se: u64,
+    /// Its send queue (ring position, doorbell, BlueFlame, batch state) and its own receive
+    /// queue.
+    pub(crate) sq: SendQueue,
+    pub(crate) rq: RecvQueue,
     attr: QpAttr,
-    /// WQEBBs posted to the SQ (16-bit counter, as the doorbell record holds it).
-    pub(crate) sq_cur: u16,
-    /// Receives posted.
-    pub(crate) rq_head: u16,
-    /// Offset of the BlueFlame half used for the next doorbell, and the half size.
-    pub(crate) bf_offset: usize,
-    pub(crate) bf_half: usize,
-    /// BAR offset of the UAR's BlueFlame register.
-    pub(crate) bf_register: usize,
     /// An XRC initiator's default SRQ and domain (see `verbs::xrc`), destroyed with it.
     pub(crate) xrc: Option<crate::verbs::xrc::XrcDefaults<H>>,
     /// The SRQ it takes receives from.
@@ -262,10 +251,6 @@ pub struct Qp<'p, 'd, H: Hal> {
     pub(crate) mcgs: heapless::Vec<[u8; 16], { crate::verbs::mcast::MAX_QP_MCGS }>,
     /// What the mlx5 direct-verbs attributes added (`verbs/dv.rs`).
     pub(crate) dv: QpExtras,
-    /// The next send request is fenced behind a UMR (`dv_mkey.rs`).
-    pub(crate) fence_next: bool,
-    /// What its send batches borrow (`send_batch.rs`).
-    pub(crate) bstate: crate::verbs::send_batch::BatchState,
 }
 
 /// What [`Pd::create_qp_dv`](crate::verbs::Pd::create_qp_dv) adds to a QP's context: all
@@ -635,20 +620,24 @@ impl<'d, H: Hal> Pd<'d, H> {
             buf: Some(buf),
             dbr: Some(dbr),
             cap,
-            log_sq_bbs,
-            log_rq,
-            rq_shift,
-            sq_base: rq_bytes,
-            fm_ce_se: crate::verbs::send_batch::fm_ce_se_table(attr.sq_sig_all),
+            sq: SendQueue::new(
+                log_sq_bbs,
+                rq_bytes,
+                attr.sq_sig_all,
+                uar.bf_register(),
+                1usize << caps.log_bf_reg_size,
+                BatchState {
+                    dci_streams: dv.dci_streams.map_or(1, |(c, _)| 1 << c),
+                    send_ops: dv.send_ops,
+                    pdn: self.pdn().raw(),
+                    ..Default::default()
+                },
+            ),
+            rq: RecvQueue::new(log_rq, rq_shift),
             attr: QpAttr {
                 cap,
                 ..QpAttr::default()
             },
-            sq_cur: 0,
-            rq_head: 0,
-            bf_offset: 0,
-            bf_half: (1usize << caps.log_bf_reg_size) / 2,
-            bf_register: uar.bf_register(),
             xrc: xrc.defaults.take(),
             srqn: attr.srq.map(|s| {
                 s.add_user();
@@ -658,13 +647,6 @@ impl<'d, H: Hal> Pd<'d, H> {
             context: attr.qp_context,
             mcgs: heapless::Vec::new(),
             dv,
-            fence_next: false,
-            bstate: crate::verbs::send_batch::BatchState {
-                dci_streams: dv.dci_streams.map_or(1, |(c, _)| 1 << c),
-                send_ops: dv.send_ops,
-                pdn: self.pdn().raw(),
-                ..Default::default()
-            },
         })
     }
 }
@@ -736,25 +718,15 @@ pub(crate) fn xrc_tgt_from_parts<'p, 'd, H: Hal>(
         buf: mark,
         dbr: None,
         cap: QpCap::default(),
-        log_sq_bbs: 0,
-        log_rq: 0,
-        rq_shift: 4,
-        sq_base: 0,
-        fm_ce_se: 0,
+        sq: SendQueue::none(),
+        rq: RecvQueue::new(0, 4),
         attr,
-        sq_cur: 0,
-        rq_head: 0,
-        bf_offset: 0,
-        bf_half: 0,
-        bf_register: 0,
         xrc: None,
         srqn: None,
         sq_sig_all: false,
         context: 0,
         mcgs: heapless::Vec::new(),
         dv: QpExtras::default(),
-        fence_next: false,
-        bstate: Default::default(),
     }
 }
 
@@ -1094,8 +1066,8 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
             // Its completions leave its CQs (rdma-core mlx5_modify_qp → __mlx5_cq_clean).
             dev.purge_qp_completions(self.qpn.raw(), [self.cqns.0, self.cqns.1]);
             // Queues are empty again: counters and the book start over.
-            self.sq_cur = 0;
-            self.rq_head = 0;
+            self.sq.reset();
+            self.rq.reset();
             if let Some(b) = dev.books.read().get(&self.qpn.raw()) {
                 b.reset();
             }

@@ -6,12 +6,11 @@
 use core::sync::atomic::{AtomicU16, Ordering};
 
 use bareverbs_firmware_cmd::ifc::{
-    av_grh_gid_fl, fm_ce_se, qp_dbr, wqe_opcode, WqeCtrlSeg, WqeRaddrSeg, EXTENDED_UD_AV,
-    INLINE_SEG,
+    av_grh_gid_fl, wqe_opcode, WqeCtrlSeg, WqeRaddrSeg, EXTENDED_UD_AV, INLINE_SEG,
 };
 use bareverbs_firmware_cmd::wqe_codec::{self as codec, ctrl, datagram, inline, raddr, xrc};
 use bareverbs_firmware_cmd::Layout;
-use bareverbs_hal::{dma_wmb, wmb, BarOffset, Hal, Mmio, Slot, Slots, SlotsMut};
+use bareverbs_hal::{Hal, Slot, Slots, SlotsMut};
 
 use crate::error::{Error, Invalid};
 use crate::verbs::dv_mkey::{DvMkey, MkeyConf, MkeyLayout, MrInterleaved};
@@ -19,9 +18,15 @@ use crate::verbs::mr::AccessFlags;
 use crate::verbs::post::{sge_refused_lengths, DcDest, SendFlags, SendOp, SendWr, Sge, UdDest};
 use crate::verbs::qp::Qp;
 use crate::verbs::qp_state::{QpState, QpType};
+use crate::verbs::send_queue::{BatchState, WQEBB};
 
-/// Bytes of a send WQE basic block.
-const WQEBB: usize = 64;
+// The send queue's `fm_ce_se` table is indexed by these bits.
+const _: () = assert!(
+    SendFlags::FENCE.bits() == crate::verbs::send_queue::FLAG_FENCE
+        && SendFlags::SIGNALED.bits() == crate::verbs::send_queue::FLAG_SIGNALED
+        && SendFlags::SOLICITED.bits() == crate::verbs::send_queue::FLAG_SOLICITED
+);
+
 /// Bytes of the control segment, and of the remote address segment.
 const CTRL_SEG: usize = WqeCtrlSeg::BYTES;
 const RADDR_SEG: usize = WqeRaddrSeg::BYTES;
@@ -79,23 +84,6 @@ pub struct SendBatch<'b, const XRC: bool = false, const DC: bool = false> {
 #[inline(never)]
 fn sge_length_refused() -> Error {
     invalid(sge_refused_lengths(u32::MAX).unwrap_or(Invalid::SgeLength))
-}
-
-/// What a QP keeps for its send batches beyond the ring: set once at creation, except the DC
-/// destination, which each DC batch starts without.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct BatchState {
-    /// DC: the address vector of the target the next requests go to, as the 8-byte words of
-    /// WQE bytes 16–63 (worked out once by `set_dc_addr`), and the stream in its place in the
-    /// control segment's second word; `dc_set` false until set in the batch.
-    pub(crate) dc_av: [u64; 6],
-    pub(crate) dc_stream: u64,
-    pub(crate) dc_set: bool,
-    /// Streams the DCI has (1 without DCI streams).
-    pub(crate) dci_streams: u32,
-    /// The mlx5 send operations the QP may post (`DvSendOpsFlags` bits) and its PD's number.
-    pub(crate) send_ops: u8,
-    pub(crate) pdn: u32,
 }
 
 /// [`SendBatch::xrc_srqn`] before [`SendBatch::set_xrc_srqn`]: wider than an SRQ number.
@@ -794,25 +782,6 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
     }
 }
 
-/// `fm_ce_se` by the low three [`SendFlags`] bits, byte `flags & 7` of the little-endian
-/// word.
-pub(crate) fn fm_ce_se_table(sig_all: bool) -> u64 {
-    let mut t = [0u8; 8];
-    for (bits, e) in t.iter_mut().enumerate() {
-        let f = SendFlags::from_bits_truncate(bits as u32);
-        if f.contains(SendFlags::FENCE) {
-            *e |= fm_ce_se::FENCE_MODE_SMALL_AND_FENCE;
-        }
-        if f.contains(SendFlags::SIGNALED) || sig_all {
-            *e |= fm_ce_se::CQ_UPDATE;
-        }
-        if f.contains(SendFlags::SOLICITED) {
-            *e |= fm_ce_se::SOLICITED;
-        }
-    }
-    u64::from_le_bytes(t)
-}
-
 impl<H: Hal> Qp<'_, '_, H> {
     /// Runs `f` with a batch of send requests for this QP (rdma-core's `ibv_wr_start` …
     /// `ibv_wr_complete`): the QP is checked once, each [`SendBatch::post`] checks and writes
@@ -901,79 +870,60 @@ impl<H: Hal> Qp<'_, '_, H> {
         ) else {
             return Err(Error::NotUp);
         };
-        let size = 1u16 << self.log_sq_bbs;
+        let size = self.sq.size();
         // The receive queue, if the QP has one of its own, comes first. Borrowed mutably:
         // `&mut Qp` makes the batch the ring's only writer (inline data is copied with plain
         // stores).
-        let sq = ring.slots_mut::<WQEBB>(self.sq_base, usize::from(size))?;
+        let sq = ring.slots_mut::<WQEBB>(self.sq.base(), usize::from(size))?;
         if DC {
             // Each DC batch names its destination before its first request.
-            self.bstate.dc_set = false;
+            self.sq.batch.dc_set = false;
         }
+        let (cur, fm_ce_se) = (self.sq.cur(), self.sq.fm_ce_se());
+        let fence_at = if self.sq.fence_next {
+            u32::from(cur)
+        } else {
+            NO_FENCE
+        };
         let mut b = SendBatch {
             sq,
             book: book_sq,
             tail: sq_tail,
-            cur: self.sq_cur,
+            cur,
             room: 0,
             size,
             qpn_word: ctrl::QPN.put(u64::from(qpn)),
-            fm_ce_se: self.fm_ce_se,
+            fm_ce_se,
             refuse,
             max_inline: cap.max_inline_data as usize,
             max_sge: cap.max_send_sge as usize,
             last_ctrl: 0,
             xrc_srqn: NO_SRQN,
-            st: &mut self.bstate,
-            fence_at: if self.fence_next {
-                u32::from(self.sq_cur)
-            } else {
-                NO_FENCE
-            },
+            st: &mut self.sq.batch,
+            fence_at,
         };
         let r = f(&mut b);
+        let SendBatch {
+            sq: ring,
+            cur,
+            last_ctrl,
+            fence_at,
+            ..
+        } = b;
         // The request written after a UMR is fenced behind it, before the doorbell; with the
         // UMR last, the fence is owed to the QP's next request.
-        if b.fence_at != NO_FENCE {
-            self.fence_next = b.fence_at == u32::from(b.cur);
-            if !self.fence_next {
-                fence_wqe(b.sq.slot(b.fence_at as usize));
+        if fence_at != NO_FENCE {
+            self.sq.fence_next = fence_at == u32::from(cur);
+            if !self.sq.fence_next {
+                fence_wqe(ring.slot(fence_at as usize));
             }
         }
-        if b.last_ctrl != 0 {
-            // ORDERING: every WQE is in memory before the doorbell record says it exists.
-            dma_wmb();
-            dbr.write32(qp_dbr::SND, u32::from(b.cur));
-            // ORDERING: the doorbell record before the doorbell (mlx5 post_send / Linux
-            // mlx5e_notify_hw).
-            wmb();
-            let (bar, at) = (dev.hal.bar0(), self.bf_register + self.bf_offset);
-            // BlueFlame (rdma-core 56 qp.c `post_send_db`, `mlx5_bf_copy`): a batch of one
-            // WQE that fits half the BlueFlame register is written into it whole, so the
-            // device need not fetch it; its first 8 bytes ring the doorbell. Otherwise they
-            // alone do. The WQE's index in the control segment says whether it is the batch's
-            // only one.
-            let bbs = usize::from(b.cur.wrapping_sub(self.sq_cur));
-            if (b.last_ctrl >> 40) as u16 == self.sq_cur && bbs * WQEBB <= self.bf_half {
-                // A WQEBB at a time, each read whole from the ring first (no zeroed buffer).
-                for k in 0..bbs {
-                    let s = b.sq.slot(usize::from(self.sq_cur) + k);
-                    let words: [u64; WQEBB / 8] = core::array::from_fn(|w| s.read64(8 * w));
-                    if bar
-                        .try_write64_block(BarOffset(at + k * WQEBB), &words)
-                        .is_err()
-                    {
-                        bar.write64(BarOffset(at), b.last_ctrl);
-                        break;
-                    }
-                }
-            } else {
-                bar.write64(BarOffset(at), b.last_ctrl);
-            }
-            self.bf_offset ^= self.bf_half;
-            self.sq_cur = b.cur;
+        if last_ctrl != 0 {
+            self.sq
+                .doorbell
+                .publish(dev.hal.bar0(), dbr, &ring, cur, last_ctrl);
             // What a software flush completes up to, should the device fail.
-            sq_head.store(b.cur, Ordering::Release);
+            sq_head.store(cur, Ordering::Release);
         }
         Ok(r)
     }
@@ -983,7 +933,7 @@ impl<H: Hal> Qp<'_, '_, H> {
 mod tests {
     use crate::verbs::mr::Lkey;
     use bareverbs_firmware_cmd::ifc::{
-        wqe_ctrl_seg, wqe_datagram_seg, WqeCtrlSeg, WqeDatagramSeg, INLINE_SEG,
+        fm_ce_se, wqe_ctrl_seg, wqe_datagram_seg, WqeCtrlSeg, WqeDatagramSeg, INLINE_SEG,
     };
     use bareverbs_firmware_cmd::View;
     use bareverbs_hal::{Hal, SharedDma};
@@ -991,6 +941,7 @@ mod tests {
 
     use super::*;
     use crate::verbs::qp::{AhAttr, GlobalRoute};
+    use crate::verbs::send_queue::fm_ce_se_table;
 
     type Dma = <SimHal as Hal>::Dma;
 

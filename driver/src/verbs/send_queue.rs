@@ -1,0 +1,198 @@
+//! A QP's send queue (rdma-core's `mlx5_wq` for the SQ): where its WQEBBs sit in the QP's work
+//! buffer, the producer counter, the BlueFlame register it rings, the fence owed after a UMR
+//! and what its batches keep between calls. `send_batch.rs` writes the WQEs; [`SqDoorbell::publish`]
+//! hands them to the device (doorbell record, then the BlueFlame register).
+
+use bareverbs_firmware_cmd::ifc::{fm_ce_se, qp_dbr};
+use bareverbs_hal::{dma_wmb, wmb, BarOffset, DmaMemory, Mmio, SharedDma, Slots};
+
+/// The send-flag bits the `fm_ce_se` table is indexed by: `SendFlags::{FENCE, SIGNALED,
+/// SOLICITED}` (ibverbs' `IBV_SEND_*` values; `send_batch.rs` checks they agree). Named here so
+/// that the queue, which `qp.rs` holds, does not reach back into the work-request types.
+pub(crate) const FLAG_FENCE: u32 = 1 << 0;
+pub(crate) const FLAG_SIGNALED: u32 = 1 << 1;
+pub(crate) const FLAG_SOLICITED: u32 = 1 << 2;
+
+/// Bytes of a send WQE basic block.
+pub(crate) const WQEBB: usize = 64;
+
+/// What a QP keeps for its send batches beyond the ring: set once at creation, except the DC
+/// destination, which each DC batch starts without.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct BatchState {
+    /// DC: the address vector of the target the next requests go to, as the 8-byte words of
+    /// WQE bytes 16–63 (worked out once by `set_dc_addr`), and the stream in its place in the
+    /// control segment's second word; `dc_set` false until set in the batch.
+    pub(crate) dc_av: [u64; 6],
+    pub(crate) dc_stream: u64,
+    pub(crate) dc_set: bool,
+    /// Streams the DCI has (1 without DCI streams).
+    pub(crate) dci_streams: u32,
+    /// The mlx5 send operations the QP may post (`DvSendOpsFlags` bits) and its PD's number.
+    pub(crate) send_ops: u8,
+    pub(crate) pdn: u32,
+}
+
+/// The BlueFlame register a send queue rings: two halves used in turn (rdma-core
+/// `bf->offset ^= bf->buf_size`).
+#[derive(Debug)]
+struct BlueFlame {
+    /// BAR offset of the register.
+    register: usize,
+    /// The half the next doorbell uses (0 or `half`).
+    offset: usize,
+    /// Bytes of a half: the largest WQE a BlueFlame copy carries (0: no BlueFlame register).
+    half: usize,
+}
+
+/// What publishes a send queue's WQEs: how far they are posted and the BlueFlame register.
+/// Apart from the batch state, so that a batch can borrow that while this rings.
+#[derive(Debug)]
+pub(crate) struct SqDoorbell {
+    /// WQEBBs posted (16-bit counter, as the doorbell record holds it).
+    cur: u16,
+    bf: BlueFlame,
+}
+
+/// A QP's send queue.
+#[derive(Debug)]
+pub(crate) struct SendQueue {
+    log_bbs: u8,
+    /// Byte offset of the queue in the QP's work buffer: after the receive queue, 0 for a QP
+    /// without one of its own.
+    base: usize,
+    /// The control segment's `fm_ce_se` byte by send flags (see [`fm_ce_se_table`]).
+    fm_ce_se: u64,
+    pub(crate) doorbell: SqDoorbell,
+    /// The next request is fenced behind a UMR (`dv_mkey.rs`).
+    pub(crate) fence_next: bool,
+    /// What its batches borrow (`send_batch.rs`).
+    pub(crate) batch: BatchState,
+}
+
+impl SendQueue {
+    /// A queue of `1 << log_bbs` WQEBBs at byte `base` of the work buffer, signalling every
+    /// request when `sig_all`, ringing the BlueFlame register at `bf_register` of
+    /// `bf_reg_size` bytes.
+    pub(crate) fn new(
+        log_bbs: u8,
+        base: usize,
+        sig_all: bool,
+        bf_register: usize,
+        bf_reg_size: usize,
+        batch: BatchState,
+    ) -> Self {
+        SendQueue {
+            log_bbs,
+            base,
+            fm_ce_se: fm_ce_se_table(sig_all),
+            doorbell: SqDoorbell {
+                cur: 0,
+                bf: BlueFlame {
+                    register: bf_register,
+                    offset: 0,
+                    half: bf_reg_size / 2,
+                },
+            },
+            fence_next: false,
+            batch,
+        }
+    }
+
+    /// The send queue of a QP that has none (an XRC target).
+    pub(crate) fn none() -> Self {
+        Self::new(0, 0, false, 0, 0, BatchState::default())
+    }
+
+    /// Its WQEBBs.
+    #[inline(always)]
+    pub(crate) fn size(&self) -> u16 {
+        1 << self.log_bbs
+    }
+
+    /// Byte offset in the work buffer.
+    #[inline(always)]
+    pub(crate) fn base(&self) -> usize {
+        self.base
+    }
+
+    /// WQEBBs posted so far.
+    #[inline(always)]
+    pub(crate) fn cur(&self) -> u16 {
+        self.doorbell.cur
+    }
+
+    /// The `fm_ce_se` table.
+    #[inline(always)]
+    pub(crate) fn fm_ce_se(&self) -> u64 {
+        self.fm_ce_se
+    }
+
+    /// Nothing posted (the QP went to RESET).
+    pub(crate) fn reset(&mut self) {
+        self.doorbell.cur = 0;
+    }
+}
+
+impl SqDoorbell {
+    /// Hands the WQEBBs up to `cur` (written in `ring` since the last call) to the device: the
+    /// doorbell record, then the doorbell — the whole WQE into the BlueFlame register when the
+    /// batch was one WQE that fits half of it (rdma-core 56 qp.c `post_send_db`,
+    /// `mlx5_bf_copy`), otherwise its first 8 bytes, `last_ctrl` (the last WQE's control
+    /// segment). The WQE's index in the control segment says whether it is the batch's only
+    /// one.
+    #[inline(always)]
+    pub(crate) fn publish<D: DmaMemory>(
+        &mut self,
+        bar: &impl Mmio,
+        dbr: &SharedDma<D>,
+        ring: &Slots<'_, WQEBB>,
+        cur: u16,
+        last_ctrl: u64,
+    ) {
+        // ORDERING: every WQE is in memory before the doorbell record says it exists.
+        dma_wmb();
+        dbr.write32(qp_dbr::SND, u32::from(cur));
+        // ORDERING: the doorbell record before the doorbell (mlx5 post_send / Linux
+        // mlx5e_notify_hw).
+        wmb();
+        let at = self.bf.register + self.bf.offset;
+        let bbs = usize::from(cur.wrapping_sub(self.cur));
+        if (last_ctrl >> 40) as u16 == self.cur && bbs * WQEBB <= self.bf.half {
+            // A WQEBB at a time, each read whole from the ring first (no zeroed buffer).
+            for k in 0..bbs {
+                let s = ring.slot(usize::from(self.cur) + k);
+                let words: [u64; WQEBB / 8] = core::array::from_fn(|w| s.read64(8 * w));
+                if bar
+                    .try_write64_block(BarOffset(at + k * WQEBB), &words)
+                    .is_err()
+                {
+                    bar.write64(BarOffset(at), last_ctrl);
+                    break;
+                }
+            }
+        } else {
+            bar.write64(BarOffset(at), last_ctrl);
+        }
+        self.bf.offset ^= self.bf.half;
+        self.cur = cur;
+    }
+}
+
+/// `fm_ce_se` by the low three send-flag bits, byte `flags & 7` of the little-endian word.
+pub(crate) fn fm_ce_se_table(sig_all: bool) -> u64 {
+    let mut t = [0u8; 8];
+    for (bits, e) in t.iter_mut().enumerate() {
+        let f = bits as u32;
+        if f & FLAG_FENCE != 0 {
+            *e |= fm_ce_se::FENCE_MODE_SMALL_AND_FENCE;
+        }
+        if f & FLAG_SIGNALED != 0 || sig_all {
+            *e |= fm_ce_se::CQ_UPDATE;
+        }
+        if f & FLAG_SOLICITED != 0 {
+            *e |= fm_ce_se::SOLICITED;
+        }
+    }
+    u64::from_le_bytes(t)
+}
