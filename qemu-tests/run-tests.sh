@@ -147,6 +147,9 @@ else
   step "guest: Linux mlx5_ib and rdma-core 56 (ibv_*_pingpong, perftest) on two model HCAs"
   qemu-tests/rig/test-mlx5-ib.sh
 
+  step "guest: rdma-core's own provider counted under callgrind on a model HCA (the data-path table's anchor; no thresholds)"
+  qemu-tests/bench/rdma-core-cost.sh 20
+
   step "guest: bareverbs over VFIO against rdma-core on mlx5_ib, across the model's fabric"
   qemu-tests/rig/test-interop.sh
 

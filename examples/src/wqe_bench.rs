@@ -1,8 +1,9 @@
 //! `wqe_bench`: the code whose instructions `qemu-tests/bench/wqe-cost.sh` counts under
-//! callgrind — our driver's `post_send`/`poll` and a hand-written minimum of the stores a WQE
-//! needs (and the loads a CQE needs), over rings of the same size. Not a timing benchmark.
+//! callgrind — our driver's `post_send`, batch API and `poll`, and the floor: the stores a WQE
+//! needs (and the loads a CQE needs) with every operand a constant, over rings of the same
+//! size. Not a timing benchmark.
 //!
-//! Usage: `wqe_bench driver-post|driver-batch|driver-dci|driver-poll|driver-poll-empty|min-post|min-post-mem|min-poll|min-poll-mem inline64|write4k BATCH ITERS`
+//! Usage: `wqe_bench driver-post|driver-batch|driver-dci|driver-poll|driver-poll-empty|min-post|min-poll inline64|write4k BATCH ITERS`
 //!
 //! The measured work sits in the `#[inline(never)]` functions `bench_*`; the script collects
 //! instructions only inside them (and, for the driver, not inside the model's doorbell handler,
@@ -152,7 +153,8 @@ fn bench_min_post(
     *bf = black_box(last);
 }
 
-/// One request as a C poster would hold it: every operand a run-time value.
+/// One request as the same-work C poster holds it (`qemu-tests/bench/same_work.c`, `struct
+/// req`): every operand a run-time value; the lkey is the region's, passed beside.
 #[derive(Clone, Copy)]
 struct MinReq<'a> {
     wr_id: u64,
@@ -160,60 +162,8 @@ struct MinReq<'a> {
     rkey: u32,
     addr: u64,
     len: u32,
-    lkey: u32,
     signaled: bool,
     inline: &'a [u8],
-}
-
-/// The minimum again, with what any real poster must also do (rdma-core's `_mlx5_post_send`
-/// does it): operands loaded from the request and byte-swapped instead of folded into
-/// constants, the inline length taken from the request, and the `wr_id` remembered per WQE.
-#[inline(never)]
-#[allow(clippy::too_many_arguments)]
-fn bench_min_post_mem(
-    ring: &mut [u8],
-    wrid: &mut [u64; RING_BBS],
-    dbr: &mut [u8; 8],
-    bf: &mut u64,
-    cur: &mut u16,
-    kind: Kind,
-    reqs: &[MinReq<'_>],
-) {
-    let qpn: u32 = 0x100;
-    let mut last = 0u64;
-    for r in black_box(reqs) {
-        let idx = usize::from(*cur) % RING_BBS;
-        let at = idx * 64;
-        let fm = if r.signaled { 8u64 } else { 0 };
-        let (opcode, ds, bbs) = match kind {
-            Kind::Inline64 => (0x0au32, 1 + (4 + r.inline.len() as u32).div_ceil(16), 0),
-            Kind::Write4k => (0x08, 3, 1),
-        };
-        let bbs = if bbs == 0 { ds.div_ceil(4) as u16 } else { bbs };
-        let w0 = (u64::from((u32::from(*cur) << 8) | opcode) << 32) | u64::from((qpn << 8) | ds);
-        let w = &mut ring[at..at + 64 * usize::from(bbs)];
-        w[0..8].copy_from_slice(&w0.to_be_bytes());
-        w[8..16].copy_from_slice(&(fm << 32).to_be_bytes());
-        match kind {
-            Kind::Inline64 => {
-                let n = r.inline.len();
-                w[16..20].copy_from_slice(&(0x8000_0000u32 | n as u32).to_be_bytes());
-                w[20..20 + n].copy_from_slice(r.inline);
-            }
-            Kind::Write4k => {
-                w[16..24].copy_from_slice(&r.raddr.to_be_bytes());
-                w[24..28].copy_from_slice(&r.rkey.to_be_bytes());
-                w[32..36].copy_from_slice(&r.len.to_be_bytes());
-                w[36..40].copy_from_slice(&r.lkey.to_be_bytes());
-                w[40..48].copy_from_slice(&r.addr.to_be_bytes());
-            }
-        }
-        wrid[idx] = r.wr_id;
-        *cur = cur.wrapping_add(bbs);
-        last = w0;
-    }
-    dbr[4..8].copy_from_slice(&u32::from(*cur).to_be_bytes());
-    *bf = black_box(last);
 }
 
 /// The loads a CQE needs: owner and opcode, then QPN, WQE counter and byte count; one
@@ -255,72 +205,10 @@ fn bench_min_poll(
     n
 }
 
-/// The `ibv_wc` fields a send completion reports, as a minimal poller would keep them.
-#[derive(Clone, Copy, Default)]
-struct MinWc {
-    wr_id: u64,
-    qp_num: u32,
-    byte_len: u32,
-    status: u8,
-    opcode: u8,
-}
-
-/// The minimum poll again, with what any real poller must also do (rdma-core's
-/// `mlx5_parse_cqe` does it): the `wr_id` looked up by WQE counter, the send queue's tail
-/// moved past the request, the status and work-completion opcode derived from the CQE, all
-/// into a completion record.
-#[inline(never)]
-#[allow(clippy::too_many_arguments)]
-fn bench_min_poll_mem(
-    ring: &[u8],
-    dbr: &mut [u8; 8],
-    ci: &mut u32,
-    batch: usize,
-    wrid: &[u64; RING_BBS],
-    next: &[u16; RING_BBS],
-    tail: &mut u16,
-    out: &mut [MinWc],
-) -> usize {
-    let log = 12;
-    let mut n = 0;
-    while n < batch {
-        let at = ((*ci as usize) & ((1 << log) - 1)) * 64;
-        let op_own = ring[at + 63];
-        if op_own >> 4 == 0xf || u32::from(op_own & 1) != (*ci >> log) & 1 {
-            break;
-        }
-        let sop = u32::from_be_bytes([
-            ring[at + 0x38],
-            ring[at + 0x39],
-            ring[at + 0x3a],
-            ring[at + 0x3b],
-        ]);
-        let wqe = usize::from(u16::from_be_bytes([ring[at + 0x3c], ring[at + 0x3d]])) % RING_BBS;
-        let bytes = u32::from_be_bytes([
-            ring[at + 0x2c],
-            ring[at + 0x2d],
-            ring[at + 0x2e],
-            ring[at + 0x2f],
-        ]);
-        *tail = next[wqe];
-        out[n] = MinWc {
-            wr_id: wrid[wqe],
-            qp_num: sop & 0xff_ffff,
-            byte_len: bytes,
-            status: u8::from(op_own >> 4 != 0),
-            opcode: u8::from((sop >> 24) as u8 == 0x08),
-        };
-        *ci += 1;
-        n += 1;
-    }
-    dbr[0..4].copy_from_slice(&(*ci & 0xff_ffff).to_be_bytes());
-    n
-}
-
 fn main() {
     let a: Vec<String> = std::env::args().collect();
     if a.len() != 5 {
-        eprintln!("usage: wqe_bench driver-post|driver-batch|driver-poll|driver-poll-empty|min-post|min-post-mem|min-poll|min-poll-mem inline64|write4k BATCH ITERS");
+        eprintln!("usage: wqe_bench driver-post|driver-batch|driver-poll|driver-poll-empty|min-post|min-poll inline64|write4k BATCH ITERS");
         std::process::exit(2);
     }
     let kind = if a[2] == "inline64" {
@@ -342,32 +230,6 @@ fn main() {
             }
             black_box((&ring, dbr, bf));
         }
-        "min-post-mem" => {
-            let mut ring = vec![0u8; RING_BBS * 64 + 128];
-            let mut wrid = [0u64; RING_BBS];
-            let (mut dbr, mut bf, mut cur) = ([0u8; 8], 0u64, 0u16);
-            let payload = [0x5a; 64];
-            let one = MinReq {
-                wr_id: 1,
-                raddr: 0x1_0000_0000,
-                rkey: 0x1234,
-                addr: 0x2_0000_0000,
-                len: 4096,
-                lkey: 0x5678,
-                signaled: false,
-                inline: &payload,
-            };
-            let mut reqs = vec![one; batch];
-            if let Some(l) = reqs.last_mut() {
-                l.signaled = true;
-            }
-            for _ in 0..iters {
-                bench_min_post_mem(
-                    &mut ring, &mut wrid, &mut dbr, &mut bf, &mut cur, kind, &reqs,
-                );
-            }
-            black_box((&ring, &wrid, dbr, bf));
-        }
         "min-poll" => {
             let mut ring = vec![0xf0u8; 4096 * 64];
             let (mut dbr, mut ci) = ([0u8; 8], 0u32);
@@ -381,36 +243,6 @@ fn main() {
                     std::process::exit(3);
                 }
             }
-        }
-        "min-poll-mem" => {
-            let mut ring = vec![0xf0u8; 4096 * 64];
-            let (mut dbr, mut ci, mut tail) = ([0u8; 8], 0u32, 0u16);
-            let wrid: [u64; RING_BBS] = core::array::from_fn(|i| i as u64 * 3);
-            let next: [u16; RING_BBS] = core::array::from_fn(|i| i as u16 + 1);
-            let mut out = vec![MinWc::default(); batch];
-            for _ in 0..iters {
-                for k in 0..batch as u32 {
-                    let at = (((ci + k) as usize) & 4095) * 64;
-                    ring[at + 63] = (((ci + k) >> 12) & 1) as u8;
-                    ring[at + 0x38..at + 0x3c].copy_from_slice(&0x0800_0100u32.to_be_bytes());
-                    ring[at + 0x3c..at + 0x3e].copy_from_slice(&((ci + k) as u16).to_be_bytes());
-                }
-                let got = bench_min_poll_mem(
-                    &ring, &mut dbr, &mut ci, batch, &wrid, &next, &mut tail, &mut out,
-                );
-                if got != batch {
-                    std::process::exit(3);
-                }
-            }
-            // Every field is read, so the stores into `out` are the program's, not dead.
-            let sum = out.iter().fold(u64::from(tail), |a, w| {
-                a ^ w.wr_id
-                    ^ u64::from(w.qp_num)
-                    ^ u64::from(w.byte_len)
-                    ^ u64::from(w.status)
-                    ^ u64::from(w.opcode)
-            });
-            black_box(sum);
         }
         "driver-dci" => dci(kind, batch, iters),
         mode => driver(mode, kind, batch, iters),
@@ -495,7 +327,6 @@ fn dci(kind: Kind, batch: usize, iters: usize) {
             rkey: mr.rkey().raw(),
             addr: mr.addr(),
             len: 4096,
-            lkey: mr.lkey().raw(),
             signaled: k + 1 == batch,
             inline: &payload,
         })
@@ -608,7 +439,6 @@ fn driver(mode: &str, kind: Kind, batch: usize, iters: usize) {
             rkey: mr.rkey().raw(),
             addr: mr.addr(),
             len: 4096,
-            lkey: mr.lkey().raw(),
             signaled: w.flags.contains(SendFlags::SIGNALED),
             inline: &payload,
         })
