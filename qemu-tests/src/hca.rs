@@ -563,28 +563,29 @@ impl Hca {
             return;
         }
         if off >= FIRST_UAR as usize * UAR_PAGE_SIZE {
-            self.events.push(ModelEvent::MmioWrite {
-                offset: off,
-                value: val,
-                width: 8,
-            });
             let uar = (off / UAR_PAGE_SIZE) as u32;
-            match off % UAR_PAGE_SIZE {
+            let o = off % UAR_PAGE_SIZE;
+            let log = self.cap(bareverbs_firmware_cmd::ifc::cmd_hca_cap::log_bf_reg_size);
+            let half = (1usize << log.min(16)) / 2;
+            let bf_data = o > uar_offset::BF && half != 0 && (o - uar_offset::BF) % half != 0;
+            // Register writes are recorded; a BlueFlame copy's WQE words are not (they would
+            // multiply the record by the WQE's size).
+            if !bf_data {
+                self.events.push(ModelEvent::MmioWrite {
+                    offset: off,
+                    value: val,
+                    width: 8,
+                });
+            }
+            match o {
                 uar_offset::CQ_DOORBELL => self.cq_doorbell(uar, val),
                 // A BlueFlame register is two halves of `bf_reg_size / 2` bytes, used in turn
                 // (rdma-core `bf->offset ^= bf->buf_size`): the first 8 bytes of a half ring
                 // the send doorbell; the rest carry the WQE a BlueFlame post copies whole
                 // (rdma-core `mlx5_bf_copy`), which the model takes from memory instead,
                 // where the driver wrote it too.
-                o if o >= uar_offset::BF => {
-                    let log = self.cap(bareverbs_firmware_cmd::ifc::cmd_hca_cap::log_bf_reg_size);
-                    let half = (1usize << log.min(16)) / 2;
-                    if half == 0 || (o - uar_offset::BF) % half == 0 {
-                        self.sq_doorbell(uar, val);
-                    } else {
-                        self.blueflame_words += 1;
-                    }
-                }
+                _ if bf_data => self.blueflame_words += 1,
+                o if o >= uar_offset::BF => self.sq_doorbell(uar, val),
                 _ => {}
             }
             return;
