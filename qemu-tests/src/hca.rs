@@ -132,7 +132,7 @@ pub struct Hca {
     /// The message buffer a send request is gathered into, kept between requests so the
     /// data path does not allocate per WQE.
     pub(crate) payload_buf: Vec<u8>,
-    /// The bytes of the send WQE being executed (`wqe_exec.rs`), kept for the same reason.
+    /// The bytes of the send WQE being executed (`wqe_exec.rs`, `wqe_parse.rs`), kept for the same reason.
     pub(crate) wqe_buf: Vec<u8>,
     /// CQEs and EQEs held back by injected faults (`late.rs`).
     pub(crate) late: crate::late::LateQueue,

@@ -3,7 +3,7 @@
 //! srq_cmd.c, srq.c; include/linux/mlx5/mlx5_ifc.h `srqc`, `xrc_srqc`, `rmpc`, `wq`).
 //!
 //! A receive on a QP whose `rq_type` is SRQ takes the next WQE of its queue
-//! ([`crate::wqe_exec`]): the WQEs form a linked list (rdma-core 56 providers/mlx5/srq.c), the
+//! (`responder.rs`): the WQEs form a linked list (rdma-core 56 providers/mlx5/srq.c), the
 //! device keeps its own head, starting at WQE 0, and follows each WQE's `next_wqe_index`.
 
 use crate::hca::Hca;

@@ -3,7 +3,7 @@
 //!
 //! A DCT answers DC requests from the moment CREATE_DCT returns (Linux creates it only when
 //! the verbs object goes to RTR). It is kept with the QPs: requests name its number as they
-//! would a QP's, and the responder (`wqe_exec.rs`) treats it as an RC responder receiving
+//! would a QP's, and the responder (`responder.rs`) treats it as an RC responder receiving
 //! through its SRQ. DRAIN_DCT stops it answering and raises DCT_DRAINED, which Linux waits
 //! for before DESTROY_DCT (`mlx5_core_destroy_dct`).
 

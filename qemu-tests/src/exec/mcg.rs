@@ -1,6 +1,6 @@
 //! Multicast groups: ATTACH_TO_MCG, DETACH_FROM_MCG (mlx5_ifc `attach_to_mcg_in`,
 //! `detach_from_mcg_in`; Linux 6.12 mlx5_ib `mlx5_ib_mcg_attach` / `mlx5_ib_mcg_detach`).
-//! The groups are per HCA; delivery across the fabric is in `wqe_exec.rs`.
+//! The groups are per HCA; delivery across the fabric is in `requester.rs`.
 
 use bareverbs_firmware_cmd::ifc::*;
 use bareverbs_firmware_cmd::CmdStatus;

@@ -1,0 +1,343 @@
+//! The requester side of a send WQE: the request built from it (kind, PSNs, payload, the
+//! address vector of UD and DC), sent to the responder through this HCA or the fabric
+//! (multicast to every member), and the answer turned into the send completion: retries on
+//! RNR and sequence-error NAKs, retransmission after no answer, READ and atomic results
+//! scattered (or put in the CQE), DCI stream errors.
+
+use bareverbs_firmware_cmd::ifc::{qpc_scatter, wqe_opcode};
+
+use crate::hca::Hca;
+use crate::pma::Traffic;
+use crate::qp::{Qp, ServiceType};
+use crate::wqe_exec::*;
+use crate::wqe_parse::*;
+
+impl Hca {
+    /// A DCI request's stream before it runs: `Some` outcome when it must not run, because its
+    /// stream is in error (flushed: WR_FLUSH_ERR, and the send queue goes on).
+    pub(crate) fn dci_stream_check(&mut self, qp: &Qp, w: &SendWqe<'_>) -> Option<Outcome> {
+        let d = qp.dci.as_ref()?;
+        if d.errored.contains(&w.dci_stream) {
+            self.send_error_cqe(qp, w.wqe_index, w.opcode, synd::WR_FLUSH);
+            return Some(Outcome::Flushed);
+        }
+        None
+    }
+
+    /// After request `w` of DCI `qp` failed with `syndrome`: its stream is in error. While
+    /// fewer streams than the DCI tolerates are, only the error completion is written and
+    /// the send queue goes on (true); at the limit the DCI goes to ERR as any RC QP (false).
+    pub(crate) fn dci_stream_failed(&mut self, qp: &Qp, w: &SendWqe<'_>, syndrome: u8) -> bool {
+        let Some(d) = self.qps.get_mut(&qp.qpn).and_then(|q| q.dci.as_mut()) else {
+            return false;
+        };
+        d.errored.insert(w.dci_stream);
+        if d.errored.len() >= 1usize << d.log_errored {
+            return false;
+        }
+        if let Some(q) = self.qps.get_mut(&qp.qpn) {
+            q.rnr_tries = 0;
+            q.retry_tries = 0;
+        }
+        self.send_error_cqe(qp, w.wqe_index, w.opcode, syndrome);
+        true
+    }
+
+    /// The message of send WQE `w` of `qp`, in the HCA's reused payload buffer.
+    pub(crate) fn payload(&mut self, qp: &Qp, w: &SendWqe<'_>) -> Result<Vec<u8>, u8> {
+        let mut out = std::mem::take(&mut self.payload_buf);
+        out.clear();
+        match w.inline {
+            Some(d) => out.extend_from_slice(d),
+            None => self.gather_sges(qp.pd, w.sges.as_slice(), &mut out)?,
+        }
+        Ok(out)
+    }
+
+    /// The requester: builds the request for `w`, routes it and turns the answer into the
+    /// send completion.
+    pub(crate) fn execute(&mut self, qp: &Qp, w: &SendWqe<'_>) -> Outcome {
+        // The ACK timeout of an unanswered request ran out: retransmit it, counting against
+        // `retry_count`, or fail it once the retries are spent.
+        if qp.ack_pending {
+            let Some(q) = self.qps.get_mut(&qp.qpn) else {
+                return Outcome::Wait;
+            };
+            q.ack_pending = false;
+            if q.retry_tries >= u32::from(q.retry_count) {
+                return Outcome::Failed(synd::TRANSPORT_RETRY_EXC);
+            }
+            q.retry_tries = q.retry_tries.saturating_add(1);
+            q.transport_retries = q.transport_retries.saturating_add(1);
+        }
+        let imm =
+            matches!(w.opcode, wqe_opcode::SEND_IMM | wqe_opcode::RDMA_WRITE_IMM).then_some(w.imm);
+        let kind = match (qp.st, w.opcode) {
+            // MADs on QP0/QP1 are answered through MAD_IFC; the model sends none itself.
+            (ServiceType::Qp0 | ServiceType::Qp1 | ServiceType::RegUmr, _) => {
+                return Outcome::Failed(synd::LOCAL_QP_OP)
+            }
+            (_, wqe_opcode::SEND | wqe_opcode::SEND_IMM) => Kind::Send,
+            (
+                ServiceType::Rc | ServiceType::Uc | ServiceType::Xrc | ServiceType::Dci,
+                wqe_opcode::RDMA_WRITE | wqe_opcode::RDMA_WRITE_IMM,
+            ) => Kind::Write,
+            (st, wqe_opcode::RDMA_READ) if st.reliable() => Kind::Read,
+            (st, wqe_opcode::ATOMIC_CS) if st.reliable() => Kind::Atomic { fetch_add: false },
+            (st, wqe_opcode::ATOMIC_FA) if st.reliable() => Kind::Atomic { fetch_add: true },
+            _ => return Outcome::Failed(synd::LOCAL_QP_OP),
+        };
+        // ibv_poll_cq(3), IBV_WC_LOC_LEN_ERR: a message longer than the QP may send
+        // (`log_msg_max`) fails at the requester.
+        let msg_len = match (w.inline, kind) {
+            (_, Kind::Atomic { .. }) => 8,
+            (Some(d), _) => d.len() as u64,
+            (None, _) => w.sges.as_slice().iter().map(|s| u64::from(s.len)).sum(),
+        };
+        if qp.st != ServiceType::Ud && msg_len > 1u64 << qp.log_msg_max.min(63) {
+            return Outcome::Failed(synd::LOCAL_LENGTH);
+        }
+        let payload = match kind {
+            Kind::Send | Kind::Write => match self.payload(qp, w) {
+                Ok(d) => d,
+                Err(s) => return Outcome::Failed(s),
+            },
+            _ => Vec::new(),
+        };
+        let (dlid, dst_qpn, sl) = if matches!(qp.st, ServiceType::Ud | ServiceType::Dci) {
+            (w.ud_rlid, w.ud_dqpn, w.ud_sl)
+        } else {
+            (qp.rlid, qp.remote_qpn, qp.sl)
+        };
+        let slid = self
+            .ports
+            .get(usize::from(qp.port).wrapping_sub(1))
+            .map_or(0, |p| p.lid);
+        let req = Request {
+            kind,
+            st: qp.st,
+            psn: qp.next_send_psn,
+            src_qpn: qp.qpn,
+            slid,
+            dlid,
+            sl,
+            dst_qpn,
+            payload,
+            imm,
+            solicited: w.solicited,
+            raddr: w.raddr,
+            rkey: w.rkey,
+            len: w.sges.as_slice().iter().map(|s| u64::from(s.len)).sum(),
+            swap_add: w.swap_add,
+            compare: w.compare,
+            // The QP's own Q_Key is used when the request's has its top bit set (IB spec).
+            qkey: if w.ud_qkey & 0x8000_0000 != 0 {
+                qp.qkey
+            } else {
+                w.ud_qkey
+            },
+            grh: w
+                .ud_grh
+                .map(|g| self.grh(qp.port, &g, msg_len, imm.is_some())),
+            pkts: if qp.st == ServiceType::Ud {
+                1
+            } else {
+                packets(kind, msg_len, qp.mtu)
+            },
+            xrc_srqn: w.xrc_srqn,
+            dc_key: w.dc_key,
+        };
+        let out = loop {
+            let Some(resp) = self.route(dlid, &req) else {
+                break Outcome::Wait;
+            };
+            let out = match resp {
+                Response::Ack(data) => match kind {
+                    Kind::Read | Kind::Atomic { .. } => {
+                        let data = match (kind, <[u8; 8]>::try_from(&data[..])) {
+                            (Kind::Atomic { .. }, Ok(wire)) => {
+                                self.atomic_bytes(u64::from_be_bytes(wire)).to_vec()
+                            }
+                            _ => data,
+                        };
+                        // Requester scatter to CQE (`qpc.cs_req`): a result of up to 32 bytes
+                        // goes in the CQE (rdma-core 56 cq.c `mlx5_copy_to_send_wqe`). Linux
+                        // asks for it only when every request is signaled (or with
+                        // MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE); what hardware does for an
+                        // unsignaled one is not in public sources: here it goes to memory.
+                        if qp.cs_req == qpc_scatter::REQ_DATA32 && w.signaled && data.len() <= 32 {
+                            Outcome::DoneInline(data)
+                        } else {
+                            match self.scatter(qp.pd, w.sges.as_slice(), 0, &data) {
+                                Ok(()) => Outcome::Done(data.len() as u32),
+                                Err(s) => Outcome::Failed(s),
+                            }
+                        }
+                    }
+                    _ => Outcome::Done(0),
+                },
+                Response::Dropped => Outcome::Done(0),
+                Response::Nak(s) => Outcome::Failed(s),
+                // A PSN sequence error NAK: retransmitted at once, counting against
+                // `retry_count`.
+                Response::NakSeq => {
+                    let Some(q) = self.qps.get_mut(&qp.qpn) else {
+                        break Outcome::Wait;
+                    };
+                    if q.retry_tries >= u32::from(q.retry_count) {
+                        Outcome::Failed(synd::TRANSPORT_RETRY_EXC)
+                    } else {
+                        q.retry_tries = q.retry_tries.saturating_add(1);
+                        q.transport_retries = q.transport_retries.saturating_add(1);
+                        continue;
+                    }
+                }
+                // No response: the request waits for the local ACK timeout (never, with
+                // `ack_timeout` 0), then goes again or fails (see the start of `execute`).
+                Response::NoQp => {
+                    let at = self
+                        .now_ns()
+                        .saturating_add(crate::qp::ack_timeout_ns(qp.ack_timeout));
+                    if let Some(q) = self.qps.get_mut(&qp.qpn) {
+                        q.resend_at_ns = at;
+                        q.ack_pending = true;
+                    }
+                    Outcome::Wait
+                }
+                // rnr_retry 7 retries forever; 0–6 that many times (one retry per engine round).
+                Response::Rnr(_) if qp.rnr_retry != 7 && qp.rnr_tries >= qp.rnr_retry => {
+                    Outcome::Failed(synd::RNR_RETRY_EXC)
+                }
+                // The request goes again once the responder's RNR timer has run out.
+                Response::Rnr(timer) => {
+                    let ready = self.now_ns() + crate::qp::rnr_timer_ns(timer);
+                    if let Some(q) = self.qps.get_mut(&qp.qpn) {
+                        q.rnr_tries = q.rnr_tries.saturating_add(1);
+                        q.resend_at_ns = ready;
+                    }
+                    Outcome::Wait
+                }
+            };
+            if matches!(out, Outcome::Done(_) | Outcome::DoneInline(_)) && qp.st != ServiceType::Ud
+            {
+                // The request's packets are spent: the next one starts after them.
+                if let Some(q) = self.qps.get_mut(&qp.qpn) {
+                    q.next_send_psn = psn_add(req.psn, packets(kind, msg_len, qp.mtu));
+                }
+            }
+            break out;
+        };
+        // The payload buffer serves the next request.
+        self.payload_buf = req.payload;
+        out
+    }
+
+    /// Sends `req` towards `dlid`: this HCA answers for its own LIDs, the fabric finds the
+    /// others. `None`: the responder's HCA is busy, try again.
+    pub(crate) fn route(&mut self, dlid: u16, req: &Request) -> Option<Response> {
+        let resp = self.route_to(dlid, req)?;
+        if let Some(f) = self.fabric.as_ref().filter(|f| f.capturing()) {
+            f.record(&crate::ib_wire::packets(req, &resp));
+        }
+        // What left and came back through the requester's port (READ and atomic responses
+        // carry data back; acknowledgements are not counted).
+        self.count_traffic(req.slid, Traffic::Xmit, req.payload.len() as u64, req.pkts);
+        if let Response::Ack(data) = &resp {
+            if !data.is_empty() {
+                self.count_traffic(req.slid, Traffic::Rcv, data.len() as u64, req.pkts);
+            }
+        }
+        Some(resp)
+    }
+
+    pub(crate) fn route_to(&mut self, dlid: u16, req: &Request) -> Option<Response> {
+        // IBA 4.1.1: LIDs 0xC000–0xFFFE are multicast (0xFFFF is the permissive LID).
+        if (0xc000..0xffff).contains(&dlid) && !req.st.reliable() {
+            return self.multicast(req);
+        }
+        if self.owns_lid(dlid) {
+            return Some(self.respond(req));
+        }
+        let unreachable = if req.st.reliable() {
+            Response::NoQp
+        } else {
+            Response::Dropped
+        };
+        let Some(dev) = self.fabric.as_ref().and_then(|f| f.find(dlid)) else {
+            return Some(unreachable);
+        };
+        let mut remote = dev.try_lock()?;
+        let resp = remote.respond(req);
+        drop(remote);
+        dev.notify();
+        Some(resp)
+    }
+
+    /// A UD datagram to a multicast LID: one copy to every UD QP attached to the group its
+    /// GRH's destination GID names (the MGID; a multicast packet carries a GRH, IBA 8.3), on
+    /// this HCA and on every HCA of the fabric, the sender's own QP included when attached
+    /// (mlx5 loops multicast back unless the QP blocks it, `qpc.block_lb_mc`, which Linux sets
+    /// only for IB_QP_CREATE_BLOCK_MULTICAST_LOOPBACK; IPoIB drops its own looped-back
+    /// datagrams for that reason). Every HCA's lock is taken first: if one is busy, nothing
+    /// is delivered and the send is retried, so no QP gets a copy twice.
+    pub(crate) fn multicast(&mut self, req: &Request) -> Option<Response> {
+        let Some(grh) = req.grh else {
+            return Some(Response::Dropped);
+        };
+        let mut mgid = [0u8; 16];
+        mgid.copy_from_slice(&grh[24..40]);
+        let others = match self.fabric.as_ref() {
+            Some(f) => f.members_except(|lid| self.owns_lid(lid)),
+            None => Vec::new(),
+        };
+        let mut locked = Vec::with_capacity(others.len());
+        for dev in &others {
+            locked.push(dev.try_lock()?);
+        }
+        let copy = |qpn| Request {
+            dst_qpn: qpn,
+            ..req.clone()
+        };
+        for qpn in self.mcg_members(&mgid) {
+            self.respond(&copy(qpn));
+        }
+        for remote in locked.iter_mut() {
+            for qpn in remote.mcg_members(&mgid) {
+                remote.respond(&copy(qpn));
+            }
+        }
+        drop(locked);
+        for dev in &others {
+            dev.notify();
+        }
+        Some(Response::Dropped)
+    }
+
+    /// The GRH a UD packet from `port` carries for route `g` (IBA 8.3): IP version 6, the
+    /// traffic class and flow label, the payload length (BTH, DETH, immediate data, the message
+    /// padded to 4 bytes, ICRC), next header 0x1B (IBA transport), the hop limit, the port's
+    /// GID (subnet prefix fe80::/64 and port GUID; the model's ports have that one GID), and the
+    /// destination GID.
+    pub(crate) fn grh(&self, port: u8, g: &AvGrh, len: u64, imm: bool) -> [u8; 40] {
+        let mut h = [0u8; 40];
+        let word0 = (6u32 << 28) | (u32::from(g.tclass) << 20) | (g.flow_label & 0xf_ffff);
+        h[0..4].copy_from_slice(&word0.to_be_bytes());
+        let pay_len = 12 + 8 + if imm { 4 } else { 0 } + len.next_multiple_of(4) + 4;
+        h[4..6].copy_from_slice(&(pay_len as u16).to_be_bytes());
+        h[6] = 0x1b;
+        h[7] = g.hop_limit;
+        h[8..16].copy_from_slice(&0xfe80_0000_0000_0000u64.to_be_bytes());
+        h[16..24].copy_from_slice(&(self.cfg.node_guid + u64::from(port)).to_be_bytes());
+        h[24..40].copy_from_slice(&g.dgid);
+        h
+    }
+
+    /// `v` as an 8-byte atomic operand in memory.
+    pub(crate) fn atomic_bytes(&self, v: u64) -> [u8; 8] {
+        if self.atomic_little_endian() {
+            v.to_le_bytes()
+        } else {
+            v.to_be_bytes()
+        }
+    }
+}

@@ -1,0 +1,522 @@
+//! The responder side: a request arriving at one of this HCA's QPs or DCTs, checked (state,
+//! PSN, remote access, length, the XRC SRQ, the DC key), executed (SEND into the next receive,
+//! of the QP's RQ, its SRQ/RMP or the XRC SRQ; WRITE, READ and atomics through the rkey) and
+//! answered, with the responder's completion and its affiliated events.
+
+use bareverbs_firmware_cmd::ifc::{
+    event_type, qpc_scatter, wqe_srq_next_seg, CqeOpcode, WqeSrqNextSeg, EQE_DCT_DCTN,
+};
+use bareverbs_firmware_cmd::layout::{Layout, View};
+
+use crate::cqe_write::{err_cqe, ok_cqe, CqeFields};
+use crate::dma::AddressSpaceExt;
+use crate::hca::Hca;
+use crate::pma::Traffic;
+use crate::qp::{Qp, QpState, ServiceType, CQE_V0_UIDX, PSN_MASK};
+use crate::wqe_exec::*;
+
+/// A receive WQE found for a message.
+pub(crate) struct Recv {
+    /// What the CQE's `wqe_counter` carries: the RQ's consumer counter, or the SRQ WQE's index.
+    pub(crate) counter: u16,
+    pub(crate) sges: SgeList,
+    /// Taken from SRQ `.0`, whose head then moves to `.1`.
+    pub(crate) srq: Option<(u32, u16)>,
+}
+
+/// The XRC SRQ an XRC request is delivered through, found by [`Hca::xrc_target_srq`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct XrcTarget {
+    pub(crate) srqn: u32,
+    /// `xrc_srqc.pd`: the PD of its WQEs' lkeys and of the request's rkey.
+    pub(crate) pd: u32,
+    /// `xrc_srqc.cqn`: where its receives complete.
+    pub(crate) cqn: u32,
+}
+
+impl Hca {
+    /// The receive WQE `rqp` takes next, if one is posted: the head of its RQ, or of the
+    /// SRQ/RMP it receives from, or for an XRC request of the XRC SRQ `xrc` it names.
+    pub(crate) fn next_recv(&mut self, rqp: &Qp, xrc: Option<XrcTarget>) -> Option<Recv> {
+        if let Some(x) = xrc {
+            return self.next_srq_recv(x.srqn);
+        }
+        if let Some((srqn, _)) = self.qp_srq(rqp.qpn) {
+            return self.next_srq_recv(srqn);
+        }
+        // A zero-length RQ never receives.
+        if rqp.no_rq {
+            return None;
+        }
+        let idx = rqp.rq_consumed & ((1u16 << rqp.log_rq_size) - 1);
+        let stride = 1u64 << rqp.rq_wqe_shift;
+        let fetched = self.dma.read_be32(rqp.dbr).and_then(|head| {
+            if rqp.rq_consumed == head as u16 {
+                return Ok(None);
+            }
+            self.dma
+                .read_vec(rqp.buf_iova(u64::from(idx) * stride), stride as usize)
+                .map(Some)
+        });
+        // A receive queue that cannot be read cannot go on (see `catas.rs`).
+        let raw = match fetched {
+            Ok(raw) => raw?,
+            Err(f) => {
+                self.record_fault(f);
+                self.qp_fatal(rqp.qpn);
+                return None;
+            }
+        };
+        Some(Recv {
+            counter: rqp.rq_consumed,
+            sges: Self::recv_sges(&raw),
+            srq: None,
+        })
+    }
+
+    /// The WQE SRQ/RMP `srqn` gives next, if one is posted: the one at the device's head while
+    /// fewer WQEs were taken than the doorbell record's counter says were posted (rdma-core 56
+    /// srq.c `mlx5_post_srq_recv`: `*srq->db = htobe32(srq->counter)`, the number posted).
+    /// The WQE starts with `mlx5_wqe_srq_next_seg`, whose `next_wqe_index` is the next head;
+    /// its data segments follow.
+    pub(crate) fn next_srq_recv(&mut self, srqn: u32) -> Option<Recv> {
+        let srq = self.srq(srqn)?;
+        if !srq.good {
+            return None;
+        }
+        let (dbr, head, taken) = (srq.dbr, srq.hw_head, srq.taken);
+        let at = srq.wqe_iova(u32::from(head));
+        let stride = 1usize << srq.wqe_shift;
+        let fetched = self.dma.read_be32(dbr).and_then(|posted| {
+            if posted as u16 == taken {
+                return Ok(None);
+            }
+            self.dma.read_vec(at, stride).map(Some)
+        });
+        // An SRQ that cannot be read cannot go on (see `catas.rs`).
+        let raw = match fetched {
+            Ok(raw) => raw?,
+            Err(f) => {
+                self.record_fault(f);
+                self.srq_fatal(srqn);
+                return None;
+            }
+        };
+        let next = View::<WqeSrqNextSeg>::new_checked(&raw)
+            .ok()?
+            .get(wqe_srq_next_seg::next_wqe_index) as u16;
+        Some(Recv {
+            counter: head,
+            sges: Self::recv_sges(&raw[WqeSrqNextSeg::BYTES..]),
+            srq: Some((srqn, next)),
+        })
+    }
+
+    /// Takes the receive `r` found by [`Self::next_recv`] from `rqp`'s queue; an SRQ whose
+    /// armed limit is now above the WQEs left raises the limit event and disarms.
+    pub(crate) fn take_recv(&mut self, rqp: &Qp, r: &Recv) {
+        let Some((srqn, next)) = r.srq else {
+            if let Some(q) = self.qps.get_mut(&rqp.qpn) {
+                q.rq_consumed = q.rq_consumed.wrapping_add(1);
+            }
+            return;
+        };
+        let Some(s) = self.srqs.get_mut(&srqn) else {
+            return;
+        };
+        s.hw_head = next;
+        s.taken = s.taken.wrapping_add(1);
+        let (dbr, taken, lwm) = (s.dbr, s.taken, s.lwm);
+        if lwm == 0 {
+            return;
+        }
+        let Ok(posted) = self.dma.read_be32(dbr) else {
+            return;
+        };
+        let left = (posted as u16).wrapping_sub(taken);
+        if left < lwm {
+            if let Some(s) = self.srqs.get_mut(&srqn) {
+                s.lwm = 0;
+            }
+            self.post_event(event_type::SRQ_RQ_LIMIT, 0, qp_srq_event_data(0, srqn));
+        }
+    }
+
+    /// The XRC SRQ `srqn` named by a request to XRC target QP `r`, if it is an XRC SRQ of the
+    /// QP's XRC domain (`qpc.xrcd`, Linux 6.12 qp.c `create_xrc_tgt_qp`; `xrc_srqc.xrcd`).
+    pub(crate) fn xrc_target_srq(&self, r: &Qp, srqn: u32) -> Option<XrcTarget> {
+        let (_, xrcd) = self.qp_srq(r.qpn)?;
+        let s = self.srq(srqn)?;
+        if s.kind != crate::srq::SrqKind::XrcSrq || s.xrcd != Some(xrcd) {
+            return None;
+        }
+        Some(XrcTarget {
+            srqn,
+            pd: s.pd,
+            cqn: s.cqn?,
+        })
+    }
+
+    /// What a CQE of `qp` carries in `srqn_uidx` (`mlx5_cqe64.srqn`) for a WQE taken from
+    /// `srqn` (receives through an SRQ) or from the QP's own queues. CQE version 1 (the model
+    /// reports `cmd_hca_cap.cqe_version` 1): the QP's `user_index`, or for a receive from an
+    /// XRC SRQ that SRQ's; rdma-core 56 cq.c `get_cur_rsc` looks the QP up by it
+    /// (`mlx5_find_uidx`) for every CQE when the context's `cqe_version` is 1. A QP created
+    /// with user index [`CQE_V0_UIDX`] gets version 0 CQEs: the SRQ number for receives through
+    /// an SRQ, otherwise 0 (cq.c `get_cur_rsc`: `srqn_uidx` non-zero means an SRQ; Linux
+    /// mlx5_ib cq.c `handle_responder` reads `cqe->srqn` for XRC).
+    pub(crate) fn cqe_srqn_uidx(&self, qp: &Qp, srqn: Option<u32>) -> u32 {
+        let srq = srqn.and_then(|n| self.srq(n));
+        let uidx = match srq {
+            Some(s) if s.kind == crate::srq::SrqKind::XrcSrq => s.user_index,
+            _ => qp.user_index,
+        };
+        if uidx == CQE_V0_UIDX {
+            srqn.unwrap_or(0)
+        } else {
+            uidx
+        }
+    }
+
+    /// Delivers `req`'s message into `rqp`'s next receive; responder CQE on its receive CQ.
+    /// An XRC request (`xrc`) takes its XRC SRQ's next receive, scatters with that SRQ's PD and
+    /// completes on that SRQ's CQ (`xrc_srqc.pd`, `xrc_srqc.cqn`; the target QP's own CQs are
+    /// mlx5_ib's placeholders).
+    pub(crate) fn deliver(
+        &mut self,
+        rqp: &Qp,
+        req: &Request,
+        rdma_imm: bool,
+        xrc: Option<XrcTarget>,
+    ) -> Result<(), u8> {
+        let Some(recv) = self.next_recv(rqp, xrc) else {
+            return Err(0);
+        };
+        let (pd, cqn) = xrc.map_or((rqp.pd, rqp.cqn_rcv), |x| (x.pd, x.cqn));
+        self.take_recv(rqp, &recv);
+        let Recv { counter, sges, srq } = recv;
+        let ud = req.st == ServiceType::Ud;
+        let skip = if ud { 40 } else { 0 };
+        // A UD message with a GRH fills the 40-byte area first; without one the area keeps
+        // what it held.
+        let grh = match (ud, &req.grh) {
+            (true, Some(h)) => self.scatter(pd, &sges, 0, h),
+            _ => Ok(()),
+        };
+        // Scatter to CQE (`qpc.cs_res`, Linux sets it for RC and UC): a SEND of up to 32
+        // bytes lands in the first 32 bytes of the CQE, where rdma-core 56 cq.c
+        // `handle_responder` copies it from (`MLX5_INLINE_SCATTER_32`); the receive buffers
+        // are left to the driver. The CQE fields in those bytes (path bits, SLID, source QP)
+        // are then the data's.
+        let inline =
+            !rdma_imm && !ud && rqp.cs_res == qpc_scatter::RES_DATA32 && req.payload.len() <= 32;
+        let r = if rdma_imm || inline {
+            Ok(())
+        } else {
+            grh.and_then(|()| self.scatter(pd, &sges, skip, &req.payload))
+        };
+        let uidx = self.cqe_srqn_uidx(rqp, srq.map(|(n, _)| n));
+        if let Err(s) = r {
+            let c = err_cqe(CqeOpcode::RespErr, 0, rqp.qpn, counter, s, uidx);
+            self.post_cqe(cqn, c, false);
+            self.qp_to_error(rqp.qpn);
+            return Err(s);
+        }
+        if inline {
+            self.scattered_to_cqe += 1;
+        }
+        // flags_rqpn: bits 29:28 say a GRH arrived (1: IB GRH), 27:24 the SL, 23:0 the QPN.
+        let g = if ud && req.grh.is_some() {
+            1u32 << 28
+        } else {
+            0
+        };
+        let op = match (rdma_imm, req.imm.is_some()) {
+            (true, _) => CqeOpcode::RespWrImm,
+            (false, true) => CqeOpcode::RespSendImm,
+            (false, false) => CqeOpcode::RespSend,
+        };
+        let c = ok_cqe(
+            op,
+            &CqeFields {
+                sop_drop_qpn: rqp.qpn,
+                wqe_counter: counter,
+                srqn_uidx: uidx,
+                byte_cnt: (req.payload.len() + skip as usize) as u32,
+                imm_inval_pkey: req.imm.unwrap_or(u32::from(rqp.pkey_index)),
+                // ml_path: the DLID's path bits, the low LMC bits (rdma-core: ml_path & 0x7f).
+                ml_path: self.path_bits(req.dlid),
+                slid: req.slid,
+                flags_rqpn: g | (u32::from(req.sl & 0xf) << 24) | req.src_qpn,
+                solicited: req.solicited,
+                inline: inline.then_some(&req.payload[..]),
+            },
+        );
+        self.post_cqe(cqn, c, req.solicited);
+        Ok(())
+    }
+
+    /// The responder: answers a request addressed to one of this HCA's QPs.
+    ///
+    /// RC checks the request's PSN against the one expected (IB spec 9.7.5.1, as Linux rxe
+    /// `check_psn`): equal, the request is executed and the expected PSN advances by its
+    /// packets; ahead (within half the PSN space), NAK "PSN sequence error"; behind, a
+    /// duplicate: SEND and WRITE are acknowledged without executing again, READ is read again,
+    /// an atomic returns the target's current value without changing it (hardware replays the
+    /// saved original result; the model keeps none). UC has no ACKs: a message whose PSN is
+    /// not the expected one starts a new message (rxe `check_psn`: a First or Only packet
+    /// resynchronises) and the expected PSN follows it.
+    pub(crate) fn respond(&mut self, req: &Request) -> Response {
+        self.count_traffic(req.dlid, Traffic::Rcv, req.payload.len() as u64, req.pkts);
+        let resp = self.respond_at_port(req);
+        if let Response::Ack(data) = &resp {
+            if !data.is_empty() {
+                self.count_traffic(req.dlid, Traffic::Xmit, data.len() as u64, req.pkts);
+            }
+        }
+        resp
+    }
+
+    pub(crate) fn respond_at_port(&mut self, req: &Request) -> Response {
+        let rc = req.st.reliable();
+        let Some(r) = self
+            .qps
+            .get(&req.dst_qpn)
+            .filter(|r| {
+                // A QP in SQE (UC, UD) still receives.
+                matches!(
+                    r.state,
+                    QpState::Rtr | QpState::Rts | QpState::Sqer | QpState::Sqd
+                ) && (r.st == req.st || (req.st == ServiceType::Dci && r.st == ServiceType::Dct))
+            })
+            .cloned()
+        else {
+            return if rc {
+                Response::NoQp
+            } else {
+                Response::Dropped
+            };
+        };
+        if req.st == ServiceType::Dci {
+            return self.respond_at_dct(&r, req);
+        }
+        if req.st == ServiceType::Ud {
+            if r.qkey == req.qkey {
+                let _ = self.deliver(&r, req, false, None);
+            }
+            return Response::Dropped;
+        }
+        // The first packet at a connected QP still in RTR: communication established
+        // (IBA 11.6.3 affiliated event; mlx5 MLX5_EVENT_TYPE_COMM_EST, which Linux mlx5_ib
+        // `mlx5_ib_qp_event` reports as IB_EVENT_COMM_EST), once per stay in RTR.
+        if r.state == QpState::Rtr && !r.comm_est {
+            if let Some(q) = self.qps.get_mut(&r.qpn) {
+                q.comm_est = true;
+            }
+            self.post_event(event_type::COMM_EST, 0, qp_srq_event_data(0, r.qpn));
+        }
+        let npkts = packets(req.kind, req.msg_len(), r.mtu);
+        let ahead = req.psn.wrapping_sub(r.next_rcv_psn) & PSN_MASK;
+        let duplicate = rc && ahead >= 1 << 23;
+        if rc && ahead != 0 && !duplicate {
+            return Response::NakSeq;
+        }
+        let resp = self.execute_request(&r, req, duplicate);
+        // An RC responder that NAKs a remote access error or an invalid request goes to ERR
+        // and reports it on the QP (IBA 9.9.3.1, responder class C errors; Linux rxe
+        // `do_class_ac_error`; mlx5 WQ_ACCESS_ERROR / WQ_INVAL_REQ_ERROR, which Linux
+        // mlx5_ib reports as IB_EVENT_QP_ACCESS_ERR / IB_EVENT_QP_REQ_ERR).
+        if rc && !duplicate {
+            let event = match resp {
+                Response::Nak(synd::REMOTE_ACCESS) => Some(event_type::WQ_ACCESS_ERROR),
+                Response::Nak(synd::REMOTE_INVAL_REQ) => Some(event_type::WQ_INVAL_REQ_ERROR),
+                _ => None,
+            };
+            if let Some(ty) = event {
+                self.qp_to_error(r.qpn);
+                self.post_event(ty, 0, qp_srq_event_data(0, r.qpn));
+            }
+        }
+        // UC: whatever became of the message, the next one is expected after it.
+        let accepted = !rc || (matches!(resp, Response::Ack(_)) && !duplicate);
+        if accepted {
+            if let Some(q) = self.qps.get_mut(&r.qpn) {
+                q.next_rcv_psn = psn_add(req.psn, npkts);
+            }
+        }
+        resp
+    }
+
+    /// A DC request at DCT `r`: executed as an RC responder would, through the DCT's SRQ, CQ,
+    /// PD and remote-access enables, once its access key matches. A wrong key is dropped
+    /// without an answer, so the requester retries until `retry_count` runs out
+    /// (IBV_WC_RETRY_EXC_ERR); the DCT counts it (`dc_access_key_violation_count`) and, when
+    /// armed (ARM_DCT_FOR_KEY_VIOLATION), raises DCT_KEY_VIOLATION once. Public sources do not
+    /// say what hardware answers a wrong key with; dropping it is what keeps the key secret
+    /// from a prober. A DCT serves many initiators, so neither a bad request nor a PSN it has
+    /// not seen moves it to ERR: each DC message stands alone here.
+    pub(crate) fn respond_at_dct(&mut self, r: &Qp, req: &Request) -> Response {
+        let Some(d) = r.dct.as_ref() else {
+            return Response::NoQp;
+        };
+        if d.access_key != req.dc_key {
+            let mut raise = false;
+            if let Some(d) = self.qps.get_mut(&r.qpn).and_then(|q| q.dct.as_mut()) {
+                d.key_violations = d.key_violations.wrapping_add(1);
+                raise = std::mem::take(&mut d.armed);
+            }
+            if raise {
+                let mut data = [0u8; 28];
+                data[EQE_DCT_DCTN..EQE_DCT_DCTN + 4].copy_from_slice(&r.qpn.to_be_bytes());
+                self.post_event(event_type::DCT_KEY_VIOLATION, 0, data);
+            }
+            return Response::NoQp;
+        }
+        self.execute_request(r, req, false)
+    }
+
+    /// Executes `req` at responder QP `r` (`duplicate`: an RC request seen before).
+    pub(crate) fn execute_request(&mut self, r: &Qp, req: &Request, duplicate: bool) -> Response {
+        let rc = req.st.reliable();
+        let dropped = |nak: Response| if rc { nak } else { Response::Dropped };
+        if duplicate && matches!(req.kind, Kind::Send | Kind::Write) {
+            return Response::Ack(Vec::new());
+        }
+        // XRC: the request names its XRC SRQ, which must be one of the target QP's domain; it
+        // gives the receive WQEs, the CQ and the PD that every key of the request is checked
+        // against (IBA Annex A14: the XRC domain is what lets a target deliver into an SRQ).
+        let xrc = match req.xrc_srqn {
+            Some(n) => match self.xrc_target_srq(r, n) {
+                Some(x) => Some(x),
+                None => return Response::Nak(synd::REMOTE_ACCESS),
+            },
+            None => None,
+        };
+        let pd = xrc.map_or(r.pd, |x| x.pd);
+        // ibv_poll_cq(3), IBV_WC_REM_INV_REQ_ERR: an operation the receive queue does not
+        // support (the QP's remote-access enables; with mlx5 a QP with max_dest_rd_atomic 0
+        // has rre and rae clear, as Linux mlx5_ib `to_mlx5_access_flags` sets them), or an RDMA
+        // longer than 2^31 bytes.
+        let enabled = match req.kind {
+            Kind::Send => true,
+            Kind::Write => r.rwe,
+            Kind::Read => r.rre,
+            Kind::Atomic { .. } => r.rae,
+        };
+        let too_long = matches!(req.kind, Kind::Write | Kind::Read) && req.msg_len() > MAX_RDMA_LEN;
+        if !enabled || too_long {
+            return dropped(Response::Nak(synd::REMOTE_INVAL_REQ));
+        }
+        let needs_recv = matches!(req.kind, Kind::Send)
+            || (matches!(req.kind, Kind::Write) && req.imm.is_some());
+        if needs_recv && self.next_recv(r, xrc).is_none() {
+            // Looking for the receive may have found its queue unreadable and moved the QP to
+            // ERR (`catas.rs`): a QP in ERR answers nothing.
+            if self
+                .qps
+                .get(&r.qpn)
+                .is_some_and(|q| q.state == QpState::Err)
+            {
+                return if rc {
+                    Response::NoQp
+                } else {
+                    Response::Dropped
+                };
+            }
+            return dropped(Response::Rnr(r.min_rnr_nak));
+        }
+        match req.kind {
+            Kind::Send => match self.deliver(r, req, false, xrc) {
+                Ok(()) => Response::Ack(Vec::new()),
+                Err(_) => dropped(Response::Nak(synd::REMOTE_INVAL_REQ)),
+            },
+            Kind::Write => {
+                let dest = self.key_range(req.rkey, pd, req.raddr, req.payload.len() as u64, |k| {
+                    k.remote_write
+                });
+                let Ok(dest) = dest else {
+                    return dropped(Response::Nak(synd::REMOTE_ACCESS));
+                };
+                let mut at = 0;
+                for &(a, n) in &dest {
+                    let _ = self.dma.write(a, &req.payload[at..at + n as usize]);
+                    at += n as usize;
+                }
+                if req.imm.is_some() {
+                    let _ = self.deliver(r, req, true, xrc);
+                }
+                Response::Ack(Vec::new())
+            }
+            Kind::Read => {
+                let Ok(src) = self.key_range(req.rkey, pd, req.raddr, req.len, |k| k.remote_read)
+                else {
+                    return Response::Nak(synd::REMOTE_ACCESS);
+                };
+                let mut data = Vec::new();
+                for &(a, n) in &src {
+                    data.extend(self.dma.read_vec(a, n as usize).unwrap_or_default());
+                }
+                Response::Ack(data)
+            }
+            Kind::Atomic { fetch_add } => {
+                if req.raddr % 8 != 0 {
+                    return Response::Nak(synd::REMOTE_INVAL_REQ);
+                }
+                let Ok(t) = self.key_range(req.rkey, pd, req.raddr, 8, |k| k.atomic) else {
+                    return Response::Nak(synd::REMOTE_ACCESS);
+                };
+                let Some(&(target, _)) = t.first() else {
+                    return Response::Nak(synd::REMOTE_ACCESS);
+                };
+                let old = self.atomic_load(target);
+                let new = if duplicate {
+                    old
+                } else if fetch_add {
+                    old.wrapping_add(req.swap_add)
+                } else if old == req.compare {
+                    req.swap_add
+                } else {
+                    old
+                };
+                if !duplicate {
+                    let _ = self.dma.write(target, &self.atomic_bytes(new));
+                }
+                // On the wire the original value is big-endian, as every IB field.
+                Response::Ack(old.to_be_bytes().to_vec())
+            }
+        }
+    }
+
+    /// Whether 8-byte atomic operands sit in memory little-endian, at the responder, and the
+    /// original value is written back so, at the requester: in the host's order once the
+    /// driver set `atomic_req_8b_endianness_mode` to host endianness (Linux does whenever it
+    /// is supported, and otherwise reports no IB atomics), big-endian before. The host's order
+    /// is what the HOST_ENDIANNESS register says, little-endian if it was never written.
+    pub(crate) fn atomic_little_endian(&self) -> bool {
+        use bareverbs_firmware_cmd::ifc::{atomic, atomic_caps, HOST_ENDIANNESS_BIG};
+        let f = atomic_caps::atomic_req_8b_endianness_mode;
+        let mode = bareverbs_firmware_cmd::layout::get_bits(&self.atomic_caps_cur, f.bit, f.width);
+        mode == u64::from(atomic::REQ_MODE_HOST_ENDIANNESS)
+            && self.host_endianness != Some(HOST_ENDIANNESS_BIG)
+    }
+
+    /// The 8-byte atomic operand at `target`.
+    pub(crate) fn atomic_load(&self, target: u64) -> u64 {
+        let b: [u8; 8] = self
+            .dma
+            .read_vec(target, 8)
+            .ok()
+            .and_then(|v| v.try_into().ok())
+            .unwrap_or([0; 8]);
+        if self.atomic_little_endian() {
+            u64::from_le_bytes(b)
+        } else {
+            u64::from_be_bytes(b)
+        }
+    }
+
+    /// The path bits of `dlid` at this HCA: its low LMC bits.
+    pub(crate) fn path_bits(&self, dlid: u16) -> u8 {
+        (dlid & ((1u16 << self.cfg.lmc.min(7)) - 1)) as u8
+    }
+}
