@@ -193,18 +193,20 @@ impl Backend {
 
     /// What the device did besides commands, for the trace's `WORK` line: UMR work requests
     /// executed and refused, the port 1 traffic counters, how many queues were created with a
-    /// non-zero `page_offset`, and how many CQEs carried their data (scatter to CQE).
+    /// non-zero `page_offset`, how many CQEs carried their data (scatter to CQE), and how many
+    /// WQE words came through BlueFlame registers.
     pub fn work_summary(&self) -> String {
         let h = self.dev.lock();
         let (umr_ok, umr_failed) = h.umr_counts();
         let c = h.port_counters(1).unwrap_or_default();
         let mut s = format!(
             "umr_ok={umr_ok} umr_failed={umr_failed} xmit_packets={} rcv_packets={} \
-             queues_at_page_offset={} scattered_to_cqe={}",
+             queues_at_page_offset={} scattered_to_cqe={} blueflame_words={}",
             c.xmit_packets,
             c.rcv_packets,
             h.offset_queues(),
-            h.scattered_to_cqe()
+            h.scattered_to_cqe(),
+            h.blueflame_words()
         );
         if let Some(w) = h.eth_work() {
             s += &format!(

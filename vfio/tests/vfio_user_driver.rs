@@ -90,3 +90,101 @@ fn too_little_dma_memory_fails_bring_up_cleanly() {
     let _ = std::fs::remove_file(&trace);
     assert!(t.contains("END state=Disabled pages_held=0"), "{t}");
 }
+
+/// Work requests over the socket: an RC QP sends to another QP of the same model HCA. A lone
+/// two-WQEBB WQE goes through the BlueFlame register whole, one message per WQEBB that the
+/// server splits back into its 8-byte stores (the first rings the doorbell); a batch of two
+/// rings the doorbell word alone. The data arrives, and the model counts the BlueFlame words.
+#[test]
+fn sends_over_the_socket_take_blueflame_when_alone() {
+    use bareverbs::verbs::*;
+    use bareverbs_hal::Hal;
+    let (h, sock, trace) = server("bf");
+    let hal = VfioUserHal::connect(&sock, 8 << 20).unwrap();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    {
+        let pd = dev.alloc_pd().unwrap();
+        let (mut scq, mut rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
+        let cap = QpCap {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 64,
+        };
+        let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap);
+        let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
+        let access = AccessFlags::LOCAL_WRITE;
+        let (an, bn) = (a.qpn().raw(), b.qpn().raw());
+        for (q, peer) in [(&mut a, bn), (&mut b, an)] {
+            q.to_init(1, 0, access, 0).unwrap();
+            let path = AhAttr {
+                dlid: 1,
+                port_num: 1,
+                ..AhAttr::default()
+            };
+            q.to_rtr(peer, 0, path, Mtu::Mtu1024).unwrap();
+            q.to_rts(0).unwrap();
+        }
+        let mr = pd
+            .reg_mr(hal.dma_alloc(4096, 4096).unwrap().share(), access)
+            .map_err(|(e, _)| e)
+            .unwrap();
+        let rx = |i: u64| Sge {
+            addr: mr.addr() + 64 * i,
+            length: 64,
+            lkey: mr.lkey(),
+        };
+        let (r0, r1, r2) = ([rx(0)], [rx(1)], [rx(2)]);
+        b.post_recv(&[
+            RecvWr {
+                wr_id: 0,
+                sg_list: &r0,
+            },
+            RecvWr {
+                wr_id: 1,
+                sg_list: &r1,
+            },
+            RecvWr {
+                wr_id: 2,
+                sg_list: &r2,
+            },
+        ])
+        .unwrap();
+        let msg = [0x42u8; 60];
+        a.send_batch(|q| q.send_inline(7, SendFlags::SIGNALED, &msg))
+            .unwrap()
+            .unwrap();
+        a.send_batch(|q| {
+            q.send_inline(8, SendFlags::empty(), &msg).unwrap();
+            q.send_inline(9, SendFlags::SIGNALED, &msg).unwrap();
+        })
+        .unwrap();
+        let mut wc = [Wc::EMPTY; 4];
+        let mut got = Vec::new();
+        let start = Instant::now();
+        while got.len() < 2 && start.elapsed() < Duration::from_secs(10) {
+            let n = scq.poll(&mut wc);
+            got.extend(wc[..n].iter().map(|w| (w.wr_id, w.status)));
+        }
+        assert_eq!(got, [(7, WcStatus::Success), (9, WcStatus::Success)]);
+        let mut n = 0;
+        while n < 3 && start.elapsed() < Duration::from_secs(10) {
+            n += rcq.poll(&mut wc[n..]);
+        }
+        assert_eq!(n, 3);
+        let mut data = [0u8; 60];
+        for i in 0..3 {
+            mr.buf().read_bytes(64 * i, &mut data).unwrap();
+            assert_eq!(data, msg);
+        }
+        drop((a, b, mr, scq, rcq));
+    }
+    dev.teardown().unwrap();
+    drop(hal);
+    h.join().unwrap();
+    let t = std::fs::read_to_string(&trace).unwrap();
+    let _ = std::fs::remove_file(&trace);
+    // 60 bytes inline: 16 + 4 + 60 bytes, two WQEBBs; 15 words after the doorbell word.
+    assert!(t.contains(" blueflame_words=15"), "{t}");
+}
