@@ -148,29 +148,33 @@ fn every_batch_method_moves_data_and_completes_in_order() {
     assert_eq!(read(12800, 9), b"read back");
 }
 
-/// BlueFlame (rdma-core `post_send_db`): a batch of one WQE that fits half the BlueFlame
-/// register is written into it whole after its doorbell word; a batch of two, or one WQE too
-/// large, rings the doorbell word alone. The data arrives either way.
+/// BlueFlame (rdma-core `post_send_db`): a batch of one WQE with inline data that fits half
+/// the BlueFlame register is written into it whole after its doorbell word; a batch of two, a
+/// WQE without inline data, or one too large ring the doorbell word alone. The data arrives
+/// either way.
 #[test]
-fn a_lone_small_wqe_goes_through_blueflame_and_others_ring_the_doorbell_alone() {
-    common::with_rc_pair(common::cap_with(8, 16, 100), 16384, |p| {
+fn a_lone_inline_wqe_goes_through_blueflame_and_others_ring_the_doorbell_alone() {
+    common::with_rc_pair(common::cap_with(8, 16, 200), 16384, |p| {
         let words = |p: &common::RcPair<'_, '_, '_>| p.hal.model().with(|h| h.blueflame_words());
         let before = words(p);
-        p.mr.buf().fill(0, 64, 0x11).unwrap();
-        let (raddr, rkey) = p.remote(8192);
-        let src = [p.sge(0, 64)];
-        // Control, remote address and data segments: one WQEBB, 7 words after the doorbell.
-        p.a.send_batch(|q| q.rdma_write(1, SendFlags::SIGNALED, raddr, rkey, &src))
+        let recv = |p: &mut common::RcPair<'_, '_, '_>, at: u64| {
+            let sg = [p.sge(at, 256)];
+            p.b.post_recv(&[RecvWr {
+                wr_id: at,
+                sg_list: &sg,
+            }])
+            .unwrap();
+        };
+        // 8 bytes inline: control and inline segments in one WQEBB, 7 words after the doorbell.
+        recv(p, 8192);
+        p.a.send_batch(|q| q.send_inline(1, SendFlags::SIGNALED, &[0x11; 8]))
             .unwrap()
             .unwrap();
         assert_eq!(common::poll_one(&mut p.scq).status, WcStatus::Success);
+        assert_eq!(common::poll_one(&mut p.rcq).byte_len, 8);
         assert_eq!(words(p) - before, 7);
         // 100 bytes inline: two WQEBBs, 15 words.
-        p.b.post_recv(&[RecvWr {
-            wr_id: 9,
-            sg_list: &[p.sge(12288, 128)],
-        }])
-        .unwrap();
+        recv(p, 8192 + 256);
         let data = [0x22u8; 100];
         p.a.send_batch(|q| q.send_inline(2, SendFlags::SIGNALED, &data))
             .unwrap()
@@ -178,27 +182,40 @@ fn a_lone_small_wqe_goes_through_blueflame_and_others_ring_the_doorbell_alone() 
         assert_eq!(common::poll_one(&mut p.scq).status, WcStatus::Success);
         assert_eq!(common::poll_one(&mut p.rcq).byte_len, 100);
         assert_eq!(words(p) - before, 7 + 15);
-        // Two WQEs in one batch: the doorbell word only.
-        p.a.send_batch(|q| {
-            q.rdma_write(3, SendFlags::empty(), raddr, rkey, &src)
-                .unwrap();
-            q.rdma_write(4, SendFlags::SIGNALED, raddr, rkey, &src)
-                .unwrap();
-        })
-        .unwrap();
-        assert_eq!(common::poll_one(&mut p.scq).wr_id, 4);
-        // Sixteen data segments: 18 units in five WQEBBs, more than half the register.
-        let many: Vec<Sge> = (0..16).map(|i| p.sge(i * 4, 4)).collect();
-        p.a.send_batch(|q| q.rdma_write(5, SendFlags::SIGNALED, raddr, rkey, &many))
+        // A WRITE from a data segment (no inline data): the doorbell word only.
+        p.mr.buf().fill(0, 64, 0x33).unwrap();
+        let (raddr, rkey) = p.remote(12288);
+        let src = [p.sge(0, 64)];
+        p.a.send_batch(|q| q.rdma_write(3, SendFlags::SIGNALED, raddr, rkey, &src))
             .unwrap()
             .unwrap();
         assert_eq!(common::poll_one(&mut p.scq).status, WcStatus::Success);
-        assert_eq!(words(p) - before, 7 + 15);
+        // Two inline WQEs in one batch: the doorbell word only.
+        recv(p, 8192 + 512);
+        recv(p, 8192 + 768);
+        p.a.send_batch(|q| {
+            q.send_inline(4, SendFlags::empty(), &data).unwrap();
+            q.send_inline(5, SendFlags::SIGNALED, &data).unwrap();
+        })
+        .unwrap();
+        assert_eq!(common::poll_one(&mut p.scq).wr_id, 5);
+        // 200 bytes inline: 14 units in four WQEBBs, 256 bytes, half the register; 220 would
+        // not fit and is not tried (the QP's inline limit is 200).
+        recv(p, 8192 + 1024);
+        let big = [0x44u8; 200];
+        p.a.send_batch(|q| q.send_inline(6, SendFlags::SIGNALED, &big))
+            .unwrap()
+            .unwrap();
+        assert_eq!(common::poll_one(&mut p.scq).status, WcStatus::Success);
+        assert_eq!(words(p) - before, 7 + 15 + 31);
         let mut got = [0u8; 64];
-        p.mr.buf().read_bytes(8192, &mut got).unwrap();
-        assert_eq!(got, [0x11; 64]);
-        let mut got = [0u8; 100];
         p.mr.buf().read_bytes(12288, &mut got).unwrap();
+        assert_eq!(got, [0x33; 64]);
+        let mut got = [0u8; 100];
+        p.mr.buf().read_bytes(8192 + 256, &mut got).unwrap();
         assert_eq!(got, data);
+        let mut got = [0u8; 200];
+        p.mr.buf().read_bytes(8192 + 1024, &mut got).unwrap();
+        assert_eq!(got, big);
     });
 }

@@ -12,8 +12,9 @@
  *   - the room check against the tail the poller moves;
  *   - inline data copied in, split where it passes the end of the ring;
  *   - wr_id and next-index books written;
- *   then the doorbell record, sfence, the doorbell (a lone WQE that fits half the BlueFlame
- *   register written into it whole, as rdma-core and ours do), the BlueFlame offset toggled, and
+ *   then the doorbell record, sfence, the doorbell (a lone WQE with inline data that fits half
+ *   the BlueFlame register written into it whole, as rdma-core and ours do), the BlueFlame
+ *   offset toggled, and
  *   the head a software flush would complete up to (ours keeps it for a failed device).
  *   rdma-core's trailing mmio_flush_writes is left out: our driver has none.
  * per poll call:  one lock (cq.lock), then per CQE: the owner peek, the resize skip, the QPN
@@ -170,11 +171,12 @@ __attribute__((noinline)) int bench_c_post(struct sq *sq, const struct req *reqs
 		__asm__ volatile("" ::: "memory"); /* udma_to_device_barrier on x86 */
 		sq->dbrec[1] = htobe32(sq->cur_post & 0xffff);
 		__asm__ volatile("sfence" ::: "memory"); /* mmio_wc_start */
-		/* BlueFlame for a lone WQE that fits half the register (rdma-core `post_send_db`:
-		 * nreq == 1, size <= bf->buf_size / 16), else the doorbell word alone. */
+		/* BlueFlame for a lone WQE with inline data that fits half the register (rdma-core
+		 * `post_send_db`: nreq == 1, inl, size <= bf->buf_size / 16), else the doorbell word
+		 * alone. */
 		volatile uint64_t *bf = sq->bf_reg + sq->bf_offset / 8;
 		uint32_t bbs = (size * 16 + 63) / 64; /* the last (here: only) WQE's */
-		if (nreq == 1 && bbs * 64 <= sq->bf_size) {
+		if (nreq == 1 && inl && bbs * 64 <= sq->bf_size) {
 			for (uint32_t k = 0; k < bbs * 8; k++) {
 				const uint8_t *src = sq->buf + (((size_t)(ctrl - sq->buf) + k * 8) & ((size_t)sq->wqe_cnt * 64 - 1));
 				bf[k] = *(const uint64_t *)src;

@@ -67,6 +67,9 @@ pub struct SendBatch<'b, const XRC: bool = false, const DC: bool = false> {
     /// First 8 bytes of the last control segment (the doorbell's value); 0 while nothing is
     /// written (a control word holds the QPN and a DS count of at least 1).
     last_ctrl: u64,
+    /// The last WQE carries inline data: only such a WQE goes through BlueFlame when it is the
+    /// batch's only one (rdma-core `post_send_db`: `inl || prefer_bf`).
+    last_inline: bool,
     /// With `XRC`: the XRC segment's remote SRQ number ([`NO_SRQN`] until set).
     xrc_srqn: u32,
     /// What the QP keeps for batches (DC destination, DCI streams, mlx5 send operations):
@@ -487,6 +490,7 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
         self.cur = next;
         self.room -= bbs;
         self.last_ctrl = ctrl;
+        self.last_inline = INLINE;
         Ok(())
     }
 
@@ -777,6 +781,7 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
         self.cur = next;
         self.room -= bbs;
         self.last_ctrl = ctrl;
+        self.last_inline = false;
         self.fence_at = u32::from(next);
         Ok(())
     }
@@ -898,6 +903,7 @@ impl<H: Hal> Qp<'_, '_, H> {
             max_inline: cap.max_inline_data as usize,
             max_sge: cap.max_send_sge as usize,
             last_ctrl: 0,
+            last_inline: false,
             xrc_srqn: NO_SRQN,
             st: &mut self.sq.batch,
             fence_at,
@@ -907,6 +913,7 @@ impl<H: Hal> Qp<'_, '_, H> {
             sq: ring,
             cur,
             last_ctrl,
+            last_inline,
             fence_at,
             ..
         } = b;
@@ -921,7 +928,7 @@ impl<H: Hal> Qp<'_, '_, H> {
         if last_ctrl != 0 {
             self.sq
                 .doorbell
-                .publish(dev.hal.bar0(), dbr, &ring, cur, last_ctrl);
+                .publish(dev.hal.bar0(), dbr, &ring, cur, last_ctrl, last_inline);
             // What a software flush completes up to, should the device fail.
             sq_head.store(cur, Ordering::Release);
         }
@@ -974,6 +981,7 @@ mod tests {
             max_inline: 200,
             max_sge: 8,
             last_ctrl: 0,
+            last_inline: false,
             xrc_srqn: NO_SRQN,
             st,
             fence_at: NO_FENCE,
@@ -1018,6 +1026,7 @@ mod tests {
             max_inline: b.max_inline,
             max_sge: b.max_sge,
             last_ctrl: b.last_ctrl,
+            last_inline: b.last_inline,
             xrc_srqn: NO_SRQN,
             st: {
                 b.st.dci_streams = dci_streams;
