@@ -368,6 +368,32 @@ mod tests {
     use bareverbs_hal::DmaBuf;
 
     #[test]
+    fn word_copies_keep_every_byte_at_any_alignment_and_appends_leave_a_fault_clean() {
+        let mem = HostMemory::new();
+        let a = mem.alloc(4096, 4096).unwrap();
+        let base = a.iova().0;
+        for start in [0u64, 1, 5, 8, 13, 4000] {
+            for len in [0usize, 1, 7, 8, 9, 31, 64, 96] {
+                let src: Vec<u8> = (0..len)
+                    .map(|i| (i as u8).wrapping_mul(17) ^ 0xa5)
+                    .collect();
+                mem.write(base + start, &src).unwrap();
+                let mut back = vec![0u8; len];
+                mem.read(base + start, &mut back).unwrap();
+                assert_eq!(back, src, "at {start}, {len} bytes");
+                let mut out = vec![7u8; 3];
+                mem.read_append(base + start, len, &mut out).unwrap();
+                assert_eq!(&out[..3], &[7; 3]);
+                assert_eq!(&out[3..], &src[..], "appended at {start}, {len} bytes");
+            }
+        }
+        // An append that faults leaves the vector as it was.
+        let mut out = vec![1u8, 2];
+        assert!(mem.read_append(base + 4090, 16, &mut out).is_err());
+        assert_eq!(out, [1, 2]);
+    }
+
+    #[test]
     fn device_and_driver_see_the_same_bytes_and_gaps_fault() {
         let mem = HostMemory::new();
         let a = DmaBuf::new(mem.alloc(100, 4096).unwrap()).share();
