@@ -6,7 +6,8 @@
 use core::sync::atomic::{AtomicU16, Ordering};
 
 use bareverbs_firmware_cmd::ifc::{
-    av_grh_gid_fl, wqe_opcode, WqeCtrlSeg, WqeRaddrSeg, EXTENDED_UD_AV, INLINE_SEG,
+    av_grh_gid_fl, wqe_opcode, WqeCtrlSeg, WqeDatagramSeg, WqeRaddrSeg, WqeXrcSeg, EXTENDED_UD_AV,
+    INLINE_SEG,
 };
 use bareverbs_firmware_cmd::wqe_codec::{self as codec, ctrl, datagram, inline, raddr, xrc};
 use bareverbs_firmware_cmd::Layout;
@@ -67,9 +68,6 @@ pub struct SendBatch<'b, const XRC: bool = false, const DC: bool = false> {
     /// First 8 bytes of the last control segment (the doorbell's value); 0 while nothing is
     /// written (a control word holds the QPN and a DS count of at least 1).
     last_ctrl: u64,
-    /// The last WQE carries inline data: only such a WQE goes through BlueFlame when it is the
-    /// batch's only one (rdma-core `post_send_db`: `inl || prefer_bf`).
-    last_inline: bool,
     /// With `XRC`: the XRC segment's remote SRQ number ([`NO_SRQN`] until set).
     xrc_srqn: u32,
     /// What the QP keeps for batches (DC destination, DCI streams, mlx5 send operations):
@@ -490,7 +488,6 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
         self.cur = next;
         self.room -= bbs;
         self.last_ctrl = ctrl;
-        self.last_inline = INLINE;
         Ok(())
     }
 
@@ -573,6 +570,34 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
             s0.write_bytes8(at, (hdr | head << 32).to_le_bytes());
         }
     }
+}
+
+/// Whether the WQE whose control word is `last_ctrl` carries inline data — asked only of a
+/// batch's last WQE, once per batch, so the writers keep no flag per request. Its data part
+/// starts after the control segment, the XRC segment (`XRC`), the address vector (UD, `DC`)
+/// and, for an RDMA WRITE, the remote address segment; there an inline segment's header has
+/// bit 31 set, which no data segment's length has (`sge_refused_lengths`).
+#[inline(always)]
+fn lone_inline<const XRC: bool, const DC: bool>(
+    ring: &Slots<'_, WQEBB>,
+    last_ctrl: u64,
+    ud: bool,
+) -> bool {
+    let opcode = ctrl::OPCODE.get(last_ctrl) as u8;
+    let rdma = match opcode {
+        wqe_opcode::SEND | wqe_opcode::SEND_IMM => false,
+        wqe_opcode::RDMA_WRITE | wqe_opcode::RDMA_WRITE_IMM => true,
+        _ => return false,
+    };
+    let at = CTRL_SEG
+        + if XRC { WqeXrcSeg::BYTES } else { 0 }
+        + if ud || DC { WqeDatagramSeg::BYTES } else { 0 }
+        + if rdma { RADDR_SEG } else { 0 };
+    let index = usize::from(ctrl::WQE_INDEX.get(last_ctrl) as u16);
+    let word = ring
+        .slot(index + at / WQEBB)
+        .read64(at % WQEBB + inline::BYTE_COUNT.byte());
+    (inline::BYTE_COUNT.get(word) as u32) & INLINE_SEG != 0
 }
 
 /// The 48-byte datagram segment (address vector) right after the control segment in `s0`,
@@ -781,7 +806,6 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
         self.cur = next;
         self.room -= bbs;
         self.last_ctrl = ctrl;
-        self.last_inline = false;
         self.fence_at = u32::from(next);
         Ok(())
     }
@@ -885,6 +909,7 @@ impl<H: Hal> Qp<'_, '_, H> {
             self.sq.batch.dc_set = false;
         }
         let (cur, fm_ce_se) = (self.sq.cur(), self.sq.fm_ce_se());
+        let start = cur;
         let fence_at = if self.sq.fence_next {
             u32::from(cur)
         } else {
@@ -903,7 +928,6 @@ impl<H: Hal> Qp<'_, '_, H> {
             max_inline: cap.max_inline_data as usize,
             max_sge: cap.max_send_sge as usize,
             last_ctrl: 0,
-            last_inline: false,
             xrc_srqn: NO_SRQN,
             st: &mut self.sq.batch,
             fence_at,
@@ -913,7 +937,6 @@ impl<H: Hal> Qp<'_, '_, H> {
             sq: ring,
             cur,
             last_ctrl,
-            last_inline,
             fence_at,
             ..
         } = b;
@@ -926,9 +949,13 @@ impl<H: Hal> Qp<'_, '_, H> {
             }
         }
         if last_ctrl != 0 {
+            // One WQE in the batch (its index is where the batch began), with inline data:
+            // the BlueFlame candidate.
+            let lone = ctrl::WQE_INDEX.get(last_ctrl) as u16 == start
+                && lone_inline::<XRC, DC>(&ring, last_ctrl, refuse & UD != 0);
             self.sq
                 .doorbell
-                .publish(dev.hal.bar0(), dbr, &ring, cur, last_ctrl, last_inline);
+                .publish(dev.hal.bar0(), dbr, &ring, cur, last_ctrl, lone);
             // What a software flush completes up to, should the device fail.
             sq_head.store(cur, Ordering::Release);
         }
@@ -981,7 +1008,6 @@ mod tests {
             max_inline: 200,
             max_sge: 8,
             last_ctrl: 0,
-            last_inline: false,
             xrc_srqn: NO_SRQN,
             st,
             fence_at: NO_FENCE,
@@ -1026,13 +1052,113 @@ mod tests {
             max_inline: b.max_inline,
             max_sge: b.max_sge,
             last_ctrl: b.last_ctrl,
-            last_inline: b.last_inline,
             xrc_srqn: NO_SRQN,
             st: {
                 b.st.dci_streams = dci_streams;
                 b.st
             },
             fence_at: NO_FENCE,
+        }
+    }
+
+    /// The BlueFlame candidate test finds the inline header behind every kind of segment
+    /// before it (RC, RC WRITE, UD's vector, XRC's segment, DC's vector and remote address),
+    /// and says no for data segments.
+    #[test]
+    fn a_lone_wqe_is_seen_as_inline_behind_any_segments_before_its_data() {
+        let hal = SimHal::synchronous();
+        let tail = AtomicU16::new(0);
+        let data = [7u8; 12];
+        let sge = Sge {
+            addr: 0x1000,
+            length: 8,
+            lkey: Lkey::from_raw(0x77),
+        };
+        for (inline, write) in [(true, false), (true, true), (false, false), (false, true)] {
+            let mut st = BatchState::default();
+            let (mut sq, book) = rings(&hal);
+            let mut b = batch(&mut sq, &book, &tail, &mut st, QpType::Rc, 0);
+            let flags = SendFlags::empty();
+            match (inline, write) {
+                (true, false) => b.send_inline(1, flags, &data).unwrap(),
+                (true, true) => b.rdma_write_inline(1, flags, 0x2000, 5, &data).unwrap(),
+                (false, false) => b.send(1, flags, &[sge]).unwrap(),
+                (false, true) => b.rdma_write(1, flags, 0x2000, 5, &[sge]).unwrap(),
+            }
+            assert_eq!(
+                lone_inline::<false, false>(&b.sq, b.last_ctrl, false),
+                inline
+            );
+
+            let mut st = BatchState::default();
+            let (mut sq, book) = rings(&hal);
+            let mut b = batch_xrc(&mut sq, &book, &tail, &mut st);
+            b.set_xrc_srqn(0x42).unwrap();
+            if inline {
+                b.send_inline(1, flags, &data).unwrap();
+            } else {
+                b.send(1, flags, &[sge]).unwrap();
+            }
+            assert_eq!(
+                lone_inline::<true, false>(&b.sq, b.last_ctrl, false),
+                inline
+            );
+
+            let mut st = BatchState::default();
+            let (mut sq, book) = rings(&hal);
+            let mut b = batch_dc(&mut sq, &book, &tail, &mut st);
+            let dest = DcDest {
+                ah: AhAttr {
+                    dlid: 0x11,
+                    port_num: 1,
+                    ..AhAttr::default()
+                },
+                dctn: 0x99,
+                dc_key: 1,
+            };
+            b.set_dc_addr(&dest);
+            match (inline, write) {
+                (true, false) => b.send_inline(1, flags, &data).unwrap(),
+                (true, true) => b.rdma_write_inline(1, flags, 0x2000, 5, &data).unwrap(),
+                (false, false) => b.send(1, flags, &[sge]).unwrap(),
+                (false, true) => b.rdma_write(1, flags, 0x2000, 5, &[sge]).unwrap(),
+            }
+            assert_eq!(
+                lone_inline::<false, true>(&b.sq, b.last_ctrl, false),
+                inline
+            );
+        }
+        let ud = UdDest {
+            ah: AhAttr {
+                dlid: 2,
+                port_num: 1,
+                ..AhAttr::default()
+            },
+            remote_qpn: 0x55,
+            remote_qkey: 0x1111,
+        };
+        for inline in [true, false] {
+            let mut st = BatchState::default();
+            let (mut sq, book) = rings(&hal);
+            let mut b = batch(&mut sq, &book, &tail, &mut st, QpType::Ud, 0);
+            let one = [sge];
+            let wr = SendWr {
+                wr_id: 1,
+                sg_list: if inline { &[] } else { &one },
+                inline_data: if inline { &data } else { &[] },
+                op: SendOp::Send,
+                flags: if inline {
+                    SendFlags::INLINE
+                } else {
+                    SendFlags::empty()
+                },
+                ud: Some(ud),
+            };
+            b.post(&wr).unwrap();
+            assert_eq!(
+                lone_inline::<false, false>(&b.sq, b.last_ctrl, true),
+                inline
+            );
         }
     }
 

@@ -137,10 +137,9 @@ impl SendQueue {
 impl SqDoorbell {
     /// Hands the WQEBBs up to `cur` (written in `ring` since the last call) to the device: the
     /// doorbell record, then the doorbell — the whole WQE into the BlueFlame register when the
-    /// batch was one WQE with inline data (`inline`) that fits half of it, as rdma-core 56 qp.c
-    /// `post_send_db` does (`nreq == 1`, `inl || prefer_bf`, `mlx5_bf_copy`), otherwise its
-    /// first 8 bytes, `last_ctrl` (the last WQE's control segment). The WQE's index in the
-    /// control segment says whether it is the batch's only one.
+    /// batch was one WQE with inline data (`lone_inline`) that fits half of it, as rdma-core 56
+    /// qp.c `post_send_db` does (`nreq == 1`, `inl || prefer_bf`, `mlx5_bf_copy`), otherwise
+    /// its first 8 bytes, `last_ctrl` (the last WQE's control segment).
     #[inline(always)]
     pub(crate) fn publish<D: DmaMemory>(
         &mut self,
@@ -149,7 +148,7 @@ impl SqDoorbell {
         ring: &Slots<'_, WQEBB>,
         cur: u16,
         last_ctrl: u64,
-        inline: bool,
+        lone_inline: bool,
     ) {
         // ORDERING: every WQE is in memory before the doorbell record says it exists.
         dma_wmb();
@@ -159,7 +158,7 @@ impl SqDoorbell {
         wmb();
         let at = self.bf.register + self.bf.offset;
         let bbs = usize::from(cur.wrapping_sub(self.cur));
-        if inline && (last_ctrl >> 40) as u16 == self.cur && bbs * WQEBB <= self.bf.half {
+        if lone_inline && bbs * WQEBB <= self.bf.half {
             // A WQEBB at a time, each read whole from the ring first (no zeroed buffer).
             for k in 0..bbs {
                 let s = ring.slot(usize::from(self.cur) + k);
