@@ -16,7 +16,9 @@ trap 'rm -rf "$work"' EXIT
 command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install valgrind)" >&2; exit 1; }
 [ -f /usr/include/infiniband/mlx5dv.h ] || { echo "mlx5dv.h is needed (apt-get install libibverbs-dev)" >&2; exit 1; }
 cargo build --release --locked -q --manifest-path "$top/Cargo.toml" -p bareverbs-examples --bin wqe_bench
-gcc -O2 -march=x86-64 -o "$work/c" "$here/same_work.c" -lpthread
+# Bound at load (-z now), as Rust links its binaries: a lazily bound libc call would count
+# the dynamic linker's first resolution inside the measured function.
+gcc -O2 -march=x86-64 -Wl,-z,now -o "$work/c" "$here/same_work.c" -lpthread
 bench="$target/release/wqe_bench"
 
 # count PROGRAM MODE ARGS... : instructions inside the mode's bench_* function (bench_c_MODE
