@@ -1061,6 +1061,23 @@ mod tests {
         }
     }
 
+    /// Posts one SEND or WRITE, inline or from `sge`, into `b`.
+    fn post_one<const XRC: bool, const DC: bool>(
+        b: &mut SendBatch<'_, XRC, DC>,
+        inline: bool,
+        write: bool,
+        data: &[u8],
+        sge: Sge,
+    ) {
+        let f = SendFlags::empty();
+        match (inline, write) {
+            (true, false) => b.send_inline(1, f, data).unwrap(),
+            (true, true) => b.rdma_write_inline(1, f, 0x2000, 5, data).unwrap(),
+            (false, false) => b.send(1, f, &[sge]).unwrap(),
+            (false, true) => b.rdma_write(1, f, 0x2000, 5, &[sge]).unwrap(),
+        }
+    }
+
     /// The BlueFlame candidate test finds the inline header behind every kind of segment
     /// before it (RC, RC WRITE, UD's vector, XRC's segment, DC's vector and remote address),
     /// and says no for data segments.
@@ -1078,13 +1095,7 @@ mod tests {
             let mut st = BatchState::default();
             let (mut sq, book) = rings(&hal);
             let mut b = batch(&mut sq, &book, &tail, &mut st, QpType::Rc, 0);
-            let flags = SendFlags::empty();
-            match (inline, write) {
-                (true, false) => b.send_inline(1, flags, &data).unwrap(),
-                (true, true) => b.rdma_write_inline(1, flags, 0x2000, 5, &data).unwrap(),
-                (false, false) => b.send(1, flags, &[sge]).unwrap(),
-                (false, true) => b.rdma_write(1, flags, 0x2000, 5, &[sge]).unwrap(),
-            }
+            post_one(&mut b, inline, write, &data, sge);
             assert_eq!(
                 lone_inline::<false, false>(&b.sq, b.last_ctrl, false),
                 inline
@@ -1094,11 +1105,7 @@ mod tests {
             let (mut sq, book) = rings(&hal);
             let mut b = batch_xrc(&mut sq, &book, &tail, &mut st);
             b.set_xrc_srqn(0x42).unwrap();
-            if inline {
-                b.send_inline(1, flags, &data).unwrap();
-            } else {
-                b.send(1, flags, &[sge]).unwrap();
-            }
+            post_one(&mut b, inline, false, &data, sge);
             assert_eq!(
                 lone_inline::<true, false>(&b.sq, b.last_ctrl, false),
                 inline
@@ -1117,12 +1124,7 @@ mod tests {
                 dc_key: 1,
             };
             b.set_dc_addr(&dest);
-            match (inline, write) {
-                (true, false) => b.send_inline(1, flags, &data).unwrap(),
-                (true, true) => b.rdma_write_inline(1, flags, 0x2000, 5, &data).unwrap(),
-                (false, false) => b.send(1, flags, &[sge]).unwrap(),
-                (false, true) => b.rdma_write(1, flags, 0x2000, 5, &[sge]).unwrap(),
-            }
+            post_one(&mut b, inline, write, &data, sge);
             assert_eq!(
                 lone_inline::<false, true>(&b.sq, b.last_ctrl, false),
                 inline
