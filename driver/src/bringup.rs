@@ -229,7 +229,7 @@ impl<H: Hal> Device<H> {
             }),
             purge_epoch: core::sync::atomic::AtomicU32::new(0),
             fatal: core::sync::atomic::AtomicBool::new(false),
-            books: spin::RwLock::new(crate::verbs::book::Books::new()),
+            books: crate::verbs::book::Books::new(),
             srq_books: spin::RwLock::new(crate::verbs::srq_ring::SrqBooks::new()),
         }
     }

@@ -293,8 +293,9 @@ pub struct Device<H: Hal> {
     pub(crate) cfg: Config,
     pub(crate) info: DeviceInfo,
     pub(crate) ctl: spin::Mutex<Control<H>>,
-    /// Per-QP bookkeeping shared by posting and polling (never by commands).
-    pub(crate) books: spin::RwLock<crate::verbs::book::Books<H>>,
+    /// Per-QP bookkeeping shared by posting and polling (never by commands), each QP's in a
+    /// slot with its own lock.
+    pub(crate) books: crate::verbs::book::Books<H>,
     /// Bumped when completions of a destroyed or reset QP wait in `Control::cq_purges` for
     /// their CQ's next poll (see `verbs/cq_clean.rs`).
     pub(crate) purge_epoch: core::sync::atomic::AtomicU32,

@@ -106,11 +106,6 @@ impl<V, const N: usize> Table<V, N> {
     }
 
     /// Every entry, in no particular order.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&u32, &V)> {
-        self.map.iter()
-    }
-
-    /// Every entry, in no particular order.
     pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (&u32, &mut V)> {
         self.map.iter_mut()
     }

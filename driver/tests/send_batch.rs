@@ -219,3 +219,44 @@ fn a_lone_inline_wqe_goes_through_blueflame_and_others_ring_the_doorbell_alone()
         assert_eq!(got, big);
     });
 }
+
+/// A batch locks its own QP's book and nothing else of the device's: inside it, other QPs are
+/// created, used and destroyed, and CQs polled (with one device-wide book lock, creating a QP
+/// there waited forever). Run on a thread so that a regression fails instead of hanging.
+#[test]
+fn a_batch_leaves_other_qps_free_to_come_and_go() {
+    let (done, wait) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        common::with_rc_pair(common::cap_with(8, 8, 64), 8192, |p| {
+            p.mr.buf().fill(0, 64, 0x5a).unwrap();
+            let (raddr, rkey) = p.remote(4096);
+            let sg = [p.sge(0, 64)];
+            let (pd, scq, rcq) = (p.pd, &p.scq, &p.rcq);
+            let made =
+                p.a.send_batch(|q| {
+                    q.rdma_write(7, SendFlags::SIGNALED, raddr, rkey, &sg)
+                        .unwrap();
+                    let init = QpInitAttr::new(QpType::Rc, scq, rcq, common::cap_with(4, 4, 0));
+                    let (c, d) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
+                    let qpns = (c.qpn(), d.qpn());
+                    drop(c);
+                    drop(d);
+                    qpns
+                })
+                .unwrap();
+            assert_ne!(made.0, made.1);
+            let wc = common::poll_one(&mut p.scq);
+            assert_eq!((wc.wr_id, wc.status), (7, WcStatus::Success));
+            let mut got = [0u8; 64];
+            p.mr.buf().read_bytes(4096, &mut got).unwrap();
+            assert_eq!(got, [0x5a; 64]);
+            // The slots the two QPs had are free again: two more fit.
+            let init = QpInitAttr::new(QpType::Rc, &p.scq, &p.rcq, common::cap_with(4, 4, 0));
+            let _e = p.pd.create_qp(&init).unwrap();
+            let _f = p.pd.create_qp(&init).unwrap();
+        });
+        let _ = done.send(());
+    });
+    wait.recv_timeout(std::time::Duration::from_secs(120))
+        .expect("the batch and the QPs made inside it finished");
+}

@@ -3,8 +3,18 @@
 //! nothing else); the device is never given its address, so values are kept in the CPU's byte
 //! order.
 //!
-//! Posting and polling take the table's read lock once per call; creating and destroying QPs
-//! take the write lock. Commands never touch it, so a slow command cannot stall the data path.
+//! Each book sits in a slot of the device's [`Books`], behind the slot's own lock. A [`Qp`]
+//! keeps a reference to its slot, so a post locks that one slot and looks nothing up; a CQ
+//! keeps the slot of the QP whose completions it last met (rdma-core's `cur_rsc`), so a poll
+//! looks a QPN up only when the QP changes. The QPN → slot index is locked device-wide only by
+//! those lookups and by creating and destroying QPs. A book stays reachable by a CQ polling
+//! on another thread while its QP is destroyed: destruction takes the slot's write lock, so it
+//! waits for the poll, and the poll finds the slot empty (or another QP's) afterwards.
+//!
+//! [`Qp`]: crate::verbs::Qp
+
+#[cfg(feature = "alloc")]
+extern crate alloc;
 
 use core::sync::atomic::{AtomicU16, Ordering};
 
@@ -12,18 +22,180 @@ use bareverbs_hal::{Hal, SharedDma, Slots};
 
 use crate::table::Table;
 
-/// Most QPs a device holds at once: 64, with the tables inline in `Device`; `None` (only the
-/// device's own limit) with the `alloc` feature, which keeps them on the heap.
+/// Most QPs a device holds at once: 64, with the slots inline in `Device`; `None` (the device's
+/// own limit) with the `alloc` feature, which keeps them on the heap, in chunks made as needed
+/// (up to 2^20 slots, past the QP count of any ConnectX).
 pub const MAX_QPS: Option<usize> = Table::<(), INLINE_QPS>::capacity();
 
 /// Entries of the inline book table (the CQ-use table has twice as many).
 pub(crate) const INLINE_QPS: usize = 64;
 
-/// The table of books, by QP number.
-pub(crate) type Books<H> = Table<Book<H>, INLINE_QPS>;
+/// One QP's place in the device's [`Books`]: empty, or the book of the QP it was given to.
+pub(crate) type BookSlot<H> = spin::RwLock<Option<Book<H>>>;
+
+/// Slots per heap chunk, and chunks, with the `alloc` feature.
+#[cfg(feature = "alloc")]
+const CHUNK: usize = 256;
+#[cfg(feature = "alloc")]
+const CHUNKS: usize = 4096;
+
+/// One heap chunk of slots, made when the slots before it are all taken.
+#[cfg(feature = "alloc")]
+type Chunk<H> = alloc::boxed::Box<[BookSlot<H>]>;
+
+/// Every QP's book: fixed slots, and the index from QP number to slot.
+pub(crate) struct Books<H: Hal> {
+    /// QPN → slot number.
+    index: spin::RwLock<Table<u32, INLINE_QPS>>,
+    #[cfg(not(feature = "alloc"))]
+    slots: [BookSlot<H>; INLINE_QPS],
+    #[cfg(feature = "alloc")]
+    chunks: alloc::boxed::Box<[spin::Once<Chunk<H>>]>,
+}
+
+impl<H: Hal> Books<H> {
+    pub(crate) fn new() -> Self {
+        Books {
+            index: spin::RwLock::new(Table::new()),
+            #[cfg(not(feature = "alloc"))]
+            slots: core::array::from_fn(|_| spin::RwLock::new(None)),
+            #[cfg(feature = "alloc")]
+            chunks: (0..CHUNKS).map(|_| spin::Once::new()).collect(),
+        }
+    }
+
+    /// Slots there can ever be.
+    const fn capacity() -> usize {
+        #[cfg(not(feature = "alloc"))]
+        return INLINE_QPS;
+        #[cfg(feature = "alloc")]
+        return CHUNK * CHUNKS;
+    }
+
+    /// Slot `n`, if made.
+    #[inline]
+    fn slot(&self, n: usize) -> Option<&BookSlot<H>> {
+        #[cfg(not(feature = "alloc"))]
+        return self.slots.get(n);
+        #[cfg(feature = "alloc")]
+        return self.chunks.get(n / CHUNK)?.get()?.get(n % CHUNK);
+    }
+
+    /// Slot `n`, its chunk made if it was not.
+    fn slot_or_make(&self, n: usize) -> Option<&BookSlot<H>> {
+        #[cfg(not(feature = "alloc"))]
+        return self.slots.get(n);
+        #[cfg(feature = "alloc")]
+        return self
+            .chunks
+            .get(n / CHUNK)?
+            .call_once(|| (0..CHUNK).map(|_| spin::RwLock::new(None)).collect())
+            .get(n % CHUNK);
+    }
+
+    /// Room for `more` books besides those held.
+    pub(crate) fn has_room(&self, more: usize) -> bool {
+        self.index.read().len() + more <= Self::capacity()
+    }
+
+    /// Gives `book` (of QP `qpn`) a slot; the book comes back when every slot is taken.
+    pub(crate) fn insert(&self, qpn: u32, book: Book<H>) -> Result<&BookSlot<H>, Book<H>> {
+        let mut index = self.index.write();
+        if index.len() >= Self::capacity() || index.contains_key(&qpn) {
+            return Err(book);
+        }
+        // Entered first, so the table's own limit is met before anything is placed; no slot
+        // is this number, and the lock is held until the real one replaces it.
+        if index.insert(qpn, u32::MAX).is_err() {
+            return Err(book);
+        }
+        // Fewer books than slots, so one is empty. Only a poll holding a stale slot number
+        // (its QP destroyed since) read-locks an empty slot, and only for one run of CQEs, so
+        // a slot whose lock is busy is passed over and the scan starts again.
+        loop {
+            for n in 0..Self::capacity() {
+                let Some(slot) = self.slot_or_make(n) else {
+                    break;
+                };
+                if let Some(mut s) = slot.try_write() {
+                    if s.is_none() {
+                        *s = Some(book);
+                        if let Some(e) = index.get_mut(&qpn) {
+                            *e = n as u32;
+                        }
+                        return Ok(slot);
+                    }
+                }
+            }
+            core::hint::spin_loop();
+        }
+    }
+
+    /// Takes QP `qpn`'s book out, waiting for any post or poll using it.
+    pub(crate) fn remove(&self, qpn: u32) -> Option<Book<H>> {
+        let n = self.index.write().remove(&qpn)?;
+        self.slot(n as usize)?.write().take()
+    }
+
+    /// The slot of QP `qpn`'s book.
+    pub(crate) fn find(&self, qpn: u32) -> Option<&BookSlot<H>> {
+        let n = *self.index.read().get(&qpn)?;
+        self.slot(n as usize)
+    }
+
+    /// Runs `f` on every book, each under its slot's read lock.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&Book<H>)) {
+        for n in 0..Self::capacity() {
+            let Some(slot) = self.slot(n) else { break };
+            if let Some(b) = slot.read().as_ref() {
+                f(b);
+            }
+        }
+    }
+}
+
+/// A QP's book locked for reading, as a guard over its slot.
+pub(crate) type BookGuard<'a, H> = spin::RwLockReadGuard<'a, Option<Book<H>>>;
+
+/// QP `qpn`'s book, locked: through the slot `last` names when that is still `qpn`'s, else
+/// through the index (and `last` remembers the slot). `None` for a QPN without a book.
+#[inline(always)]
+pub(crate) fn lock_book<'d, H: Hal>(
+    books: &'d Books<H>,
+    last: &mut Option<(u32, &'d BookSlot<H>)>,
+    qpn: u32,
+) -> Option<BookGuard<'d, H>> {
+    if let Some((q, slot)) = *last {
+        if q == qpn {
+            let g = slot.read();
+            // The slot may have been emptied or given to another QP since it was cached.
+            if g.as_ref().is_some_and(|b| b.qpn == qpn) {
+                return Some(g);
+            }
+        }
+    }
+    relock_book(books, last, qpn)
+}
+
+/// [`lock_book`] when the cached slot is not `qpn`'s: out of the poll's loop.
+#[cold]
+#[inline(never)]
+fn relock_book<'d, H: Hal>(
+    books: &'d Books<H>,
+    last: &mut Option<(u32, &'d BookSlot<H>)>,
+    qpn: u32,
+) -> Option<BookGuard<'d, H>> {
+    let slot = books.find(qpn)?;
+    *last = Some((qpn, slot));
+    let g = slot.read();
+    // Between the index and the lock, the QP may have gone.
+    g.as_ref().is_some_and(|b| b.qpn == qpn).then_some(g)
+}
 
 /// One QP's book.
 pub struct Book<H: Hal> {
+    /// The QP's number.
+    pub(crate) qpn: u32,
     /// Per send WQEBB index i: the request's `wr_id` (u64) at 16·i and the WQEBB counter after
     /// the request (u16) at 16·i + 8; then per receive index j: the request's `wr_id` at
     /// 16·`sq_count` + 8·j.
@@ -47,8 +219,15 @@ pub struct Book<H: Hal> {
 
 impl<H: Hal> Book<H> {
     /// The book of a new QP: nothing posted.
-    pub(crate) fn new(mem: SharedDma<H::Dma>, log_sq: u8, log_rq: u8, cqns: [u32; 2]) -> Self {
+    pub(crate) fn new(
+        qpn: u32,
+        mem: SharedDma<H::Dma>,
+        log_sq: u8,
+        log_rq: u8,
+        cqns: [u32; 2],
+    ) -> Self {
         Book {
+            qpn,
             mem,
             log_sq,
             log_rq,
@@ -126,5 +305,128 @@ impl BookView<'_> {
         let wr_id = self.rq.slot(usize::from(index)).read_ne64(0);
         self.rq_tail.store(index.wrapping_add(1), Ordering::Release);
         wr_id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bareverbs_model::SimHal;
+
+    use super::*;
+
+    fn book(hal: &SimHal, qpn: u32) -> Book<SimHal> {
+        let mem = hal
+            .dma_alloc(Book::<SimHal>::bytes(0, 0), 64)
+            .unwrap()
+            .share();
+        Book::new(qpn, mem, 0, 0, [1, 1])
+    }
+
+    /// More books than one heap chunk holds.
+    #[cfg(feature = "alloc")]
+    const CHUNK_TEST: usize = CHUNK + 44;
+    #[cfg(not(feature = "alloc"))]
+    const CHUNK_TEST: usize = 0;
+
+    fn qpn_in(slot: &BookSlot<SimHal>) -> Option<u32> {
+        slot.read().as_ref().map(|b| b.qpn)
+    }
+
+    #[test]
+    fn slots_are_given_found_and_taken_back() {
+        let hal = SimHal::synchronous();
+        let books = Books::new();
+        let a = books.insert(0x10, book(&hal, 0x10)).ok().unwrap();
+        let b = books.insert(0x11, book(&hal, 0x11)).ok().unwrap();
+        assert!(!core::ptr::eq(a, b));
+        assert!(core::ptr::eq(books.find(0x10).unwrap(), a));
+        assert_eq!(qpn_in(b), Some(0x11));
+        // One book per QPN.
+        assert!(books.insert(0x10, book(&hal, 0x10)).is_err());
+        assert_eq!(books.remove(0x10).map(|b| b.qpn), Some(0x10));
+        assert!(books.find(0x10).is_none() && qpn_in(a).is_none());
+        assert!(books.remove(0x10).is_none());
+        // The emptied slot is the first free one: the next QP gets it.
+        let c = books.insert(0x12, book(&hal, 0x12)).ok().unwrap();
+        assert!(core::ptr::eq(a, c));
+        let mut seen = [0u32; 2];
+        let mut k = 0;
+        books.for_each(|b| {
+            seen[k] = b.qpn;
+            k += 1;
+        });
+        assert_eq!(seen, [0x12, 0x11]);
+    }
+
+    #[test]
+    fn a_full_table_hands_the_book_back() {
+        let hal = SimHal::synchronous();
+        let books = Books::new();
+        if MAX_QPS.is_none() {
+            // On the heap: past the first chunk, each book in a slot of its own.
+            for q in 0..CHUNK_TEST as u32 {
+                assert!(books.insert(q, book(&hal, q)).is_ok());
+            }
+            for q in 0..CHUNK_TEST as u32 {
+                assert_eq!(books.find(q).and_then(qpn_in), Some(q));
+            }
+            return;
+        }
+        for q in 0..INLINE_QPS as u32 {
+            assert!(books.has_room(1));
+            assert!(books.insert(q, book(&hal, q)).is_ok());
+        }
+        assert!(!books.has_room(1));
+        assert_eq!(
+            books.insert(999, book(&hal, 999)).err().map(|b| b.qpn),
+            Some(999)
+        );
+        books.remove(7);
+        assert!(books.insert(999, book(&hal, 999)).is_ok());
+        assert_eq!(books.find(999).and_then(qpn_in), Some(999));
+    }
+
+    #[test]
+    fn a_cached_slot_is_used_only_while_it_holds_the_qps_book() {
+        let hal = SimHal::synchronous();
+        let books = Books::new();
+        let mut last = None;
+        let a = books.insert(5, book(&hal, 5)).ok().unwrap();
+        assert_eq!(
+            lock_book(&books, &mut last, 5)
+                .unwrap()
+                .as_ref()
+                .unwrap()
+                .qpn,
+            5
+        );
+        assert!(matches!(last, Some((5, s)) if core::ptr::eq(s, a)));
+        // QP 5 goes; QP 7 takes its slot, and a new QP 5 another one. The cache still names
+        // the old slot for QPN 5: the lock finds QP 7's book there and asks the index again.
+        books.remove(5);
+        let b = books.insert(7, book(&hal, 7)).ok().unwrap();
+        assert!(core::ptr::eq(a, b));
+        let c = books.insert(5, book(&hal, 5)).ok().unwrap();
+        assert_eq!(
+            lock_book(&books, &mut last, 5)
+                .unwrap()
+                .as_ref()
+                .unwrap()
+                .qpn,
+            5
+        );
+        assert!(matches!(last, Some((5, s)) if core::ptr::eq(s, c)));
+        // A QPN with no book: nothing, and the cache is left alone.
+        books.remove(5);
+        assert!(lock_book(&books, &mut last, 5).is_none());
+        assert!(lock_book(&books, &mut last, 9).is_none());
+        assert_eq!(
+            lock_book(&books, &mut last, 7)
+                .unwrap()
+                .as_ref()
+                .unwrap()
+                .qpn,
+            7
+        );
     }
 }

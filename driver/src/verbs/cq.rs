@@ -13,7 +13,7 @@ use crate::cmdq::MAX_MESSAGE;
 use crate::device::{input, Device};
 use crate::error::{Error, Invalid, Limit};
 use crate::uar::Uar;
-use crate::verbs::book::{BookView, Books};
+use crate::verbs::book::{lock_book, Book, BookSlot, BookView};
 use crate::verbs::comp_channel::{cq_count, CompChannel, CqEvents, CHANNEL_CQS};
 use crate::verbs::cq_clean::{before, Purges};
 use crate::verbs::cq_scatter;
@@ -51,6 +51,10 @@ pub struct Cq<'d, H: Hal> {
     /// drops (see `cq_clean.rs`).
     purge_seen: u32,
     purges: Purges,
+    /// The QP whose completions the last run of CQEs belonged to, and its book's slot
+    /// (rdma-core's `cur_rsc`): a poll looks a QPN up in the device's index only when it
+    /// changes. Checked against the slot's book after locking it (the QP may be gone).
+    last_book: Option<(u32, &'d BookSlot<H>)>,
 }
 
 /// What to create (`ibv_create_cq`'s arguments).
@@ -167,6 +171,7 @@ impl<H: Hal> Device<H> {
                 .load(Ordering::Acquire)
                 .wrapping_sub(u32::from(self.is_fatal())),
             purges: Purges::new(),
+            last_book: None,
         };
         // A CQ without a channel gets its event counts when first armed.
         let registered = match attr.channel {
@@ -248,13 +253,6 @@ fn complete(book: Option<&BookView<'_>>, is_send: bool, counter: u16) -> u64 {
     }
 }
 
-/// The book of QP `qpn`, viewed for a run of its completions. Out of line: once per run, and
-/// inlined it crowds the run's loop out of its registers.
-#[inline(never)]
-fn book_view<'b, H: Hal>(books: &'b Books<H>, qpn: u32) -> Option<BookView<'b>> {
-    books.get(&qpn).and_then(|b| b.view())
-}
-
 /// [`Cq::decode`] of a CQE that carries its data (scatter to CQE), out of the poll loop: the
 /// data goes to the WQE's buffers first (before the WQE is handed back to the poster), then
 /// the completion is decoded, the fields the data overwrote cleared and a failed copy reported
@@ -263,16 +261,16 @@ fn book_view<'b, H: Hal>(books: &'b Books<H>, qpn: u32) -> Option<BookView<'b>> 
 #[inline(never)]
 fn decode_scattered<H: Hal>(
     dev: &Device<H>,
-    books: &Books<H>,
+    book: Option<&Book<H>>,
     cqe: Slot<'_, CQE_BYTES>,
     op_own: u8,
     wc: &mut Wc,
 ) {
     let sop = cqe.read32(SOP_DROP_QPN);
-    let r = cq_scatter::scatter(dev, books, cqe, op_own);
-    // The run's book view is looked up again here, so the loop need not keep it in memory.
-    let book = book_view(books, cqe_qpn(sop));
-    Cq::<H>::decode(cqe, op_own, sop, book.as_ref(), wc);
+    let r = cq_scatter::scatter(dev, book.and_then(|b| b.ring), cqe, op_own);
+    // The run's book view is made again here, so the loop need not keep it in memory.
+    let view = book.and_then(|b| b.view());
+    Cq::<H>::decode(cqe, op_own, sop, view.as_ref(), wc);
     crate::verbs::xrc::srq_wr_id(dev, cqe, op_own, wc);
     cq_scatter::clear_overwritten(wc);
     if let Err(status) = r {
@@ -431,8 +429,7 @@ impl<H: Hal> Cq<'_, H> {
             // The device writes no more CQEs: what is outstanding completes in software, and
             // every later poll comes back here.
             self.purge_seen = epoch.wrapping_sub(1);
-            let books = self.dev.books.read();
-            return crate::verbs::cq_flush::poll_flushed(&books, self.cqn.raw(), wc);
+            return crate::verbs::cq_flush::poll_flushed(&self.dev.books, self.cqn.raw(), wc);
         }
         self.dev.take_purges(self.cqn.raw(), &mut self.purges);
         let n = self.poll_skipping(wc);
@@ -508,7 +505,7 @@ impl<H: Hal> Cq<'_, H> {
             return 0;
         };
         // Nothing new, the common case of a busy-polling loop: one look at the next entry's
-        // owner byte, before the book table's lock.
+        // owner byte, before any book is locked.
         if !cqe_is_sw_owned(
             ring.slot(self.ci as usize).read8(CQE_BYTES - 1),
             self.ci,
@@ -519,18 +516,19 @@ impl<H: Hal> Cq<'_, H> {
         // ORDERING: the owner byte before the first entry's QPN, read next (free on x86; a
         // fence where loads may pass loads, and what makes it ordered under Miri).
         dma_rmb();
-        let books = self.dev.books.read();
         // The consumer index lives in a register for the call.
         let start = self.ci;
         let mut ci = start;
         let log_size = self.log_size;
         let mut n = 0;
-        // Completions come in runs from one QP: its book is looked up once per run, and the
+        // Completions come in runs from one QP: its book is locked once per run, and the
         // run's loop keeps the book's view in registers.
         'runs: while n < wc.len() {
             let first = ring.slot(ci as usize);
             let qpn = cqe_qpn(first.read32(SOP_DROP_QPN));
-            let book = book_view(&books, qpn);
+            let guard = lock_book(&self.dev.books, &mut self.last_book, qpn);
+            let entry = guard.as_ref().and_then(|g| g.as_ref());
+            let book = entry.and_then(|b| b.view());
             while n < wc.len() {
                 let cqe = ring.slot(ci as usize);
                 let op_own = cqe.read8(CQE_BYTES - 1);
@@ -556,7 +554,7 @@ impl<H: Hal> Cq<'_, H> {
                     Self::decode(cqe, op_own, sop, book.as_ref(), &mut wc[n]);
                     crate::verbs::xrc::srq_wr_id(self.dev, cqe, op_own, &mut wc[n]);
                 } else {
-                    decode_scattered(self.dev, &books, cqe, op_own, &mut wc[n]);
+                    decode_scattered(self.dev, entry, cqe, op_own, &mut wc[n]);
                 }
                 n += 1;
             }

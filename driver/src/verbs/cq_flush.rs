@@ -22,21 +22,25 @@ const FLUSH_SYNDROME: u32 = 0x05;
 /// into CQ `cqn`; returns how many.
 pub(crate) fn poll_flushed<H: Hal>(books: &Books<H>, cqn: u32, wc: &mut [Wc]) -> usize {
     let mut n = 0;
-    for (&qpn, b) in books.iter().filter(|(_, b)| b.cqns[0] == cqn) {
-        let Some(v) = b.view() else { continue };
+    books.for_each(|b| {
+        let Some(v) = b.view().filter(|_| b.cqns[0] == cqn) else {
+            return;
+        };
         // The book holds each send request's `wr_id` at its first WQEBB and the counter
         // after it.
         let entry = |at: u16| {
             let e = v.sq.slot(usize::from(at));
             (e.read_ne64(0), e.read_ne16(8))
         };
-        n += flush(qpn, &b.sq_tail, &b.sq_head, entry, &mut wc[n..]);
-    }
-    for (&qpn, b) in books.iter().filter(|(_, b)| b.cqns[1] == cqn) {
-        let Some(v) = b.view() else { continue };
+        n += flush(b.qpn, &b.sq_tail, &b.sq_head, entry, &mut wc[n..]);
+    });
+    books.for_each(|b| {
+        let Some(v) = b.view().filter(|_| b.cqns[1] == cqn) else {
+            return;
+        };
         let entry = |at: u16| (v.rq.slot(usize::from(at)).read_ne64(0), at.wrapping_add(1));
-        n += flush(qpn, &b.rq_tail, &b.rq_head, entry, &mut wc[n..]);
-    }
+        n += flush(b.qpn, &b.rq_tail, &b.rq_head, entry, &mut wc[n..]);
+    });
     n
 }
 

@@ -14,12 +14,11 @@
 //! [`WcStatus::LocProtErr`].
 
 use bareverbs_firmware_cmd::ifc::{
-    cqe64, cqe_qpn, cqe_srqn, cqe_wqe_opcode, get_cqe_opcode, wqe_opcode, CqeOpcode, INVALID_LKEY,
+    cqe64, cqe_srqn, cqe_wqe_opcode, get_cqe_opcode, wqe_opcode, CqeOpcode, INVALID_LKEY,
 };
 use bareverbs_hal::{Hal, Iova, Slot};
 
 use crate::device::Device;
-use crate::verbs::book::Books;
 use crate::verbs::wc::{Wc, WcStatus};
 
 /// The `op_own` bits of the CQE format (bits 3:2); non-zero means data in the CQE.
@@ -49,7 +48,7 @@ pub(crate) struct WqRing {
 /// completion must report instead of success.
 pub(crate) fn scatter<H: Hal>(
     dev: &Device<H>,
-    books: &Books<H>,
+    ring: Option<WqRing>,
     cqe: Slot<'_, 64>,
     op_own: u8,
 ) -> Result<(), WcStatus> {
@@ -67,10 +66,7 @@ pub(crate) fn scatter<H: Hal>(
     let mut sges = heapless::Vec::<(u64, u32), MAX_SGES>::new();
     match CqeOpcode::from(get_cqe_opcode(op_own)) {
         CqeOpcode::Req => {
-            let ring = books
-                .get(&cqe_qpn(sop))
-                .and_then(|b| b.ring)
-                .ok_or(WcStatus::LocQpOpErr)?;
+            let ring = ring.ok_or(WcStatus::LocQpOpErr)?;
             send_sges(dev, &ring, counter, cqe_wqe_opcode(sop), &mut sges)?;
         }
         CqeOpcode::RespSend | CqeOpcode::RespSendImm | CqeOpcode::RespSendInv => {
@@ -80,10 +76,7 @@ pub(crate) fn scatter<H: Hal>(
                 let srq = srqs.get(&srqn).ok_or(WcStatus::LocQpOpErr)?;
                 srq.wqe_sges(counter, &mut sges);
             } else {
-                let ring = books
-                    .get(&cqe_qpn(sop))
-                    .and_then(|b| b.ring)
-                    .ok_or(WcStatus::LocQpOpErr)?;
+                let ring = ring.ok_or(WcStatus::LocQpOpErr)?;
                 let at =
                     ring.iova + (u64::from(counter & ((1u16 << ring.log_rq) - 1)) << ring.rq_shift);
                 read_sges(dev, at, 1usize << ring.rq_shift, &mut sges)?;

@@ -206,7 +206,7 @@ impl<'d, H: Hal> Dct<'_, 'd, H> {
         let Some(book) = self.book.take() else {
             return Err(Error::NotUp);
         };
-        if !dev.books.read().has_room(1) {
+        if !dev.books.has_room(1) {
             self.book = Some(book);
             return Err(crate::verbs::qp::qp_count_exceeded());
         }
@@ -241,7 +241,7 @@ impl<'d, H: Hal> Dct<'_, 'd, H> {
             return Err(e);
         }
         let dctn = View::<CreateDctOut>::new_checked(&o)?.get32(create_dct_out::dctn);
-        let b = Book::new(book, 0, 0, [self.cqn, self.cqn]);
+        let b = Book::new(dctn, book, 0, 0, [self.cqn, self.cqn]);
         if let Err(e) = crate::verbs::qp::register(dev, Qpn(dctn), b, [self.cqn, self.cqn]) {
             // Another thread filled the table after the check above.
             let _ = destroy_on_device(dev, dctn);

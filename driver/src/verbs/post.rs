@@ -270,8 +270,8 @@ impl<H: Hal> Qp<'_, '_, H> {
         if dev.is_fatal() {
             return Err(at(0)(Error::DeviceFatal));
         }
-        let books = dev.books.read();
-        let entry = books.get(&self.qpn().raw());
+        let slot = self.book.map(|s| s.read());
+        let entry = slot.as_ref().and_then(|g| g.as_ref());
         let (Some(entry), Some(book), Some(ring), Some(dbr)) = (
             entry,
             entry.and_then(|b| b.view()),

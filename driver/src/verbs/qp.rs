@@ -12,7 +12,7 @@ use crate::cmdq::MAX_MESSAGE;
 use crate::device::input;
 use crate::device::Device;
 use crate::error::{Error, Invalid, Limit};
-use crate::verbs::book::{Book, INLINE_QPS};
+use crate::verbs::book::{Book, BookSlot, INLINE_QPS};
 use crate::verbs::cq::Cq;
 use crate::verbs::mr::AccessFlags;
 use crate::verbs::pd::Pd;
@@ -251,6 +251,9 @@ pub struct Qp<'p, 'd, H: Hal> {
     pub(crate) mcgs: heapless::Vec<[u8; 16], { crate::verbs::mcast::MAX_QP_MCGS }>,
     /// What the mlx5 direct-verbs attributes added (`verbs/dv.rs`).
     pub(crate) dv: QpExtras,
+    /// Its book's slot in the device's table (`None` for a view of an XRC target QP held
+    /// elsewhere, which posts nothing).
+    pub(crate) book: Option<&'d BookSlot<H>>,
 }
 
 /// What [`Pd::create_qp_dv`](crate::verbs::Pd::create_qp_dv) adds to a QP's context: all
@@ -511,7 +514,7 @@ impl<'d, H: Hal> Pd<'d, H> {
             .dma_alloc(Book::<H>::bytes(log_sq_bbs, log_rq), 64)?
             .share();
         // Refused before any command when the table is full; `register` decides for good.
-        if !dev.books.read().has_room(1) {
+        if !dev.books.has_room(1) {
             return Err(qp_count_exceeded());
         }
         let uar = dev.uar().ok_or(Error::NotUp)?;
@@ -586,7 +589,7 @@ impl<'d, H: Hal> Pd<'d, H> {
         let [buf, dbr] =
             dev.exec_handing_over::<CreateQp, 2>(&mut i[..ilen], &mut o, [buf, dbr])?;
         let qpn = Qpn(View::<CreateQpOut>::new_checked(&o)?.get32(create_qp_out::qpn));
-        let mut book = Book::new(book_mem, log_sq_bbs, log_rq, [scqn, rcqn]);
+        let mut book = Book::new(qpn.raw(), book_mem, log_sq_bbs, log_rq, [scqn, rcqn]);
         if dv.cs_req != 0 || dv.cs_res != 0 {
             book.ring = Some(crate::verbs::cq_scatter::WqRing {
                 iova: buf.iova().0,
@@ -597,13 +600,16 @@ impl<'d, H: Hal> Pd<'d, H> {
                 dci: attr.qp_type == QpType::Driver,
             });
         }
-        if let Err(e) = register(dev, qpn, book, [scqn, rcqn]) {
-            // Another thread filled the table after the check above: the QP goes again.
-            if !destroy_unregistered(dev, qpn, [buf, dbr]) {
-                xrc.leak();
+        let slot = match register(dev, qpn, book, [scqn, rcqn]) {
+            Ok(slot) => slot,
+            Err(e) => {
+                // Another thread filled the table after the check above: the QP goes again.
+                if !destroy_unregistered(dev, qpn, [buf, dbr]) {
+                    xrc.leak();
+                }
+                return Err(e);
             }
-            return Err(e);
-        }
+        };
         let cap = QpCap {
             max_send_wr: (1u32 << log_sq_bbs) / bbs_per_wr,
             max_recv_wr: if no_rq { 0 } else { 1 << log_rq },
@@ -647,6 +653,7 @@ impl<'d, H: Hal> Pd<'d, H> {
             context: attr.qp_context,
             mcgs: heapless::Vec::new(),
             dv,
+            book: Some(slot),
         })
     }
 }
@@ -664,7 +671,7 @@ pub(crate) fn create_xrc_tgt<'p, 'd, H: Hal>(
     // Never handed to the device: the QP's mark of life (see `Drop`).
     let mark = dev.hal.dma_alloc(64, 64)?.share();
     let book_mem = dev.hal.dma_alloc(Book::<H>::bytes(0, 0), 64)?.share();
-    if !dev.books.read().has_room(1) {
+    if !dev.books.has_room(1) {
         return Err(qp_count_exceeded());
     }
     let cqn = cq.cqn().raw();
@@ -683,19 +690,24 @@ pub(crate) fn create_xrc_tgt<'p, 'd, H: Hal>(
     let mut o = [0u8; CreateQpOut::BYTES];
     dev.exec::<CreateQp>(&mut i, &mut o)?;
     let qpn = Qpn(View::<CreateQpOut>::new_checked(&o)?.get32(create_qp_out::qpn));
-    let book = Book::new(book_mem, 0, 0, [cqn, cqn]);
-    if let Err(e) = register(dev, qpn, book, [cqn, cqn]) {
-        let spare = dev.hal.dma_alloc(64, 64)?.share();
-        destroy_unregistered(dev, qpn, [mark, spare]);
-        return Err(e);
-    }
-    Ok(xrc_tgt_from_parts(
+    let book = Book::new(qpn.raw(), book_mem, 0, 0, [cqn, cqn]);
+    let slot = match register(dev, qpn, book, [cqn, cqn]) {
+        Ok(slot) => slot,
+        Err(e) => {
+            let spare = dev.hal.dma_alloc(64, 64)?.share();
+            destroy_unregistered(dev, qpn, [mark, spare]);
+            return Err(e);
+        }
+    };
+    let mut qp = xrc_tgt_from_parts(
         pd,
         qpn,
         cqn,
         (QpState::Reset, QpAttr::default()),
         Some(mark),
-    ))
+    );
+    qp.book = Some(slot);
+    Ok(qp)
 }
 
 /// An XRC target QP of `pd` completing (nothing) on `cqn`, in `state` with `attr`, as a
@@ -727,6 +739,7 @@ pub(crate) fn xrc_tgt_from_parts<'p, 'd, H: Hal>(
         context: 0,
         mcgs: heapless::Vec::new(),
         dv: QpExtras::default(),
+        book: None,
     }
 }
 
@@ -741,7 +754,7 @@ pub(crate) fn qp_count_exceeded() -> Error {
 
 /// Takes a destroyed QP's book and its uses of its CQs out of the tables.
 pub(crate) fn unregister<H: Hal>(dev: &Device<H>, qpn: u32, cqns: [u32; 2]) {
-    dev.books.write().remove(&qpn);
+    dev.books.remove(qpn);
     let mut ctl = dev.ctl.lock();
     for cqn in cqns {
         match ctl.cq_users.get_mut(&cqn) {
@@ -755,16 +768,16 @@ pub(crate) fn unregister<H: Hal>(dev: &Device<H>, qpn: u32, cqns: [u32; 2]) {
     }
 }
 
-/// Enters a created QP's book and its uses of its CQs, all or nothing.
+/// Enters a created QP's book and its uses of its CQs, all or nothing; the book's slot.
 pub(crate) fn register<H: Hal>(
     dev: &Device<H>,
     qpn: Qpn,
     book: Book<H>,
     cqns: [u32; 2],
-) -> Result<(), Error> {
-    if dev.books.write().insert(qpn.raw(), book).is_err() {
+) -> Result<&BookSlot<H>, Error> {
+    let Ok(slot) = dev.books.insert(qpn.raw(), book) else {
         return Err(qp_count_exceeded());
-    }
+    };
     let mut ctl = dev.ctl.lock();
     let distinct = if cqns[0] == cqns[1] {
         &cqns[..1]
@@ -777,7 +790,7 @@ pub(crate) fn register<H: Hal>(
         .count();
     if !ctl.cq_users.has_room(missing) {
         drop(ctl);
-        dev.books.write().remove(&qpn.raw());
+        dev.books.remove(qpn.raw());
         return Err(qp_count_exceeded());
     }
     // One use per queue (two when both use one CQ); room was checked above.
@@ -785,7 +798,7 @@ pub(crate) fn register<H: Hal>(
         let n = ctl.cq_users.get(&cqn).copied().unwrap_or(0);
         let _ = ctl.cq_users.insert(cqn, n + 1);
     }
-    Ok(())
+    Ok(slot)
 }
 
 /// DESTROY_QP for a QP that never made it into the tables; its rings are leaked if the
@@ -1068,7 +1081,8 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
             // Queues are empty again: counters and the book start over.
             self.sq.reset();
             self.rq.reset();
-            if let Some(b) = dev.books.read().get(&self.qpn.raw()) {
+            let slot = self.book.or_else(|| dev.books.find(self.qpn.raw()));
+            if let Some(b) = slot.map(|s| s.read()).as_ref().and_then(|g| g.as_ref()) {
                 b.reset();
             }
             if let Some(d) = &self.dbr {

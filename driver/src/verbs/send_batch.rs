@@ -817,10 +817,9 @@ impl<H: Hal> Qp<'_, '_, H> {
     /// one request, and when `f` returns one doorbell publishes everything written. Requests
     /// refused inside the batch leave no trace; the others are posted.
     ///
-    /// `f` runs with the device's table of QP books read-locked (the batch writes this QP's
-    /// book): posting and polling anything is fine inside it, but creating or destroying a QP
-    /// of the same device there would wait for that lock forever. Nothing is written to the
-    /// device if `f` panics.
+    /// `f` runs with this QP's book read-locked (the batch writes it), and nothing else of the
+    /// device's: posting, polling, creating and destroying other QPs are all fine inside it.
+    /// Nothing is written to the device if `f` panics.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when the QP is not in RTS or SQD; [`Error::NotUp`] for a QP
@@ -883,7 +882,7 @@ impl<H: Hal> Qp<'_, '_, H> {
         if dev.fatal.load(Ordering::Relaxed) {
             return Err(Error::DeviceFatal);
         }
-        let books = dev.books.read();
+        let slot = self.book.map(|s| s.read());
         let cap = self.cap();
         let qpn = self.qpn().raw();
         let refuse = match self.qp_type() {
@@ -893,7 +892,9 @@ impl<H: Hal> Qp<'_, '_, H> {
             _ => 0,
         };
         let (Some((book_sq, sq_tail, sq_head)), Some(ring), Some(dbr)) = (
-            books.get(&qpn).and_then(|b| b.send_view()),
+            slot.as_ref()
+                .and_then(|g| g.as_ref())
+                .and_then(|b| b.send_view()),
             self.buf.as_mut(),
             self.dbr.as_ref(),
         ) else {

@@ -234,6 +234,7 @@ pub struct RcPair<'p, 'd, 'h> {
     pub scq: Cq<'d, &'h SimHal>,
     pub rcq: Cq<'d, &'h SimHal>,
     pub mr: Mr<'p, 'd, &'h SimHal>,
+    pub pd: &'p Pd<'d, &'h SimHal>,
     pub hal: &'h SimHal,
 }
 
@@ -271,6 +272,7 @@ pub fn with_rc_pair<R>(
         scq,
         rcq,
         mr,
+        pd: &pd,
         hal: &hal,
     };
     let r = f(&mut pair);
