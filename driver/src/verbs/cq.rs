@@ -13,7 +13,7 @@ use crate::cmdq::MAX_MESSAGE;
 use crate::device::{input, Device};
 use crate::error::{Error, Invalid, Limit};
 use crate::uar::Uar;
-use crate::verbs::book::{lock_book, Book, BookSlot, BookView};
+use crate::verbs::book::{holds, lock_book, relock_book, Book, BookSlot, BookView};
 use crate::verbs::comp_channel::{cq_count, CompChannel, CqEvents, CHANNEL_CQS};
 use crate::verbs::cq_clean::{before, Purges};
 use crate::verbs::cq_scatter;
@@ -526,7 +526,12 @@ impl<H: Hal> Cq<'_, H> {
         'runs: while n < wc.len() {
             let first = ring.slot(ci as usize);
             let qpn = cqe_qpn(first.read32(SOP_DROP_QPN));
-            let guard = lock_book(&self.dev.books, &mut self.last_book, qpn);
+            let mut guard = lock_book(&self.dev.books, &mut self.last_book, qpn);
+            if guard.as_ref().is_some_and(|g| !holds(g, qpn)) {
+                // The cached slot is no longer this QP's.
+                drop(guard);
+                guard = relock_book(&self.dev.books, &mut self.last_book, qpn);
+            }
             let entry = guard.as_ref().and_then(|g| g.as_ref());
             let book = entry.and_then(|b| b.view());
             while n < wc.len() {
