@@ -235,6 +235,7 @@ impl<H: Hal> Device<H> {
     }
 
     fn run_bring_up(&mut self, fw_init: Duration) -> Result<(), StepError> {
+        self.books.make_slots();
         wait_fw_init(&self.hal, fw_init, self.cfg.timeouts.fw_poll).at(Step::WaitFirmwareInit)?;
         self.enable_hca().at(Step::EnableHca)?;
         self.ctl.get_mut().progress.enabled = true;

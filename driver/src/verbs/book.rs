@@ -47,27 +47,37 @@ type Chunk<H> = alloc::boxed::Box<[BookSlot<H>]>;
 pub(crate) struct Books<H: Hal> {
     /// QPN → slot number.
     index: spin::RwLock<Table<u32, INLINE_QPS>>,
+    /// Empty until [`Books::make_slots`]: an empty vector is built in place, where an array
+    /// of locks came back through a 9 KB temporary on the bring-up's stack.
     #[cfg(not(feature = "alloc"))]
-    slots: [BookSlot<H>; INLINE_QPS],
+    slots: heapless::Vec<BookSlot<H>, INLINE_QPS>,
     #[cfg(feature = "alloc")]
     chunks: alloc::boxed::Box<[spin::Once<Chunk<H>>]>,
 }
 
 impl<H: Hal> Books<H> {
+    /// No slots yet: [`Books::make_slots`] makes them once the device is in its place.
     pub(crate) fn new() -> Self {
         Books {
             index: spin::RwLock::new(Table::new()),
             #[cfg(not(feature = "alloc"))]
-            slots: core::array::from_fn(|_| spin::RwLock::new(None)),
+            slots: heapless::Vec::new(),
             #[cfg(feature = "alloc")]
             chunks: (0..CHUNKS).map(|_| spin::Once::new()).collect(),
         }
     }
 
-    /// Slots there can ever be.
-    const fn capacity() -> usize {
+    /// Makes the inline slots, all empty (nothing to make on the heap: its chunks come as
+    /// needed).
+    pub(crate) fn make_slots(&mut self) {
         #[cfg(not(feature = "alloc"))]
-        return INLINE_QPS;
+        while self.slots.push(spin::RwLock::new(None)).is_ok() {}
+    }
+
+    /// Slots there can be.
+    fn capacity(&self) -> usize {
+        #[cfg(not(feature = "alloc"))]
+        return self.slots.len();
         #[cfg(feature = "alloc")]
         return CHUNK * CHUNKS;
     }
@@ -95,13 +105,13 @@ impl<H: Hal> Books<H> {
 
     /// Room for `more` books besides those held.
     pub(crate) fn has_room(&self, more: usize) -> bool {
-        self.index.read().len() + more <= Self::capacity()
+        self.index.read().len() + more <= self.capacity()
     }
 
     /// Gives `book` (of QP `qpn`) a slot; the book comes back when every slot is taken.
     pub(crate) fn insert(&self, qpn: u32, book: Book<H>) -> Result<&BookSlot<H>, Book<H>> {
         let mut index = self.index.write();
-        if index.len() >= Self::capacity() || index.contains_key(&qpn) {
+        if index.len() >= self.capacity() || index.contains_key(&qpn) {
             return Err(book);
         }
         // Entered first, so the table's own limit is met before anything is placed; no slot
@@ -113,7 +123,7 @@ impl<H: Hal> Books<H> {
         // (its QP destroyed since) read-locks an empty slot, and only for one run of CQEs, so
         // a slot whose lock is busy is passed over and the scan starts again.
         loop {
-            for n in 0..Self::capacity() {
+            for n in 0..self.capacity() {
                 let Some(slot) = self.slot_or_make(n) else {
                     break;
                 };
@@ -145,7 +155,7 @@ impl<H: Hal> Books<H> {
 
     /// Runs `f` on every book, each under its slot's read lock.
     pub(crate) fn for_each(&self, mut f: impl FnMut(&Book<H>)) {
-        for n in 0..Self::capacity() {
+        for n in 0..self.capacity() {
             let Some(slot) = self.slot(n) else { break };
             if let Some(b) = slot.read().as_ref() {
                 f(b);
@@ -333,6 +343,12 @@ mod tests {
     #[cfg(not(feature = "alloc"))]
     const CHUNK_TEST: usize = 0;
 
+    fn books() -> Books<SimHal> {
+        let mut b = Books::new();
+        b.make_slots();
+        b
+    }
+
     fn qpn_in(slot: &BookSlot<SimHal>) -> Option<u32> {
         slot.read().as_ref().map(|b| b.qpn)
     }
@@ -340,7 +356,7 @@ mod tests {
     #[test]
     fn slots_are_given_found_and_taken_back() {
         let hal = SimHal::synchronous();
-        let books = Books::new();
+        let books = books();
         let a = books.insert(0x10, book(&hal, 0x10)).ok().unwrap();
         let b = books.insert(0x11, book(&hal, 0x11)).ok().unwrap();
         assert!(!core::ptr::eq(a, b));
@@ -366,7 +382,7 @@ mod tests {
     #[test]
     fn a_full_table_hands_the_book_back() {
         let hal = SimHal::synchronous();
-        let books = Books::new();
+        let books = books();
         if MAX_QPS.is_none() {
             // On the heap: past the first chunk, each book in a slot of its own.
             for q in 0..CHUNK_TEST as u32 {
@@ -408,7 +424,7 @@ mod tests {
     #[test]
     fn a_cached_slot_is_used_only_while_it_holds_the_qps_book() {
         let hal = SimHal::synchronous();
-        let books = Books::new();
+        let books = books();
         let mut last = None;
         let a = books.insert(5, book(&hal, 5)).ok().unwrap();
         assert_eq!(run_book(&books, &mut last, 5), Some(5));
