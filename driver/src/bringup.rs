@@ -230,12 +230,13 @@ impl<H: Hal> Device<H> {
             purge_epoch: core::sync::atomic::AtomicU32::new(0),
             fatal: core::sync::atomic::AtomicBool::new(false),
             books: crate::verbs::book::Books::new(),
-            srq_books: spin::RwLock::new(crate::verbs::srq_ring::SrqBooks::new()),
+            srq_books: crate::verbs::srq_ring::SrqBooks::new(),
         }
     }
 
     fn run_bring_up(&mut self, fw_init: Duration) -> Result<(), StepError> {
         self.books.make_slots();
+        self.srq_books.make_slots();
         wait_fw_init(&self.hal, fw_init, self.cfg.timeouts.fw_poll).at(Step::WaitFirmwareInit)?;
         self.enable_hca().at(Step::EnableHca)?;
         self.ctl.get_mut().progress.enabled = true;

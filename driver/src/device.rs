@@ -303,7 +303,7 @@ pub struct Device<H: Hal> {
     /// posted in software (`verbs/cq_flush.rs`).
     pub(crate) fatal: core::sync::atomic::AtomicBool,
     /// Receive rings of the SRQs, by SRQ number, for posting and polling.
-    pub(crate) srq_books: spin::RwLock<crate::verbs::srq_ring::SrqBooks<H>>,
+    pub(crate) srq_books: crate::verbs::srq_ring::SrqBooks<H>,
 }
 
 /// The mutable control state: command queue, firmware pages, the async EQ and what it

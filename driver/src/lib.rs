@@ -34,6 +34,7 @@ pub mod eth;
 pub mod health;
 mod pages;
 pub mod port;
+mod slot_table;
 mod table;
 pub mod trace;
 pub mod uar;

@@ -321,3 +321,73 @@ fn bad_srq_arguments_are_refused_by_name() {
         })
     ));
 }
+
+/// Messages from a plain QP to a QP on each of `srqs`, interleaved, each received into a
+/// receive of `wr_id` `base[i] + k`: the completions come back in order, each with its own
+/// SRQ's `wr_id`.
+fn exchange<'p, 'd, 'h>(
+    pd: &'p Pd<'d, &'h SimHal>,
+    mr: &Mr<'p, 'd, &'h SimHal>,
+    srqs: [&Srq<'p, 'd, &'h SimHal>; 2],
+    base: [u64; 2],
+    (scq, rcq): (&mut Cq<'d, &'h SimHal>, &mut Cq<'d, &'h SimHal>),
+) {
+    let mut qps = Vec::new();
+    for srq in srqs {
+        let plain = QpInitAttr::new(QpType::Rc, &*scq, &*rcq, cap());
+        let on = QpInitAttr {
+            srq: Some(srq),
+            ..QpInitAttr::new(QpType::Rc, &*scq, &*rcq, cap())
+        };
+        let (mut a, mut b) = (pd.create_qp(&plain).unwrap(), pd.create_qp(&on).unwrap());
+        connect_pair(&mut a, &mut b, AccessFlags::LOCAL_WRITE, Mtu::Mtu1024);
+        qps.push((a, b));
+    }
+    let s = [sge(mr, 4096, 64)];
+    for (i, srq) in srqs.iter().enumerate() {
+        let wrs: Vec<_> = (0..3)
+            .map(|k| RecvWr {
+                wr_id: base[i] + k,
+                sg_list: &s,
+            })
+            .collect();
+        srq.post_recv(&wrs).unwrap();
+    }
+    let s = [sge(mr, 0, 64)];
+    let order = [0usize, 1, 1, 0, 1, 0];
+    for (k, &i) in order.iter().enumerate() {
+        qps[i]
+            .0
+            .post_send(&[send_wr(k as u64, &s, SendOp::Send)])
+            .unwrap();
+    }
+    let mut wc = [Wc::EMPTY; 8];
+    assert_eq!(scq.poll(&mut wc), 6);
+    assert_eq!(rcq.poll(&mut wc), 6);
+    let mut next = [0u64; 2];
+    for (k, &i) in order.iter().enumerate() {
+        assert_eq!(wc[k].status, WcStatus::Success);
+        let want = (base[i] + next[i], qps[i].1.qpn().raw());
+        assert_eq!((wc[k].wr_id, wc[k].qp_num), want, "completion {k}");
+        next[i] += 1;
+    }
+}
+
+/// Receives of two SRQs complete into one CQ, interleaved: each completion carries the
+/// `wr_id` of its own SRQ's receive, though the CQ keeps the slot of the SRQ it met last. An
+/// SRQ destroyed and another made in its place (its slot reused) changes nothing.
+#[test]
+fn two_srqs_on_one_cq_hand_back_their_own_wr_ids() {
+    let hal = SimHal::synchronous();
+    let dev = up(&hal);
+    let pd = dev.alloc_pd().unwrap();
+    let mut scq = dev.create_cq(32).unwrap();
+    let mut rcq = dev.create_cq(32).unwrap();
+    let mr = region(&hal, &pd, 8192, AccessFlags::LOCAL_WRITE);
+    let one = pd.create_srq(&srq_attr(7, 1, 0)).unwrap();
+    let two = pd.create_srq(&srq_attr(7, 1, 0)).unwrap();
+    exchange(&pd, &mr, [&one, &two], [100, 200], (&mut scq, &mut rcq));
+    one.destroy().map_err(|(e, _)| e).unwrap();
+    let three = pd.create_srq(&srq_attr(7, 1, 0)).unwrap();
+    exchange(&pd, &mr, [&three, &two], [300, 400], (&mut scq, &mut rcq));
+}

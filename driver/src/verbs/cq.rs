@@ -12,12 +12,14 @@ use bareverbs_hal::{dma_rmb, dma_wmb, wmb, BarOffset, Hal, Mmio, SharedDma, Slot
 use crate::cmdq::MAX_MESSAGE;
 use crate::device::{input, Device};
 use crate::error::{Error, Invalid, Limit};
+use crate::slot_table::{holds, lock_cached, relock, LastSlot};
 use crate::uar::Uar;
-use crate::verbs::book::{holds, lock_book, relock_book, Book, BookSlot, BookView};
+use crate::verbs::book::{Book, BookView};
 use crate::verbs::comp_channel::{cq_count, CompChannel, CqEvents, CHANNEL_CQS};
 use crate::verbs::cq_clean::{before, Purges};
 use crate::verbs::cq_scatter;
 use crate::verbs::ring_pages::{alloc_ring, RingPages, MAX_PAGE};
+use crate::verbs::srq_ring::SrqBook;
 use crate::verbs::wc::{Wc, WcFlags, WcOpcode, WcStatus};
 
 /// Size of a CQE.
@@ -54,7 +56,9 @@ pub struct Cq<'d, H: Hal> {
     /// The QP whose completions the last run of CQEs belonged to, and its book's slot
     /// (rdma-core's `cur_rsc`): a poll looks a QPN up in the device's index only when it
     /// changes. Checked against the slot's book after locking it (the QP may be gone).
-    last_book: Option<(u32, &'d BookSlot<H>)>,
+    last_book: LastSlot<'d, Book<H>>,
+    /// The same for the SRQ whose receives it met last.
+    last_srq: LastSlot<'d, SrqBook<H>>,
 }
 
 /// What to create (`ibv_create_cq`'s arguments).
@@ -172,6 +176,7 @@ impl<H: Hal> Device<H> {
                 .wrapping_sub(u32::from(self.is_fatal())),
             purges: Purges::new(),
             last_book: None,
+            last_srq: None,
         };
         // A CQ without a channel gets its event counts when first armed.
         let registered = match attr.channel {
@@ -259,8 +264,9 @@ fn complete(book: Option<&BookView<'_>>, is_send: bool, counter: u16) -> u64 {
 /// as its status.
 #[cold]
 #[inline(never)]
-fn decode_scattered<H: Hal>(
-    dev: &Device<H>,
+fn decode_scattered<'d, H: Hal>(
+    dev: &'d Device<H>,
+    last_srq: &mut LastSlot<'d, SrqBook<H>>,
     book: Option<&Book<H>>,
     cqe: Slot<'_, CQE_BYTES>,
     op_own: u8,
@@ -271,7 +277,7 @@ fn decode_scattered<H: Hal>(
     // The run's book view is made again here, so the loop need not keep it in memory.
     let view = book.and_then(|b| b.view());
     Cq::<H>::decode(cqe, op_own, sop, view.as_ref(), wc);
-    crate::verbs::xrc::srq_wr_id(dev, cqe, op_own, wc);
+    crate::verbs::xrc::srq_wr_id(dev, last_srq, cqe, op_own, wc);
     cq_scatter::clear_overwritten(wc);
     if let Err(status) = r {
         wc.status = status;
@@ -526,11 +532,11 @@ impl<H: Hal> Cq<'_, H> {
         'runs: while n < wc.len() {
             let first = ring.slot(ci as usize);
             let qpn = cqe_qpn(first.read32(SOP_DROP_QPN));
-            let mut guard = lock_book(&self.dev.books, &mut self.last_book, qpn);
+            let mut guard = lock_cached(&self.dev.books, &mut self.last_book, qpn);
             if guard.as_ref().is_some_and(|g| !holds(g, qpn)) {
                 // The cached slot is no longer this QP's.
                 drop(guard);
-                guard = relock_book(&self.dev.books, &mut self.last_book, qpn);
+                guard = relock(&self.dev.books, &mut self.last_book, qpn);
             }
             let entry = guard.as_ref().and_then(|g| g.as_ref());
             let book = entry.and_then(|b| b.view());
@@ -557,9 +563,15 @@ impl<H: Hal> Cq<'_, H> {
                 ci = ci.wrapping_add(1);
                 if op_own & cq_scatter::FORMAT_MASK == 0 {
                     Self::decode(cqe, op_own, sop, book.as_ref(), &mut wc[n]);
-                    crate::verbs::xrc::srq_wr_id(self.dev, cqe, op_own, &mut wc[n]);
+                    crate::verbs::xrc::srq_wr_id(
+                        self.dev,
+                        &mut self.last_srq,
+                        cqe,
+                        op_own,
+                        &mut wc[n],
+                    );
                 } else {
-                    decode_scattered(self.dev, entry, cqe, op_own, &mut wc[n]);
+                    decode_scattered(self.dev, &mut self.last_srq, entry, cqe, op_own, &mut wc[n]);
                 }
                 n += 1;
             }

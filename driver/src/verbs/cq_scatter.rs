@@ -19,6 +19,7 @@ use bareverbs_firmware_cmd::ifc::{
 use bareverbs_hal::{Hal, Iova, Slot};
 
 use crate::device::Device;
+use crate::slot_table::Keyed;
 use crate::verbs::wc::{Wc, WcStatus};
 
 /// The `op_own` bits of the CQE format (bits 3:2); non-zero means data in the CQE.
@@ -72,8 +73,12 @@ pub(crate) fn scatter<H: Hal>(
         CqeOpcode::RespSend | CqeOpcode::RespSendImm | CqeOpcode::RespSendInv => {
             let srqn = cqe_srqn(cqe.read32(cqe64::srqn.bit / 8));
             if srqn != 0 {
-                let srqs = dev.srq_books.read();
-                let srq = srqs.get(&srqn).ok_or(WcStatus::LocQpOpErr)?;
+                let slot = dev.srq_books.find(srqn).map(|s| s.read());
+                let srq = slot
+                    .as_ref()
+                    .and_then(|g| g.as_ref())
+                    .filter(|b| b.key() == srqn)
+                    .ok_or(WcStatus::LocQpOpErr)?;
                 srq.wqe_sges(counter, &mut sges);
             } else {
                 let ring = ring.ok_or(WcStatus::LocQpOpErr)?;

@@ -775,7 +775,7 @@ pub(crate) fn register<H: Hal>(
     book: Book<H>,
     cqns: [u32; 2],
 ) -> Result<&BookSlot<H>, Error> {
-    let Ok(slot) = dev.books.insert(qpn.raw(), book) else {
+    let Ok(slot) = dev.books.insert(book) else {
         return Err(qp_count_exceeded());
     };
     let mut ctl = dev.ctl.lock();

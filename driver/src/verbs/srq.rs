@@ -14,7 +14,7 @@ use crate::error::{Error, Limit};
 use crate::verbs::pd::Pd;
 use crate::verbs::post::{PostError, RecvWr};
 use crate::verbs::srq_ring::{
-    limit_to_arm, srq_geometry, SrqAttr, SrqAttrMask, SrqBook, INLINE_SRQS,
+    limit_to_arm, srq_geometry, SrqAttr, SrqAttrMask, SrqBook, SrqSlot, INLINE_SRQS,
 };
 use crate::verbs::xrc::{alloc_xrcdn, dealloc_xrcdn};
 
@@ -43,6 +43,8 @@ pub struct Srq<'p, 'd, H: Hal> {
     attr: SrqAttr,
     context: u64,
     live: bool,
+    /// Its book's slot in the device's table.
+    book: &'d SrqSlot<H>,
 }
 
 impl<'d, H: Hal> Pd<'d, H> {
@@ -66,7 +68,7 @@ impl<'d, H: Hal> Pd<'d, H> {
         if a.srq_limit > a.max_wr {
             return Err(exceeds(Limit::QpWr, a.srq_limit, a.max_wr));
         }
-        if !dev.srq_books.read().has_room(1) {
+        if !dev.srq_books.has_room(1) {
             return Err(exceeds(
                 Limit::SrqCount,
                 INLINE_SRQS as u32 + 1,
@@ -75,9 +77,10 @@ impl<'d, H: Hal> Pd<'d, H> {
         }
         let xrcdn = alloc_xrcdn(dev)?;
         match self.create_rmp(log_size, log_stride, a.srq_limit) {
-            Ok(srqn) => Ok(Srq {
+            Ok((srqn, book)) => Ok(Srq {
                 pd: self,
                 srqn,
+                book,
                 xrcdn,
                 attr: SrqAttr {
                     max_wr: (1u32 << log_size) - 1,
@@ -95,7 +98,12 @@ impl<'d, H: Hal> Pd<'d, H> {
     }
 
     /// CREATE_RMP of a linked-list ring and its book in the device's SRQ table.
-    fn create_rmp(&self, log_size: u8, log_stride: u8, lwm: u32) -> Result<u32, Error> {
+    fn create_rmp(
+        &self,
+        log_size: u8,
+        log_stride: u8,
+        lwm: u32,
+    ) -> Result<(u32, &'d SrqSlot<H>), Error> {
         let dev = self.dev;
         let bytes = (1usize << log_size) << log_stride;
         let len = bytes.div_ceil(PAGE) * PAGE;
@@ -143,20 +151,23 @@ impl<'d, H: Hal> Pd<'d, H> {
         let [ring, dbr] =
             dev.exec_handing_over::<CreateRmp, 2>(&mut i[..ilen], &mut o, [ring, dbr])?;
         let srqn = View::<CreateRmpOut>::new_checked(&o)?.get32(create_rmp_out::rmpn);
-        let book = SrqBook::new([ring, dbr, ids], log_size, log_stride);
-        if let Err(book) = dev.srq_books.write().insert(srqn, book) {
-            // Another thread filled the table after the check: the RMP goes again.
-            match destroy_rmp(dev, srqn) {
-                Ok(()) => drop(book),
-                Err(_) => book.leak(),
+        let book = SrqBook::new(srqn, [ring, dbr, ids], log_size, log_stride);
+        let slot = match dev.srq_books.insert(book) {
+            Ok(slot) => slot,
+            Err(book) => {
+                // Another thread filled the table after the check: the RMP goes again.
+                match destroy_rmp(dev, srqn) {
+                    Ok(()) => drop(book),
+                    Err(_) => book.leak(),
+                }
+                return Err(Error::ExceedsLimit {
+                    limit: Limit::SrqCount,
+                    requested: INLINE_SRQS as u64 + 1,
+                    max: INLINE_SRQS as u64,
+                });
             }
-            return Err(Error::ExceedsLimit {
-                limit: Limit::SrqCount,
-                requested: INLINE_SRQS as u64 + 1,
-                max: INLINE_SRQS as u64,
-            });
-        }
-        Ok(srqn)
+        };
+        Ok((srqn, slot))
     }
 }
 
@@ -215,7 +226,7 @@ impl<H: Hal> Srq<'_, '_, H> {
     /// [`SrqAttr::max_sge`], [`Invalid::SgeLength`](crate::error::Invalid::SgeLength),
     /// [`Error::QueueFull`]); those before it are posted, none after.
     pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
-        crate::verbs::srq_ring::post_srq_recv(self.pd.dev, self.srqn, wrs)
+        crate::verbs::srq_ring::post_srq_recv(self.pd.dev, self.book, wrs)
     }
 
     /// Modifies the SRQ (`ibv_modify_srq`): [`SrqAttrMask::LIMIT`] arms the limit event with
@@ -271,7 +282,7 @@ impl<H: Hal> Srq<'_, '_, H> {
     fn destroy_inner(&mut self) -> Result<(), Error> {
         let dev = self.pd.dev;
         let r = destroy_rmp(dev, self.srqn);
-        let book = dev.srq_books.write().remove(&self.srqn);
+        let book = dev.srq_books.remove(self.srqn);
         match r {
             Ok(()) => {
                 let _ = dealloc_xrcdn(dev, self.xrcdn);

@@ -4,8 +4,10 @@
 //! list, the WQE counter in the doorbell record's first word), and each WQE relinked at the
 //! tail as soon as its completion is polled (rdma-core 56 marks it free and relinks free WQEs
 //! only when the list runs out, `set_next_tail`; either way the device follows one list). The `wr_id` of every WQE is kept by index for
-//! the poll, in HAL memory the device is never given; the device-wide table of these books
-//! lets [`Cq::poll`](crate::verbs::Cq::poll) find an SRQ by the number its CQE carries.
+//! the poll, in HAL memory the device is never given. Each book sits in a slot of the device's
+//! [`SrqBooks`] (`slot_table.rs`): the SRQ posts through its own slot, and
+//! [`Cq::poll`](crate::verbs::Cq::poll) finds an SRQ by the number its CQE carries, keeping
+//! the slot of the last one it met.
 
 use bareverbs_firmware_cmd::ifc::{wqe_srq_next_seg, INVALID_LKEY};
 use bareverbs_firmware_cmd::wqe_codec::data;
@@ -14,14 +16,23 @@ use bitflags::bitflags;
 
 use crate::device::Device;
 use crate::error::{Error, Invalid};
-use crate::table::Table;
+use crate::slot_table::{Keyed, SlotTable, TableSlot};
 use crate::verbs::post::{sge_refused, PostError, RecvWr};
 
 /// SRQs a device holds at once with the inline tables (`alloc` feature: the device's limit).
 pub(crate) const INLINE_SRQS: usize = 16;
 
 /// The table of SRQ books, by SRQ number.
-pub(crate) type SrqBooks<H> = Table<SrqBook<H>, INLINE_SRQS>;
+pub(crate) type SrqBooks<H> = SlotTable<SrqBook<H>, INLINE_SRQS>;
+
+/// One SRQ's place in the device's [`SrqBooks`].
+pub(crate) type SrqSlot<H> = TableSlot<SrqBook<H>>;
+
+impl<H: Hal> Keyed for SrqBook<H> {
+    fn key(&self) -> u32 {
+        self.srqn
+    }
+}
 
 /// SRQ attributes (`struct ibv_srq_attr`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -129,6 +140,8 @@ struct Ends {
 
 /// One SRQ's ring and book.
 pub(crate) struct SrqBook<H: Hal> {
+    /// The SRQ's number.
+    srqn: u32,
     ring: SharedDma<H::Dma>,
     dbr: SharedDma<H::Dma>,
     /// `wr_id` of the receive in each WQE, 8 bytes each, in the CPU's byte order.
@@ -145,11 +158,13 @@ impl<H: Hal> SrqBook<H> {
     /// → last (rdma-core 56 srq.c `mlx5_alloc_srq_buf`: head 0, tail the last WQE, whose next
     /// is set when a freed WQE is linked after it); `ids` holds 8 bytes per WQE.
     pub(crate) fn new(
+        srqn: u32,
         [ring, dbr, ids]: [SharedDma<H::Dma>; 3],
         log_size: u8,
         log_stride: u8,
     ) -> Self {
         SrqBook {
+            srqn,
             ring,
             dbr,
             ids,
@@ -280,14 +295,14 @@ impl<H: Hal> SrqBook<H> {
 /// (mlx5_ib: `-EIO`), else posted through the SRQ's book.
 pub(crate) fn post_srq_recv<H: Hal>(
     dev: &Device<H>,
-    srqn: u32,
+    slot: &SrqSlot<H>,
     wrs: &[RecvWr<'_>],
 ) -> Result<(), PostError> {
     let refused = |error| Err(PostError { index: 0, error });
     if dev.is_fatal() {
         return refused(Error::DeviceFatal);
     }
-    match dev.srq_books.read().get(&srqn) {
+    match slot.read().as_ref() {
         Some(b) => b.post(wrs),
         None => refused(Error::NotUp),
     }

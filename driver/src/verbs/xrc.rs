@@ -13,12 +13,13 @@ use bareverbs_hal::{Hal, SharedDma, Slot};
 
 use crate::device::{input, Device};
 use crate::error::{Error, Invalid, Limit};
+use crate::slot_table::{holds, lock_cached, relock, LastSlot};
 use crate::verbs::cq::Cq;
 use crate::verbs::pd::Pd;
 use crate::verbs::post::{PostError, RecvWr};
 use crate::verbs::qp::{xrc_tgt_from_parts, Qp, QpAttr, QpCap};
 use crate::verbs::qp_state::{QpAttrMask, QpState, QpType};
-use crate::verbs::srq_ring::{SrqAttr, SrqAttrMask, SrqBook};
+use crate::verbs::srq_ring::{SrqAttr, SrqAttrMask, SrqBook, SrqSlot};
 use crate::verbs::wc::Wc;
 
 /// Target QPs one domain shares through [`Xrcd::create_xrc_rcv_qp`] at once.
@@ -564,22 +565,40 @@ impl<H: Hal> Drop for Xrcd<'_, H> {
 /// mlx5_ib cq.c `handle_responder` reads `cqe->srqn` for XRC) gets the `wr_id` of the SRQ's
 /// WQE at `wqe_counter`, and the WQE is freed.
 #[inline(always)]
-pub(crate) fn srq_wr_id<H: Hal>(dev: &Device<H>, cqe: Slot<'_, 64>, op_own: u8, wc: &mut Wc) {
+pub(crate) fn srq_wr_id<'d, H: Hal>(
+    dev: &'d Device<H>,
+    last: &mut LastSlot<'d, SrqBook<H>>,
+    cqe: Slot<'_, 64>,
+    op_own: u8,
+    wc: &mut Wc,
+) {
     if matches!(
         CqeOpcode::from(get_cqe_opcode(op_own)),
         CqeOpcode::Req | CqeOpcode::ReqErr
     ) {
         return;
     }
-    srq_wr_id_cold(dev, cqe, wc);
+    srq_wr_id_cold(dev, last, cqe, wc);
 }
 
-fn srq_wr_id_cold<H: Hal>(dev: &Device<H>, cqe: Slot<'_, 64>, wc: &mut Wc) {
+/// [`srq_wr_id`] of a receive completion: through the slot of the SRQ the CQ met last when it
+/// is this one (`slot_table.rs`).
+fn srq_wr_id_cold<'d, H: Hal>(
+    dev: &'d Device<H>,
+    last: &mut LastSlot<'d, SrqBook<H>>,
+    cqe: Slot<'_, 64>,
+    wc: &mut Wc,
+) {
     let srqn = cqe_srqn(cqe.read32(cqe64::srqn.bit / 8));
     if srqn == 0 {
         return;
     }
-    if let Some(b) = dev.srq_books.read().get(&srqn) {
+    let mut g = lock_cached(&dev.srq_books, last, srqn);
+    if g.as_ref().is_some_and(|g| !holds(g, srqn)) {
+        drop(g);
+        g = relock(&dev.srq_books, last, srqn);
+    }
+    if let Some(b) = g.as_ref().and_then(|g| g.as_ref()) {
         wc.wr_id = b.complete(cqe.read16(cqe64::wqe_counter.bit / 8));
     }
 }
@@ -598,6 +617,8 @@ fn srq_table_full() -> Error {
 pub struct XrcSrq<'x, 'd, H: Hal> {
     xrcd: &'x Xrcd<'d, H>,
     srqn: u32,
+    /// Its book's slot in the device's table.
+    book: &'d SrqSlot<H>,
     /// Its CQ, counted as in use (a CQ in use cannot be destroyed).
     cqn: u32,
     attr: SrqAttr,
@@ -629,7 +650,7 @@ impl<'d, H: Hal> Xrcd<'d, H> {
             });
         }
         let (log_size, log_stride) = crate::verbs::srq_ring::srq_geometry(&dev.info().caps, &attr)?;
-        if !dev.srq_books.read().has_room(1) {
+        if !dev.srq_books.has_room(1) {
             return Err(srq_table_full());
         }
         let cqn = cq.cqn().raw();
@@ -638,9 +659,10 @@ impl<'d, H: Hal> Xrcd<'d, H> {
         if r.is_err() {
             cq_unuse(dev, cqn);
         }
-        r.map(|(srqn, attr)| XrcSrq {
+        r.map(|(srqn, attr, book)| XrcSrq {
             xrcd: self,
             srqn,
+            book,
             cqn,
             attr,
             live: true,
@@ -652,7 +674,7 @@ impl<'d, H: Hal> Xrcd<'d, H> {
         pd: &Pd<'d, H>,
         cqn: u32,
         (log_size, log_stride): (u8, u8),
-    ) -> Result<(u32, SrqAttr), Error> {
+    ) -> Result<(u32, SrqAttr, &'d SrqSlot<H>), Error> {
         let dev = self.dev;
         let ids = dev.hal.dma_alloc(8 << log_size, 64)?.share();
         let mem = SrqMem::create(
@@ -662,13 +684,16 @@ impl<'d, H: Hal> Xrcd<'d, H> {
             log_stride - 4,
         )?;
         let srqn = mem.srqn;
-        let book = SrqBook::new([mem.ring, mem.dbr, ids], log_size, log_stride);
-        if let Err(book) = dev.srq_books.write().insert(srqn, book) {
-            // Another thread filled the table after the check above: the SRQ goes again.
-            let (ring, dbr) = book.ring_parts();
-            SrqMem { srqn, ring, dbr }.release(dev);
-            return Err(srq_table_full());
-        }
+        let book = SrqBook::new(srqn, [mem.ring, mem.dbr, ids], log_size, log_stride);
+        let slot = match dev.srq_books.insert(book) {
+            Ok(slot) => slot,
+            Err(book) => {
+                // Another thread filled the table after the check above: the SRQ goes again.
+                let (ring, dbr) = book.ring_parts();
+                SrqMem { srqn, ring, dbr }.release(dev);
+                return Err(srq_table_full());
+            }
+        };
         Ok((
             srqn,
             SrqAttr {
@@ -676,6 +701,7 @@ impl<'d, H: Hal> Xrcd<'d, H> {
                 max_sge: ((1u32 << log_stride) - 16) / 16,
                 srq_limit: 0,
             },
+            slot,
         ))
     }
 }
@@ -720,7 +746,7 @@ impl<H: Hal> XrcSrq<'_, '_, H> {
     /// [`PostError`] with the index of the first request refused (SGE count,
     /// [`Error::QueueFull`]); those before it are posted.
     pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
-        crate::verbs::srq_ring::post_srq_recv(self.xrcd.dev, self.srqn, wrs)
+        crate::verbs::srq_ring::post_srq_recv(self.xrcd.dev, self.book, wrs)
     }
 
     /// Modifies the SRQ (`ibv_modify_srq`): [`SrqAttrMask::LIMIT`] arms the limit event with
@@ -772,7 +798,7 @@ impl<H: Hal> XrcSrq<'_, '_, H> {
         input::<DestroyXrcSrq>(&mut i)?.set(destroy_xrc_srq_in::xrc_srqn, self.srqn);
         let mut o = [0u8; DestroyXrcSrqOut::BYTES];
         let r = dev.exec::<DestroyXrcSrq>(&mut i, &mut o);
-        let book = dev.srq_books.write().remove(&self.srqn);
+        let book = dev.srq_books.remove(self.srqn);
         if r.is_err() {
             // The device may still write the ring: never freed.
             if let Some(b) = book {
