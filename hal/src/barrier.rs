@@ -1,7 +1,7 @@
 //! Memory barriers with the meaning Linux gives them (`dma_wmb`, `wmb`, `dma_rmb`, `rmb`), used
 //! in the orders mlx5-reference 02 §6 and 04 §4 describe.
 
-use core::sync::atomic::{compiler_fence, fence, Ordering};
+use core::sync::atomic::{compiler_fence, Ordering};
 
 /// Orders CPU writes to DMA memory before later CPU writes to DMA memory (e.g. a WQE before
 /// its doorbell record). On x86 stores are already ordered, so this only stops the compiler.
@@ -12,20 +12,25 @@ pub fn dma_wmb() {
     #[cfg(all(any(target_arch = "x86_64", target_arch = "x86"), not(miri)))]
     compiler_fence(Ordering::Release);
     #[cfg(any(not(any(target_arch = "x86_64", target_arch = "x86")), miri))]
-    fence(Ordering::Release);
+    core::sync::atomic::fence(Ordering::Release);
 }
 
 /// Orders every earlier write (DMA memory included) before a later MMIO write, such as a
 /// doorbell. x86: `sfence`, which also drains write-combining buffers.
 #[inline(always)]
 pub fn wmb() {
-    // (Miri runs no assembly; the SeqCst fence below is what it checks the ordering by.)
+    // x86-64: `sfence` alone, as Linux's `wmb()`; the compiler fence keeps the compiler from
+    // moving memory accesses across it (an atomic fence here compiled to a locked `or` on the
+    // stack, a full barrier of tens of cycles on every doorbell). Elsewhere, and under Miri
+    // (which runs no assembly and checks the ordering by it), an atomic fence.
     #[cfg(all(target_arch = "x86_64", not(miri)))]
-    // SAFETY: `sfence` has no operands and only orders stores; SSE is baseline on x86_64.
-    unsafe {
-        core::arch::asm!("sfence", options(nostack, preserves_flags))
-    };
-    fence(Ordering::SeqCst);
+    {
+        // SAFETY: `sfence` has no operands and only orders stores; SSE is baseline on x86_64.
+        unsafe { core::arch::asm!("sfence", options(nostack, preserves_flags)) };
+        compiler_fence(Ordering::SeqCst);
+    }
+    #[cfg(any(not(target_arch = "x86_64"), miri))]
+    core::sync::atomic::fence(Ordering::SeqCst);
 }
 
 /// Orders a read of a DMA ownership bit before reads of the rest of the entry it guards.
@@ -35,16 +40,19 @@ pub fn dma_rmb() {
     #[cfg(all(any(target_arch = "x86_64", target_arch = "x86"), not(miri)))]
     compiler_fence(Ordering::Acquire);
     #[cfg(any(not(any(target_arch = "x86_64", target_arch = "x86")), miri))]
-    fence(Ordering::Acquire);
+    core::sync::atomic::fence(Ordering::Acquire);
 }
 
 /// Orders an MMIO read before later reads. x86: `lfence`.
 #[inline(always)]
 pub fn rmb() {
+    // As `wmb`: `lfence` alone on x86-64 (Linux's `rmb()`), an atomic fence elsewhere.
     #[cfg(all(target_arch = "x86_64", not(miri)))]
-    // SAFETY: `lfence` has no operands and only orders loads.
-    unsafe {
-        core::arch::asm!("lfence", options(nostack, preserves_flags))
-    };
-    fence(Ordering::SeqCst);
+    {
+        // SAFETY: `lfence` has no operands and only orders loads.
+        unsafe { core::arch::asm!("lfence", options(nostack, preserves_flags)) };
+        compiler_fence(Ordering::SeqCst);
+    }
+    #[cfg(any(not(target_arch = "x86_64"), miri))]
+    core::sync::atomic::fence(Ordering::SeqCst);
 }
