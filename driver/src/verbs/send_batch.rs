@@ -6,8 +6,7 @@
 use core::sync::atomic::{AtomicU16, Ordering};
 
 use bareverbs_firmware_cmd::ifc::{
-    av_grh_gid_fl, wqe_opcode, WqeCtrlSeg, WqeDatagramSeg, WqeRaddrSeg, WqeXrcSeg, EXTENDED_UD_AV,
-    INLINE_SEG,
+    av_grh_gid_fl, wqe_opcode, WqeCtrlSeg, WqeRaddrSeg, EXTENDED_UD_AV, INLINE_SEG,
 };
 use bareverbs_firmware_cmd::wqe_codec::{self as codec, ctrl, datagram, inline, raddr, xrc};
 use bareverbs_firmware_cmd::Layout;
@@ -476,6 +475,7 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
         let data = 16 * (1 + addr_units);
         if INLINE {
             self.write_inline(cur, data, r.data);
+            self.st.inlined = true;
         } else {
             // A refusal here leaves only unposted slots behind: nothing is published before
             // `self.cur` moves.
@@ -570,34 +570,6 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
             s0.write_bytes8(at, (hdr | head << 32).to_le_bytes());
         }
     }
-}
-
-/// Whether the WQE whose control word is `last_ctrl` carries inline data — asked only of a
-/// batch's last WQE, once per batch, so the writers keep no flag per request. Its data part
-/// starts after the control segment, the XRC segment (`XRC`), the address vector (UD, `DC`)
-/// and, for an RDMA WRITE, the remote address segment; there an inline segment's header has
-/// bit 31 set, which no data segment's length has (`sge_refused_lengths`).
-#[inline(always)]
-fn lone_inline<const XRC: bool, const DC: bool>(
-    ring: &Slots<'_, WQEBB>,
-    last_ctrl: u64,
-    ud: bool,
-) -> bool {
-    let opcode = ctrl::OPCODE.get(last_ctrl) as u8;
-    let rdma = match opcode {
-        wqe_opcode::SEND | wqe_opcode::SEND_IMM => false,
-        wqe_opcode::RDMA_WRITE | wqe_opcode::RDMA_WRITE_IMM => true,
-        _ => return false,
-    };
-    let at = CTRL_SEG
-        + if XRC { WqeXrcSeg::BYTES } else { 0 }
-        + if ud || DC { WqeDatagramSeg::BYTES } else { 0 }
-        + if rdma { RADDR_SEG } else { 0 };
-    let index = usize::from(ctrl::WQE_INDEX.get(last_ctrl) as u16);
-    let word = ring
-        .slot(index + at / WQEBB)
-        .read64(at % WQEBB + inline::BYTE_COUNT.byte());
-    (inline::BYTE_COUNT.get(word) as u32) & INLINE_SEG != 0
 }
 
 /// The 48-byte datagram segment (address vector) right after the control segment in `s0`,
@@ -909,6 +881,7 @@ impl<H: Hal> Qp<'_, '_, H> {
             // Each DC batch names its destination before its first request.
             self.sq.batch.dc_set = false;
         }
+        self.sq.batch.inlined = false;
         let (cur, fm_ce_se) = (self.sq.cur(), self.sq.fm_ce_se());
         let start = cur;
         let fence_at = if self.sq.fence_next {
@@ -939,8 +912,10 @@ impl<H: Hal> Qp<'_, '_, H> {
             cur,
             last_ctrl,
             fence_at,
+            st,
             ..
         } = b;
+        let inlined = st.inlined;
         // The request written after a UMR is fenced behind it, before the doorbell; with the
         // UMR last, the fence is owed to the QP's next request.
         if fence_at != NO_FENCE {
@@ -952,8 +927,7 @@ impl<H: Hal> Qp<'_, '_, H> {
         if last_ctrl != 0 {
             // One WQE in the batch (its index is where the batch began), with inline data:
             // the BlueFlame candidate.
-            let lone = ctrl::WQE_INDEX.get(last_ctrl) as u16 == start
-                && lone_inline::<XRC, DC>(&ring, last_ctrl, refuse & UD != 0);
+            let lone = inlined && ctrl::WQE_INDEX.get(last_ctrl) as u16 == start;
             self.sq
                 .doorbell
                 .publish(dev.hal.bar0(), dbr, &ring, cur, last_ctrl, lone);
@@ -1079,9 +1053,9 @@ mod tests {
         }
     }
 
-    /// The BlueFlame candidate test finds the inline header behind every kind of segment
-    /// before it (RC, RC WRITE, UD's vector, XRC's segment, DC's vector and remote address),
-    /// and says no for data segments.
+    /// A request with inline data marks its batch as the BlueFlame candidate, behind every
+    /// kind of segment before the data (RC, RC WRITE, UD's vector, XRC's segment, DC's vector
+    /// and remote address); data segments do not.
     #[test]
     fn a_lone_wqe_is_seen_as_inline_behind_any_segments_before_its_data() {
         let hal = SimHal::synchronous();
@@ -1097,20 +1071,14 @@ mod tests {
             let (mut sq, book) = rings(&hal);
             let mut b = batch(&mut sq, &book, &tail, &mut st, QpType::Rc, 0);
             post_one(&mut b, inline, write, &data, sge);
-            assert_eq!(
-                lone_inline::<false, false>(&b.sq, b.last_ctrl, false),
-                inline
-            );
+            assert_eq!(b.st.inlined, inline);
 
             let mut st = BatchState::default();
             let (mut sq, book) = rings(&hal);
             let mut b = batch_xrc(&mut sq, &book, &tail, &mut st);
             b.set_xrc_srqn(0x42).unwrap();
             post_one(&mut b, inline, false, &data, sge);
-            assert_eq!(
-                lone_inline::<true, false>(&b.sq, b.last_ctrl, false),
-                inline
-            );
+            assert_eq!(b.st.inlined, inline);
 
             let mut st = BatchState::default();
             let (mut sq, book) = rings(&hal);
@@ -1126,10 +1094,7 @@ mod tests {
             };
             b.set_dc_addr(&dest);
             post_one(&mut b, inline, write, &data, sge);
-            assert_eq!(
-                lone_inline::<false, true>(&b.sq, b.last_ctrl, false),
-                inline
-            );
+            assert_eq!(b.st.inlined, inline);
         }
         let ud = UdDest {
             ah: AhAttr {
@@ -1158,10 +1123,7 @@ mod tests {
                 ud: Some(ud),
             };
             b.post(&wr).unwrap();
-            assert_eq!(
-                lone_inline::<false, false>(&b.sq, b.last_ctrl, true),
-                inline
-            );
+            assert_eq!(b.st.inlined, inline);
         }
     }
 
