@@ -3,11 +3,15 @@
 //! on one model HCA writes to a second QP of the same HCA (loopback through LID 1), in
 //! batches of 32 with the last signaled; each batch is posted, executed and polled.
 //!
-//! Usage: `model_rate SIZE ITERS` — prints WQEs per second and payload bytes per second.
-//! `qemu-tests/bench/model-rate.sh` runs it and counts the model's instructions per WQE under
-//! callgrind (the doorbell handler and what it calls).
+//! Usage: `model_rate [--vfio-user] SIZE ITERS` — prints WQEs per second and payload bytes per
+//! second. With `--vfio-user` the same loop runs against the model's vfio-user server (the one
+//! QEMU's `vfio-user-pci` talks to) on its own thread, over its socket, through the driver's
+//! vfio-user client HAL: every doorbell is a socket message, every WQE and payload is read from
+//! the client's shared memory, and each batch's completion is polled for until it comes.
+//! `qemu-tests/bench/model-rate.sh` runs both and counts the model's instructions per WQE
+//! under callgrind (the doorbell handler and what it calls).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bareverbs::verbs::*;
 use bareverbs::{Config, Device};
@@ -16,21 +20,66 @@ use bareverbs_model::SimHal;
 
 const BATCH: usize = 32;
 
+/// Bytes of the vfio-user client's shared memory (rings, books and the two buffers).
+const VFIO_USER_MEMORY: usize = 64 << 20;
+
 fn main() {
-    let a: Vec<String> = std::env::args().collect();
-    let (Some(size), Some(iters)) = (
-        a.get(1).and_then(|s| s.parse::<u32>().ok()),
-        a.get(2).and_then(|s| s.parse::<usize>().ok()),
+    let mut a: Vec<String> = std::env::args().skip(1).collect();
+    let vfio_user = a.first().is_some_and(|s| s == "--vfio-user");
+    if vfio_user {
+        a.remove(0);
+    }
+    let (Some(size), Some(iters), None) = (
+        a.first().and_then(|s| s.parse::<u32>().ok()),
+        a.get(1).and_then(|s| s.parse::<usize>().ok()),
+        a.get(2),
     ) else {
-        eprintln!("usage: model_rate SIZE ITERS");
+        eprintln!("usage: model_rate [--vfio-user] SIZE ITERS");
         std::process::exit(2);
     };
     if size == 0 || size > 1 << 20 {
         eprintln!("model_rate: SIZE must be 1..=1048576");
         std::process::exit(2);
     }
-    let hal = SimHal::synchronous();
-    let dev = Device::bring_up(&hal, Config::default()).unwrap_or_else(|e| panic!("{e}"));
+    if !vfio_user {
+        rate(&SimHal::synchronous(), "in process", size, iters);
+        return;
+    }
+    let sock = std::env::temp_dir().join(format!("model-rate-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&sock);
+    let s = sock.clone();
+    let server = std::thread::spawn(move || {
+        bareverbs_model::vfio_user::serve(&s, bareverbs_model::ModelConfig::default(), None, None)
+    });
+    let start = Instant::now();
+    while !sock.exists() {
+        if start.elapsed() > Duration::from_secs(10) {
+            eprintln!("model_rate: the vfio-user server never listened");
+            std::process::exit(1);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let hal = bareverbs_vfio::VfioUserHal::connect(&sock, VFIO_USER_MEMORY)
+        .unwrap_or_else(|e| panic!("{e}"));
+    rate(&hal, "over vfio-user", size, iters);
+    drop(hal);
+    let _ = std::fs::remove_file(&sock);
+    match server.join() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            eprintln!("model_rate: the vfio-user server failed: {e}");
+            std::process::exit(1);
+        }
+        Err(_) => {
+            eprintln!("model_rate: the vfio-user server panicked");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Brings a device up on `hal`, runs the loop and prints the rate (`how`: where the model is).
+fn rate<H: Hal>(hal: H, how: &str, size: u32, iters: usize) {
+    let dev = Device::bring_up(hal, Config::default()).unwrap_or_else(|e| panic!("{e}"));
     let pd = dev.alloc_pd().unwrap_or_else(|e| panic!("{e}"));
     let (mut scq, rcq) = (dev.create_cq(255).unwrap(), dev.create_cq(255).unwrap());
     let cap = QpCap {
@@ -45,7 +94,7 @@ fn main() {
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     let len = size as usize;
     let mr = pd
-        .reg_mr(hal.dma_alloc(2 * len, 4096).unwrap().share(), access)
+        .reg_mr(dev.hal().dma_alloc(2 * len, 4096).unwrap().share(), access)
         .map_err(|(e, _)| e)
         .unwrap();
     mr.buf().fill(0, len, 0x5a).unwrap();
@@ -86,7 +135,16 @@ fn main() {
                 eprintln!("model_rate: posting failed: {ok:?}");
                 std::process::exit(1);
             }
-            let got = scq.poll(wc);
+            // In process the completion is there when the doorbell returns; over vfio-user
+            // the server's thread writes it meanwhile.
+            let waited = Instant::now();
+            let got = loop {
+                let got = scq.poll(wc);
+                if got != 0 || waited.elapsed() > Duration::from_secs(10) {
+                    break got;
+                }
+                std::hint::spin_loop();
+            };
             if got != 1 || wc[0].status != WcStatus::Success {
                 eprintln!("model_rate: expected one successful completion, got {got}");
                 std::process::exit(1);
@@ -106,7 +164,7 @@ fn main() {
         std::process::exit(1);
     }
     println!(
-        "model_rate: {size} B RDMA WRITE, {} WQEs in {secs:.3} s: {:.2} M WQE/s, {:.2} GB/s of payload",
+        "model_rate: {size} B RDMA WRITE {how}, {} WQEs in {secs:.3} s: {:.2} M WQE/s, {:.2} GB/s of payload",
         iters * BATCH,
         wqes / secs / 1e6,
         wqes * f64::from(size) / secs / 1e9
