@@ -42,7 +42,7 @@ fn main() {
         std::process::exit(2);
     }
     if !vfio_user {
-        rate(&SimHal::synchronous(), "in process", size, iters);
+        rate(SimHal::synchronous(), "in process", size, iters);
         return;
     }
     let sock = std::env::temp_dir().join(format!("model-rate-{}.sock", std::process::id()));
