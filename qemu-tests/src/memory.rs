@@ -7,7 +7,7 @@
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::collections::BTreeMap;
 use std::ptr::NonNull;
-use std::sync::atomic::{fence, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{fence, AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bareverbs_hal::{DmaDomain, DmaError, DmaMemory, Iova};
@@ -232,11 +232,9 @@ impl AddressSpace for HostMemory {
             let head = p.align_offset(8).min(dst.len());
             let tail_at = head + (dst.len() - head) / 8 * 8;
             let (lead, rest) = dst.split_at_mut(head);
-            for (i, d) in lead.iter_mut().enumerate() {
-                // SAFETY: in bounds of the region (with_region), which is only ever accessed
-                // atomically while shared (the driver's `SharedDma` accessors, these).
-                *d = unsafe { AtomicU8::from_ptr(p.add(i)) }.load(Ordering::Relaxed);
-            }
+            // SAFETY: in bounds of the region (with_region), which is only ever accessed
+            // atomically while shared (the driver's `SharedDma` accessors, these).
+            unsafe { load_small(p, lead) };
             // SAFETY: head <= len, inside the region.
             let words = unsafe { p.add(head) }.cast::<u64>();
             let mut chunks = rest.chunks_exact_mut(8);
@@ -246,10 +244,8 @@ impl AddressSpace for HostMemory {
                 let v = unsafe { AtomicU64::from_ptr(words.add(w)) }.load(Ordering::Relaxed);
                 d.copy_from_slice(&v.to_ne_bytes());
             }
-            for (i, d) in chunks.into_remainder().iter_mut().enumerate() {
-                // SAFETY: tail_at + i < len.
-                *d = unsafe { AtomicU8::from_ptr(p.add(tail_at + i)) }.load(Ordering::Relaxed);
-            }
+            // SAFETY: tail_at + the remainder's length = len.
+            unsafe { load_small(p.add(tail_at), chunks.into_remainder()) };
             fence(Ordering::Acquire);
         })
     }
@@ -262,9 +258,11 @@ impl AddressSpace for HostMemory {
             let spare = &mut out.spare_capacity_mut()[..len];
             let head = p.align_offset(8).min(len);
             let (lead, rest) = spare.split_at_mut(head);
-            for (i, d) in lead.iter_mut().enumerate() {
-                // SAFETY: as in `read`.
-                d.write(unsafe { AtomicU8::from_ptr(p.add(i)) }.load(Ordering::Relaxed));
+            let mut b = [0u8; 8];
+            // SAFETY: as in `read`; head < 8.
+            unsafe { load_small(p, &mut b[..head]) };
+            for (d, v) in lead.iter_mut().zip(b) {
+                d.write(v);
             }
             // SAFETY: as in `read`.
             let wp = unsafe { p.add(head) }.cast::<u64>();
@@ -278,9 +276,10 @@ impl AddressSpace for HostMemory {
             }
             let tail = chunks.into_remainder();
             let tail_at = len - tail.len();
-            for (i, d) in tail.iter_mut().enumerate() {
-                // SAFETY: as in `read`.
-                d.write(unsafe { AtomicU8::from_ptr(p.add(tail_at + i)) }.load(Ordering::Relaxed));
+            // SAFETY: as in `read`; the tail is shorter than 8.
+            unsafe { load_small(p.add(tail_at), &mut b[..tail.len()]) };
+            for (d, v) in tail.iter_mut().zip(b) {
+                d.write(v);
             }
             fence(Ordering::Acquire);
             // SAFETY: the `len` bytes after `at` were all written above, within the capacity
@@ -294,10 +293,8 @@ impl AddressSpace for HostMemory {
             fence(Ordering::Release);
             let head = p.align_offset(8).min(src.len());
             let (lead, rest) = src.split_at(head);
-            for (i, s) in lead.iter().enumerate() {
-                // SAFETY: as in `read`.
-                unsafe { AtomicU8::from_ptr(p.add(i)) }.store(*s, Ordering::Relaxed);
-            }
+            // SAFETY: as in `read`.
+            unsafe { store_small(p, lead) };
             // SAFETY: as in `read`.
             let words = unsafe { p.add(head) }.cast::<u64>();
             let mut chunks = rest.chunks_exact(8);
@@ -307,11 +304,68 @@ impl AddressSpace for HostMemory {
                 unsafe { AtomicU64::from_ptr(words.add(w)) }.store(v, Ordering::Relaxed);
             }
             let tail_at = head + (src.len() - head) / 8 * 8;
-            for (i, s) in chunks.remainder().iter().enumerate() {
-                // SAFETY: as in `read`.
-                unsafe { AtomicU8::from_ptr(p.add(tail_at + i)) }.store(*s, Ordering::Relaxed);
-            }
+            // SAFETY: as in `read`.
+            unsafe { store_small(p.add(tail_at), chunks.remainder()) };
         })
+    }
+}
+
+/// Loads the `dst.len()` bytes at `p` (fewer than 8: the ends of an access around its whole
+/// words) with atomics of the sizes a driver uses there: the largest naturally aligned 4-, 2-
+/// or 1-byte accesses that fit. A doorbell record's 4-byte counter, which the driver stores as
+/// one `u32`, is read as one `u32`: atomics of different sizes on the same bytes, unordered
+/// with each other, are a data race in Rust's memory model (Miri reported one between the
+/// driver's consumer index store and this side's byte loads).
+///
+/// # Safety
+/// `p..p + dst.len()` is inside a live region, which is only ever accessed atomically.
+unsafe fn load_small(p: *mut u8, dst: &mut [u8]) {
+    let mut i = 0;
+    while i < dst.len() {
+        // SAFETY: p + i .. p + i + n lies within the access (n <= what is left), aligned to n.
+        unsafe {
+            let q = p.add(i);
+            let left = dst.len() - i;
+            if left >= 4 && q as usize % 4 == 0 {
+                let v = AtomicU32::from_ptr(q.cast()).load(Ordering::Relaxed);
+                dst[i..i + 4].copy_from_slice(&v.to_ne_bytes());
+                i += 4;
+            } else if left >= 2 && q as usize % 2 == 0 {
+                let v = AtomicU16::from_ptr(q.cast()).load(Ordering::Relaxed);
+                dst[i..i + 2].copy_from_slice(&v.to_ne_bytes());
+                i += 2;
+            } else {
+                dst[i] = AtomicU8::from_ptr(q).load(Ordering::Relaxed);
+                i += 1;
+            }
+        }
+    }
+}
+
+/// Stores `src` (fewer than 8 bytes) at `p` as [`load_small`] loads.
+///
+/// # Safety
+/// As [`load_small`].
+unsafe fn store_small(p: *mut u8, src: &[u8]) {
+    let mut i = 0;
+    while i < src.len() {
+        // SAFETY: as in `load_small`.
+        unsafe {
+            let q = p.add(i);
+            let left = src.len() - i;
+            if left >= 4 && q as usize % 4 == 0 {
+                let v = u32::from_ne_bytes([src[i], src[i + 1], src[i + 2], src[i + 3]]);
+                AtomicU32::from_ptr(q.cast()).store(v, Ordering::Relaxed);
+                i += 4;
+            } else if left >= 2 && q as usize % 2 == 0 {
+                let v = u16::from_ne_bytes([src[i], src[i + 1]]);
+                AtomicU16::from_ptr(q.cast()).store(v, Ordering::Relaxed);
+                i += 2;
+            } else {
+                AtomicU8::from_ptr(q).store(src[i], Ordering::Relaxed);
+                i += 1;
+            }
+        }
     }
 }
 
