@@ -294,6 +294,13 @@ impl<M: DmaMemory> SharedDma<M> {
         self.mem.len() == 0
     }
 
+    /// CPU address of the first byte, for views made from a checked shape
+    /// ([`RingShape`](crate::ring::RingShape)).
+    #[inline(always)]
+    pub(crate) fn region_ptr(&self) -> NonNull<u8> {
+        self.mem.as_ptr()
+    }
+
     /// CPU address of byte `off`, for views that check `off..off + len` once
     /// ([`Slots`](crate::ring::Slots)).
     pub(crate) fn span_ptr(&self, off: usize, len: usize) -> Result<NonNull<u8>, DmaError> {

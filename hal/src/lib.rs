@@ -27,7 +27,7 @@ pub use clock::{Deadline, Instant};
 pub use dma::{DmaBuf, DmaError, DmaMemory, SharedDma};
 pub use mmio::{check_access, check_block, Mmio, MmioError, RawMmio};
 pub use raw_commands::RawCommands;
-pub use ring::{Slot, Slots, SlotsMut};
+pub use ring::{RingShape, Slot, Slots, SlotsMut};
 
 /// What the driver needs from the platform: BAR0, DMA memory and time.
 ///

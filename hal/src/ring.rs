@@ -63,6 +63,83 @@ impl<M: DmaMemory> SharedDma<M> {
     }
 }
 
+/// Where a ring of `count` slots of `SIZE` bytes lies in one [`SharedDma`], checked once
+/// ([`SharedDma::ring_shape`]). A view of it ([`SharedDma::slots_of`]) is then made with no
+/// check but that the region is still one at the address and of the length it was checked
+/// against — what makes the bounds and alignment hold — so a queue that keeps its rings'
+/// shapes pays two comparisons per call for its views, not the whole check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingShape<const SIZE: usize> {
+    /// Address and length of the region it was checked against.
+    region: usize,
+    len: usize,
+    /// Byte offset of the first slot, and `count - 1`.
+    off: usize,
+    mask: usize,
+}
+
+impl<const SIZE: usize> RingShape<SIZE> {
+    /// Number of slots.
+    pub fn count(&self) -> usize {
+        self.mask + 1
+    }
+
+    /// Byte offset of the first slot in its region.
+    pub fn offset(&self) -> usize {
+        self.off
+    }
+}
+
+impl<M: DmaMemory> SharedDma<M> {
+    /// The shape of `count` slots of `SIZE` bytes from byte `off`, checked as
+    /// [`SharedDma::slots`] checks a view.
+    ///
+    /// # Errors
+    /// As [`SharedDma::slots`].
+    pub fn ring_shape<const SIZE: usize>(
+        &self,
+        off: usize,
+        count: usize,
+    ) -> Result<RingShape<SIZE>, DmaError> {
+        self.slots::<SIZE>(off, count)?;
+        Ok(RingShape {
+            region: self.region_ptr().as_ptr() as usize,
+            len: self.len(),
+            off,
+            mask: count - 1,
+        })
+    }
+
+    /// The view of a ring `shape` describes; `None` unless this region is at the address and
+    /// of the length the shape was checked against.
+    #[inline(always)]
+    pub fn slots_of<const SIZE: usize>(&self, shape: &RingShape<SIZE>) -> Option<Slots<'_, SIZE>> {
+        let region = self.region_ptr();
+        if region.as_ptr() as usize != shape.region || self.len() != shape.len {
+            return None;
+        }
+        // SAFETY: `ring_shape` checked that `off + count * SIZE` fits in a region of this
+        // length and that `region + off` is 8-byte aligned, for a region at this address.
+        let base = unsafe { region.add(shape.off) };
+        Some(Slots {
+            base,
+            mask: shape.mask,
+            _dma: PhantomData,
+        })
+    }
+
+    /// [`SharedDma::slots_of`] of a region borrowed exclusively, as [`SharedDma::slots_mut`].
+    #[inline(always)]
+    pub fn slots_mut_of<const SIZE: usize>(
+        &mut self,
+        shape: &RingShape<SIZE>,
+    ) -> Option<SlotsMut<'_, SIZE>> {
+        Some(SlotsMut {
+            slots: self.slots_of(shape)?,
+        })
+    }
+}
+
 impl<'a, const SIZE: usize> Slots<'a, SIZE> {
     /// Number of slots.
     pub fn count(&self) -> usize {
@@ -332,6 +409,29 @@ mod tests {
         let mut v = std::vec![0u8; d.len()];
         d.read_bytes(0, &mut v).unwrap();
         v
+    }
+
+    #[test]
+    fn a_shape_makes_views_of_its_own_region_only() {
+        let d = shared(256);
+        assert!(d.ring_shape::<64>(0, 8).is_err());
+        assert!(d.ring_shape::<16>(8, 3).is_err());
+        let shape = d.ring_shape::<16>(64, 8).unwrap();
+        assert_eq!(shape.count(), 8);
+        let v = d.slots_of(&shape).unwrap();
+        v.slot(9).write64(0, 0x0102_0304_0506_0708);
+        assert_eq!(d.read64(64 + 16), 0x0102_0304_0506_0708);
+        assert_eq!(
+            d.slots::<16>(64, 8).unwrap().slot(1).read64(0),
+            0x0102_0304_0506_0708
+        );
+        // Another region of the same length, or a longer one: refused.
+        assert!(shared(256).slots_of(&shape).is_none());
+        assert!(shared(4096).slots_of(&shape).is_none());
+        let mut e = shared(256);
+        assert!(e.slots_mut_of(&shape).is_none());
+        let mut d = d;
+        assert!(d.slots_mut_of(&shape).is_some());
     }
 
     #[test]

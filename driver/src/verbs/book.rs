@@ -12,7 +12,7 @@
 
 use core::sync::atomic::{AtomicU16, Ordering};
 
-use bareverbs_hal::{Hal, SharedDma, Slots};
+use bareverbs_hal::{DmaError, Hal, RingShape, SharedDma, Slots};
 
 use crate::slot_table::{Keyed, SlotTable, TableSlot};
 use crate::table::Table;
@@ -45,9 +45,9 @@ pub struct Book<H: Hal> {
     /// the request (u16) at 16·i + 8; then per receive index j: the request's `wr_id` at
     /// 16·`sq_count` + 8·j.
     pub(crate) mem: SharedDma<H::Dma>,
-    /// log2 of the send WQEBBs and of the receive entries.
-    pub(crate) log_sq: u8,
-    pub(crate) log_rq: u8,
+    /// Where the send and the receive entries are in `mem`, checked once.
+    sq_shape: RingShape<16>,
+    rq_shape: RingShape<8>,
     /// WQEBB counter up to which send requests have completed.
     pub(crate) sq_tail: AtomicU16,
     /// Receive requests completed.
@@ -64,25 +64,29 @@ pub struct Book<H: Hal> {
 
 impl<H: Hal> Book<H> {
     /// The book of a new QP: nothing posted.
+    ///
+    /// # Errors
+    /// [`DmaError`] when `mem` is shorter than [`Book::bytes`] of the sizes.
     pub(crate) fn new(
         qpn: u32,
         mem: SharedDma<H::Dma>,
         log_sq: u8,
         log_rq: u8,
         cqns: [u32; 2],
-    ) -> Self {
-        Book {
+    ) -> Result<Self, DmaError> {
+        let sq_count = 1usize << log_sq;
+        Ok(Book {
             qpn,
+            sq_shape: mem.ring_shape(0, sq_count)?,
+            rq_shape: mem.ring_shape(16 * sq_count, 1 << log_rq)?,
             mem,
-            log_sq,
-            log_rq,
             sq_tail: AtomicU16::new(0),
             rq_tail: AtomicU16::new(0),
             sq_head: AtomicU16::new(0),
             rq_head: AtomicU16::new(0),
             cqns,
             ring: None,
-        }
+        })
     }
 
     /// Everything posted is forgotten (the QP went to RESET).
@@ -102,20 +106,19 @@ impl<H: Hal> Book<H> {
     #[inline]
     pub(crate) fn send_view(&self) -> Option<(Slots<'_, 16>, &AtomicU16, &AtomicU16)> {
         Some((
-            self.mem.slots(0, 1 << self.log_sq).ok()?,
+            self.mem.slots_of(&self.sq_shape)?,
             &self.sq_tail,
             &self.sq_head,
         ))
     }
 
-    /// Views for one post or poll call: the bounds are checked here, once, not per entry.
-    /// `None` only if the book's memory is shorter than its sizes (never, as created).
+    /// Views for one post or poll call, from the shapes checked when the book was made (never
+    /// `None`: the book keeps the memory they were checked against).
     #[inline]
     pub(crate) fn view(&self) -> Option<BookView<'_>> {
-        let sq_count = 1usize << self.log_sq;
         Some(BookView {
-            sq: self.mem.slots(0, sq_count).ok()?,
-            rq: self.mem.slots(16 * sq_count, 1 << self.log_rq).ok()?,
+            sq: self.mem.slots_of(&self.sq_shape)?,
+            rq: self.mem.slots_of(&self.rq_shape)?,
             sq_tail: &self.sq_tail,
             rq_tail: &self.rq_tail,
         })

@@ -7,7 +7,7 @@ use core::sync::atomic::Ordering;
 use bareverbs_firmware_cmd::commands::{CreateCq, DestroyCq, ModifyCq};
 use bareverbs_firmware_cmd::ifc::*;
 use bareverbs_firmware_cmd::{Cqn, Layout, View};
-use bareverbs_hal::{dma_rmb, dma_wmb, wmb, BarOffset, Hal, Mmio, SharedDma, Slot};
+use bareverbs_hal::{dma_rmb, dma_wmb, wmb, BarOffset, Hal, Mmio, RingShape, SharedDma, Slot};
 
 use crate::cmdq::MAX_MESSAGE;
 use crate::device::{input, Device};
@@ -43,6 +43,10 @@ pub struct Cq<'d, H: Hal> {
     dev: &'d Device<H>,
     cqn: Cqn,
     uar: Uar,
+    /// Where the `1 << log_size` CQEs are in `buf`, and the doorbell record in `dbr`, checked
+    /// once.
+    shape: RingShape<CQE_BYTES>,
+    dbr_shape: RingShape<8>,
     buf: Option<SharedDma<H::Dma>>,
     dbr: Option<SharedDma<H::Dma>>,
     log_size: u8,
@@ -131,7 +135,9 @@ impl<H: Hal> Device<H> {
         };
         let uar = self.uar().ok_or(Error::NotUp)?;
         let (buf, pages) = self.cq_ring(log_size)?;
+        let shape = buf.ring_shape::<CQE_BYTES>(0, 1 << log_size)?;
         let dbr = self.hal.dma_alloc(64, 64)?.share();
+        let dbr_shape = dbr.ring_shape::<8>(0, 1)?;
         let RingPages {
             page,
             log_page,
@@ -163,6 +169,8 @@ impl<H: Hal> Device<H> {
             dev: self,
             cqn,
             uar,
+            shape,
+            dbr_shape,
             buf: Some(buf),
             dbr: Some(dbr),
             log_size,
@@ -503,11 +511,7 @@ impl<H: Hal> Cq<'_, H> {
     /// The polling loop proper.
     #[inline(always)]
     fn poll_run(&mut self, wc: &mut [Wc]) -> usize {
-        let Some(Ok(ring)) = self
-            .buf
-            .as_ref()
-            .map(|b| b.slots::<CQE_BYTES>(0, 1 << self.log_size))
-        else {
+        let Some(ring) = self.buf.as_ref().and_then(|b| b.slots_of(&self.shape)) else {
             return 0;
         };
         // Nothing new, the common case of a busy-polling loop: one look at the next entry's
@@ -580,7 +584,9 @@ impl<H: Hal> Cq<'_, H> {
         if ci != start {
             // ORDERING: the CQEs are read before the device is told it may reuse them.
             dma_wmb();
-            self.dbr().write32(cq_dbr::SET_CI, cq_set_ci_word(ci));
+            if let Some(d) = self.dbr.as_ref().and_then(|d| d.slots_of(&self.dbr_shape)) {
+                d.slot(0).write32(cq_dbr::SET_CI, cq_set_ci_word(ci));
+            }
         }
         n
     }
@@ -626,6 +632,7 @@ impl<H: Hal> Cq<'_, H> {
             });
         }
         let (new, pages) = dev.cq_ring(log_size)?;
+        let shape = new.ring_shape::<CQE_BYTES>(0, 1 << log_size)?;
         let RingPages {
             page,
             log_page,
@@ -683,6 +690,7 @@ impl<H: Hal> Cq<'_, H> {
         }
         self.ci = self.ci.wrapping_add(1);
         self.buf = Some(new);
+        self.shape = shape;
         self.log_size = log_size;
         // ORDERING: the moved entries are in place before the consumer index says so.
         dma_wmb();

@@ -241,7 +241,14 @@ impl<'d, H: Hal> Dct<'_, 'd, H> {
             return Err(e);
         }
         let dctn = View::<CreateDctOut>::new_checked(&o)?.get32(create_dct_out::dctn);
-        let b = Book::new(dctn, book, 0, 0, [self.cqn, self.cqn]);
+        let b = match Book::new(dctn, book, 0, 0, [self.cqn, self.cqn]) {
+            Ok(b) => b,
+            // Not reached: the memory was allocated for these sizes.
+            Err(e) => {
+                let _ = destroy_on_device(dev, dctn);
+                return Err(e.into());
+            }
+        };
         if let Err(e) = crate::verbs::qp::register(dev, Qpn(dctn), b, [self.cqn, self.cqn]) {
             // Another thread filled the table after the check above.
             let _ = destroy_on_device(dev, dctn);

@@ -282,9 +282,9 @@ impl<H: Hal> Qp<'_, '_, H> {
         };
         let size = 1u16 << self.rq.log_size();
         let units_log = self.rq.shift() - 4;
-        let rq = ring
-            .slots::<16>(0, usize::from(size) << units_log)
-            .map_err(|e| at(0)(e.into()))?;
+        let Some(rq) = self.rq.shape.as_ref().and_then(|s| ring.slots_of(s)) else {
+            return Err(at(0)(Error::NotUp));
+        };
         let ids = book.rq;
         let max_sge = self.cap().max_recv_sge as usize;
         let stride_units = 1usize << units_log;

@@ -508,6 +508,14 @@ impl<'d, H: Hal> Pd<'d, H> {
             });
         }
         let buf = buf.share();
+        // Where the queues are in the buffer, checked once for every post.
+        let sq_shape =
+            buf.ring_shape::<{ crate::verbs::send_queue::WQEBB }>(rq_bytes, 1 << log_sq_bbs)?;
+        let rq_shape = if no_rq {
+            None
+        } else {
+            Some(buf.ring_shape::<16>(0, (1 << log_rq) << (rq_shift - 4))?)
+        };
         let dbr = dev.hal.dma_alloc(64, 64)?.share();
         let book_mem = dev
             .hal
@@ -521,6 +529,8 @@ impl<'d, H: Hal> Pd<'d, H> {
         let scqn = attr.send_cq.cqn().raw();
         // An XRC initiator receives nothing: its receive CQ is its send CQ.
         let rcqn = if ini { scqn } else { attr.recv_cq.cqn().raw() };
+        // Its QPN comes with CREATE_QP.
+        let mut book = Book::new(0, book_mem, log_sq_bbs, log_rq, [scqn, rcqn])?;
         let mut xrc = crate::verbs::xrc::DefaultsGuard {
             dev,
             defaults: if ini {
@@ -589,7 +599,7 @@ impl<'d, H: Hal> Pd<'d, H> {
         let [buf, dbr] =
             dev.exec_handing_over::<CreateQp, 2>(&mut i[..ilen], &mut o, [buf, dbr])?;
         let qpn = Qpn(View::<CreateQpOut>::new_checked(&o)?.get32(create_qp_out::qpn));
-        let mut book = Book::new(qpn.raw(), book_mem, log_sq_bbs, log_rq, [scqn, rcqn]);
+        book.qpn = qpn.raw();
         if dv.cs_req != 0 || dv.cs_res != 0 {
             book.ring = Some(crate::verbs::cq_scatter::WqRing {
                 iova: buf.iova().0,
@@ -626,9 +636,9 @@ impl<'d, H: Hal> Pd<'d, H> {
             buf: Some(buf),
             dbr: Some(dbr),
             cap,
-            sq: SendQueue::new(
+            sq: SendQueue::with_shape(
+                sq_shape,
                 log_sq_bbs,
-                rq_bytes,
                 attr.sq_sig_all,
                 uar.bf_register(),
                 1usize << caps.log_bf_reg_size,
@@ -639,7 +649,7 @@ impl<'d, H: Hal> Pd<'d, H> {
                     ..Default::default()
                 },
             ),
-            rq: RecvQueue::new(log_rq, rq_shift),
+            rq: RecvQueue::with_shape(log_rq, rq_shift, rq_shape),
             attr: QpAttr {
                 cap,
                 ..QpAttr::default()
@@ -687,10 +697,11 @@ pub(crate) fn create_xrc_tgt<'p, 'd, H: Hal>(
         .set(qpc::cqn_rcv, cqn)
         .set(qpc::srqn_rmpn_xrqn, s0)
         .set(qpc::xrcd, xrcdn);
+    let mut book = Book::new(0, book_mem, 0, 0, [cqn, cqn])?;
     let mut o = [0u8; CreateQpOut::BYTES];
     dev.exec::<CreateQp>(&mut i, &mut o)?;
     let qpn = Qpn(View::<CreateQpOut>::new_checked(&o)?.get32(create_qp_out::qpn));
-    let book = Book::new(qpn.raw(), book_mem, 0, 0, [cqn, cqn]);
+    book.qpn = qpn.raw();
     let slot = match register(dev, qpn, book, [cqn, cqn]) {
         Ok(slot) => slot,
         Err(e) => {

@@ -9,6 +9,9 @@ pub(crate) struct RecvQueue {
     shift: u8,
     /// Receives posted.
     head: u16,
+    /// Where its WQEs are in the QP's work buffer, in 16-byte units, checked once (`None`: no
+    /// queue of its own).
+    pub(crate) shape: Option<bareverbs_hal::RingShape<16>>,
 }
 
 impl RecvQueue {
@@ -18,6 +21,19 @@ impl RecvQueue {
             log_size,
             shift,
             head: 0,
+            shape: None,
+        }
+    }
+
+    /// [`RecvQueue::new`] of a queue at `shape` in the work buffer (`None`: none of its own).
+    pub(crate) fn with_shape(
+        log_size: u8,
+        shift: u8,
+        shape: Option<bareverbs_hal::RingShape<16>>,
+    ) -> Self {
+        RecvQueue {
+            shape,
+            ..Self::new(log_size, shift)
         }
     }
 

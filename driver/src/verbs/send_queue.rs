@@ -4,7 +4,7 @@
 //! hands them to the device (doorbell record, then the BlueFlame register).
 
 use bareverbs_firmware_cmd::ifc::{fm_ce_se, qp_dbr};
-use bareverbs_hal::{dma_wmb, wmb, BarOffset, DmaMemory, Mmio, SharedDma, Slots};
+use bareverbs_hal::{dma_wmb, wmb, BarOffset, DmaMemory, Mmio, RingShape, SharedDma, Slots};
 
 /// The send-flag bits the `fm_ce_se` table is indexed by: `SendFlags::{FENCE, SIGNALED,
 /// SOLICITED}` (ibverbs' `IBV_SEND_*` values; `send_batch.rs` checks they agree). Named here so
@@ -63,9 +63,6 @@ pub(crate) struct SqDoorbell {
 #[derive(Debug)]
 pub(crate) struct SendQueue {
     log_bbs: u8,
-    /// Byte offset of the queue in the QP's work buffer: after the receive queue, 0 for a QP
-    /// without one of its own.
-    base: usize,
     /// The control segment's `fm_ce_se` byte by send flags (see [`fm_ce_se_table`]).
     fm_ce_se: u64,
     pub(crate) doorbell: SqDoorbell,
@@ -73,15 +70,16 @@ pub(crate) struct SendQueue {
     pub(crate) fence_next: bool,
     /// What its batches borrow (`send_batch.rs`).
     pub(crate) batch: BatchState,
+    /// Where its WQEBBs are in the QP's work buffer, checked once (`None`: no queue).
+    pub(crate) shape: Option<RingShape<WQEBB>>,
 }
 
 impl SendQueue {
-    /// A queue of `1 << log_bbs` WQEBBs at byte `base` of the work buffer, signalling every
+    /// A queue of `1 << log_bbs` WQEBBs (where, [`SendQueue::with_shape`] says), signalling every
     /// request when `sig_all`, ringing the BlueFlame register at `bf_register` of
     /// `bf_reg_size` bytes.
     pub(crate) fn new(
         log_bbs: u8,
-        base: usize,
         sig_all: bool,
         bf_register: usize,
         bf_reg_size: usize,
@@ -89,7 +87,6 @@ impl SendQueue {
     ) -> Self {
         SendQueue {
             log_bbs,
-            base,
             fm_ce_se: fm_ce_se_table(sig_all),
             doorbell: SqDoorbell {
                 cur: 0,
@@ -101,24 +98,34 @@ impl SendQueue {
             },
             fence_next: false,
             batch,
+            shape: None,
+        }
+    }
+
+    /// [`SendQueue::new`] of a queue at `shape` in the work buffer.
+    pub(crate) fn with_shape(
+        shape: RingShape<WQEBB>,
+        log_bbs: u8,
+        sig_all: bool,
+        bf_register: usize,
+        bf_reg_size: usize,
+        batch: BatchState,
+    ) -> Self {
+        SendQueue {
+            shape: Some(shape),
+            ..Self::new(log_bbs, sig_all, bf_register, bf_reg_size, batch)
         }
     }
 
     /// The send queue of a QP that has none (an XRC target).
     pub(crate) fn none() -> Self {
-        Self::new(0, 0, false, 0, 0, BatchState::default())
+        Self::new(0, false, 0, 0, BatchState::default())
     }
 
     /// Its WQEBBs.
     #[inline(always)]
     pub(crate) fn size(&self) -> u16 {
         1 << self.log_bbs
-    }
-
-    /// Byte offset in the work buffer.
-    #[inline(always)]
-    pub(crate) fn base(&self) -> usize {
-        self.base
     }
 
     /// WQEBBs posted so far.
