@@ -646,6 +646,8 @@ impl<'d, H: Hal> Pd<'d, H> {
                     dci_streams: dv.dci_streams.map_or(1, |(c, _)| 1 << c),
                     send_ops: dv.send_ops,
                     pdn: self.pdn().raw(),
+                    refuse: crate::verbs::send_batch::refusals(attr.qp_type, caps.ib_atomics),
+                    qpn_word: crate::verbs::send_batch::qpn_word(qpn.raw()),
                     ..Default::default()
                 },
             ),

@@ -78,6 +78,22 @@ pub struct SendBatch<'b, const XRC: bool = false, const DC: bool = false> {
     fence_at: u32,
 }
 
+/// What a QP of `qp_type` refuses ([`SendBatch::refuse`]) on a device with or without IB
+/// atomics: worked out once, when the QP is created.
+pub(crate) fn refusals(qp_type: QpType, ib_atomics: bool) -> u8 {
+    match qp_type {
+        QpType::Ud => UD | (1 << WRITE) | (1 << READ) | (1 << ATOMIC),
+        QpType::Uc => (1 << READ) | (1 << ATOMIC),
+        _ if !ib_atomics => (1 << ATOMIC) | NO_ATOMICS,
+        _ => 0,
+    }
+}
+
+/// QPN `qpn` in its place in a control segment's first word ([`SendBatch::qpn_word`]).
+pub(crate) fn qpn_word(qpn: u32) -> u64 {
+    ctrl::QPN.put(u64::from(qpn))
+}
+
 /// The error for a data segment length with bit 31 set ([`sge_refused_lengths`]), out of
 /// the way of the data path.
 #[cold]
@@ -856,13 +872,7 @@ impl<H: Hal> Qp<'_, '_, H> {
         }
         let slot = self.book.map(|s| s.read());
         let cap = self.cap();
-        let qpn = self.qpn().raw();
-        let refuse = match self.qp_type() {
-            QpType::Ud => UD | (1 << WRITE) | (1 << READ) | (1 << ATOMIC),
-            QpType::Uc => (1 << READ) | (1 << ATOMIC),
-            _ if !dev.info().caps.ib_atomics => (1 << ATOMIC) | NO_ATOMICS,
-            _ => 0,
-        };
+        let refuse = self.sq.batch.refuse;
         let (Some((book_sq, sq_tail, sq_head)), Some(ring), Some(dbr)) = (
             slot.as_ref()
                 .and_then(|g| g.as_ref())
@@ -902,7 +912,7 @@ impl<H: Hal> Qp<'_, '_, H> {
             cur,
             room: 0,
             size,
-            qpn_word: ctrl::QPN.put(u64::from(qpn)),
+            qpn_word: self.sq.batch.qpn_word,
             fm_ce_se,
             refuse,
             max_inline: cap.max_inline_data as usize,

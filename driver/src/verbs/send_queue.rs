@@ -31,6 +31,10 @@ pub(crate) struct BatchState {
     /// The mlx5 send operations the QP may post (`DvSendOpsFlags` bits) and its PD's number.
     pub(crate) send_ops: u8,
     pub(crate) pdn: u32,
+    /// What the QP refuses (`send_batch::refusals`), for every batch.
+    pub(crate) refuse: u8,
+    /// The QPN in its place in the control segment's first word.
+    pub(crate) qpn_word: u64,
     /// A request with inline data was written in the current batch: with one WQE in the
     /// batch, the BlueFlame candidate (rdma-core's `inl`). Here rather than in the batch's
     /// registers: one store per inline request (reading the WQE back instead cost every batch
