@@ -636,8 +636,8 @@ impl<'d, H: Hal> Pd<'d, H> {
             buf: Some(buf),
             dbr: Some(dbr),
             cap,
-            sq: SendQueue::with_shape(
-                sq_shape,
+            sq: SendQueue::new(
+                Some(sq_shape),
                 log_sq_bbs,
                 attr.sq_sig_all,
                 uar.bf_register(),
@@ -651,7 +651,7 @@ impl<'d, H: Hal> Pd<'d, H> {
                     ..Default::default()
                 },
             ),
-            rq: RecvQueue::with_shape(log_rq, rq_shift, rq_shape),
+            rq: RecvQueue::new(log_rq, rq_shift, rq_shape),
             attr: QpAttr {
                 cap,
                 ..QpAttr::default()
@@ -744,7 +744,7 @@ pub(crate) fn xrc_tgt_from_parts<'p, 'd, H: Hal>(
         dbr: None,
         cap: QpCap::default(),
         sq: SendQueue::none(),
-        rq: RecvQueue::new(0, 4),
+        rq: RecvQueue::new(0, 4, None),
         attr,
         xrc: None,
         srqn: None,

@@ -15,25 +15,18 @@ pub(crate) struct RecvQueue {
 }
 
 impl RecvQueue {
-    /// `1 << log_size` receives of `1 << shift` bytes.
-    pub(crate) fn new(log_size: u8, shift: u8) -> Self {
-        RecvQueue {
-            log_size,
-            shift,
-            head: 0,
-            shape: None,
-        }
-    }
-
-    /// [`RecvQueue::new`] of a queue at `shape` in the work buffer (`None`: none of its own).
-    pub(crate) fn with_shape(
+    /// `1 << log_size` receives of `1 << shift` bytes at `shape` in the work buffer (`None`:
+    /// the QP has no receive queue of its own).
+    pub(crate) fn new(
         log_size: u8,
         shift: u8,
         shape: Option<bareverbs_hal::RingShape<16>>,
     ) -> Self {
         RecvQueue {
+            log_size,
+            shift,
+            head: 0,
             shape,
-            ..Self::new(log_size, shift)
         }
     }
 

@@ -79,10 +79,11 @@ pub(crate) struct SendQueue {
 }
 
 impl SendQueue {
-    /// A queue of `1 << log_bbs` WQEBBs (where, [`SendQueue::with_shape`] says), signalling every
+    /// A queue of `1 << log_bbs` WQEBBs at `shape` in the work buffer, signalling every
     /// request when `sig_all`, ringing the BlueFlame register at `bf_register` of
     /// `bf_reg_size` bytes.
     pub(crate) fn new(
+        shape: Option<RingShape<WQEBB>>,
         log_bbs: u8,
         sig_all: bool,
         bf_register: usize,
@@ -102,28 +103,13 @@ impl SendQueue {
             },
             fence_next: false,
             batch,
-            shape: None,
-        }
-    }
-
-    /// [`SendQueue::new`] of a queue at `shape` in the work buffer.
-    pub(crate) fn with_shape(
-        shape: RingShape<WQEBB>,
-        log_bbs: u8,
-        sig_all: bool,
-        bf_register: usize,
-        bf_reg_size: usize,
-        batch: BatchState,
-    ) -> Self {
-        SendQueue {
-            shape: Some(shape),
-            ..Self::new(log_bbs, sig_all, bf_register, bf_reg_size, batch)
+            shape,
         }
     }
 
     /// The send queue of a QP that has none (an XRC target).
     pub(crate) fn none() -> Self {
-        Self::new(0, false, 0, 0, BatchState::default())
+        Self::new(None, 0, false, 0, 0, BatchState::default())
     }
 
     /// Its WQEBBs.
