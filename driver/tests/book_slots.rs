@@ -33,10 +33,14 @@ fn qps_come_and_go_while_another_thread_polls_their_cq() {
     // The last wr_id the poller saw.
     let latest = AtomicU64::new(0);
     let deadline = Instant::now() + Duration::from_secs(120);
-    let rounds = 40;
+    let rounds = 200;
     let seen = std::thread::scope(|s| {
         let poller = s.spawn(|| {
             let mut seen = 0u64;
+            // Completions of one QP come in order, and QPs one after another: each wr_id is
+            // above the last (a completion of a gone QP handed out with its successor's book,
+            // same QPN, would repeat one).
+            let mut last = 0u64;
             let mut wc = [Wc::EMPTY; 8];
             while !done.load(Ordering::Acquire) {
                 assert!(Instant::now() < deadline, "poller stalled");
@@ -44,6 +48,11 @@ fn qps_come_and_go_while_another_thread_polls_their_cq() {
                 for w in &wc[..n] {
                     assert_eq!(w.status, WcStatus::Success, "{w:?}");
                     assert_eq!(w.wr_id >> 32, u64::from(w.qp_num), "{w:?}");
+                    assert!(
+                        w.wr_id & 0xffff_ffff > last & 0xffff_ffff || seen == 0,
+                        "{w:?}"
+                    );
+                    last = w.wr_id;
                     latest.store(w.wr_id, Ordering::Release);
                     seen += 1;
                 }

@@ -426,12 +426,14 @@ impl<H: Hal> Cq<'_, H> {
     /// Work-request ids come from the QP's book; a completion for a QP this driver does not
     /// know carries `wr_id` 0.
     pub fn poll(&mut self, wc: &mut [Wc]) -> usize {
-        // Completions of a destroyed or reset QP to drop first: one load says whether any
-        // (`purge_seen` is kept off the epoch while purges are pending).
-        if self.purge_seen != self.dev.purge_epoch.load(Ordering::Acquire) {
+        // Completions of a destroyed or reset QP are dropped first: each run of CQEs checks
+        // the purge epoch once its book is locked (`purge_seen` is kept off the epoch while
+        // purges are pending) and stops short when it moved; then the purging path runs.
+        let n = self.poll_run(wc);
+        if n == 0 && self.purge_seen != self.dev.purge_epoch.load(Ordering::Acquire) {
             return self.poll_purging(wc);
         }
-        self.poll_run(wc)
+        n
     }
 
     /// Polls while completions of gone QPs may be in the ring: each is dropped, the others
@@ -445,14 +447,14 @@ impl<H: Hal> Cq<'_, H> {
             self.purge_seen = epoch.wrapping_sub(1);
             return crate::verbs::cq_flush::poll_flushed(&self.dev.books, self.cqn.raw(), wc);
         }
+        // Every purge entered up to `epoch` is taken now, so runs may go on under it.
+        self.purge_seen = epoch;
         self.dev.take_purges(self.cqn.raw(), &mut self.purges);
         let n = self.poll_skipping(wc);
         // Purges the consumer index has not passed yet bring the next poll back here.
-        self.purge_seen = if self.purges.is_empty() {
-            epoch
-        } else {
-            epoch.wrapping_sub(1)
-        };
+        if !self.purges.is_empty() {
+            self.purge_seen = epoch.wrapping_sub(1);
+        }
         n
     }
 
@@ -543,6 +545,13 @@ impl<H: Hal> Cq<'_, H> {
                 guard = relock(&self.dev.books, &mut self.last_book, qpn);
             }
             let entry = guard.as_ref().and_then(|g| g.as_ref());
+            // A QP gone since this poll began (its purge is entered before its book leaves,
+            // `Qp::destroy`, and its number may already be another QP's): its completions are
+            // for the next poll to drop, not for this run to hand out with a book that is not
+            // theirs. Checked after the book is locked, which orders it after the purge.
+            if self.purge_seen != self.dev.purge_epoch.load(Ordering::Acquire) {
+                break 'runs;
+            }
             let book = entry.and_then(|b| b.view());
             while n < wc.len() {
                 let cqe = ring.slot(ci as usize);

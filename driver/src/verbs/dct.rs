@@ -298,8 +298,9 @@ impl<'d, H: Hal> Dct<'_, 'd, H> {
             drain(dev, dctn.raw())?;
             destroy_on_device(dev, dctn.raw())?;
             self.dctn = None;
-            crate::verbs::qp::unregister(dev, dctn.raw(), [self.cqn, self.cqn]);
+            // The purge before the book goes, as for a QP (`Qp::destroy`).
             dev.purge_qp_completions(dctn.raw(), [self.cqn, self.cqn]);
+            crate::verbs::qp::unregister(dev, dctn.raw(), [self.cqn, self.cqn]);
             dev.reap_orphan_cqs(&[self.cqn]);
         }
         if self.srqn != u32::MAX {

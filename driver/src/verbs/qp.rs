@@ -1293,13 +1293,16 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
         input::<DestroyQp>(&mut i)?.set(destroy_qp_in::qpn, self.qpn.raw());
         let mut o = [0u8; DestroyQpOut::BYTES];
         dev.exec::<DestroyQp>(&mut i, &mut o)?;
+        // Its completions still in the CQs are marked to go before its book does: a poll that
+        // then finds no book for one of them finds the purge too (and leaves it for the next
+        // poll to drop) instead of handing it out without its `wr_id`.
+        dev.purge_qp_completions(self.qpn.raw(), [self.cqns.0, self.cqns.1]);
         unregister(dev, self.qpn.raw(), [self.cqns.0, self.cqns.1]);
         let mut ctl = dev.ctl.lock();
         if let Some(srqn) = self.srqn.take() {
             crate::verbs::srq::remove_user(&mut ctl, srqn);
         }
         drop(ctl);
-        dev.purge_qp_completions(self.qpn.raw(), [self.cqns.0, self.cqns.1]);
         dev.reap_orphan_cqs(&[self.cqns.0, self.cqns.1]);
         if let Some(x) = self.xrc.take() {
             x.release(dev);
