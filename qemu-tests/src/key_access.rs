@@ -16,6 +16,21 @@ impl Hca {
         len: u64,
         need: impl Fn(&crate::mkey::Rights) -> bool,
     ) -> Result<Pieces, KeyFault> {
+        let mut out = Pieces::new();
+        self.key_range_into(key, pd, addr, len, need, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Self::key_range`], appending the pieces to `out`.
+    pub(crate) fn key_range_into(
+        &self,
+        key: u32,
+        pd: u32,
+        addr: u64,
+        len: u64,
+        need: impl Fn(&crate::mkey::Rights) -> bool,
+        out: &mut Pieces,
+    ) -> Result<(), KeyFault> {
         let k = self
             .mkeys
             .get(&(key >> 8))
@@ -28,9 +43,7 @@ impl Hca {
         if !need(&k.rights) {
             return Err(KeyFault::Rights);
         }
-        let mut out = Pieces::new();
-        self.resolve_into(k, addr, len, 0, &mut out)?;
-        Ok(out)
+        self.resolve_into(k, addr, len, 0, out)
     }
 
     /// The device-address pieces of `addr..addr + len` through `k`, following an indirect
@@ -45,6 +58,9 @@ impl Hca {
         depth: u64,
         out: &mut Pieces,
     ) -> Result<(), KeyFault> {
+        if !k.translation.is_indirect() {
+            return k.translate_into(addr, len, out);
+        }
         let end = addr.checked_add(len).ok_or(KeyFault::Bounds)?;
         if addr < k.start || end > k.start.saturating_add(k.len) {
             return Err(KeyFault::Bounds);
@@ -69,22 +85,40 @@ impl Hca {
         Ok(())
     }
 
-    /// Appends the bytes `sges` name (through their lkeys, in PD `pd`) to `out`.
+    /// Appends the bytes `sges` name (through their lkeys, in PD `pd`) to `out`; a DMA fault
+    /// is recorded.
     pub(crate) fn gather_sges(
         &mut self,
         pd: u32,
         sges: &[Sge],
         out: &mut Vec<u8>,
     ) -> Result<(), u8> {
+        self.read_sges(pd, sges, out).map_err(|(syndrome, fault)| {
+            if let Some(f) = fault {
+                self.record_fault(f);
+            }
+            syndrome
+        })
+    }
+
+    /// [`Self::gather_sges`] through a shared borrow, so the requester can gather while it
+    /// holds its QP: Err carries the syndrome and the DMA fault, if one, for the caller to
+    /// record.
+    pub(crate) fn read_sges(
+        &self,
+        pd: u32,
+        sges: &[Sge],
+        out: &mut Vec<u8>,
+    ) -> Result<(), (u8, Option<crate::dma::DmaFault>)> {
+        let mut pieces = Pieces::new();
         for s in sges {
-            let pieces = self
-                .key_range(s.lkey, pd, s.addr, s.len.into(), |_| true)
-                .map_err(|_| synd::LOCAL_PROT)?;
+            pieces.clear();
+            self.key_range_into(s.lkey, pd, s.addr, s.len.into(), |_| true, &mut pieces)
+                .map_err(|_| (synd::LOCAL_PROT, None))?;
             for &(a, n) in &pieces {
-                if let Err(f) = self.dma.read_append(a, n as usize, out) {
-                    self.record_fault(f);
-                    return Err(synd::LOCAL_PROT);
-                }
+                self.dma
+                    .read_append(a, n as usize, out)
+                    .map_err(|f| (synd::LOCAL_PROT, Some(f)))?;
             }
         }
         Ok(())

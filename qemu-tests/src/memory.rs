@@ -29,7 +29,6 @@ struct Region {
 // arena lock (device side) or through the SimDma handle that owns it (driver side).
 unsafe impl Send for Region {}
 
-#[derive(Default)]
 struct Arena {
     regions: BTreeMap<u64, Region>,
     next_iova: u64,
@@ -39,9 +38,10 @@ struct Arena {
     max_align: Option<usize>,
     /// IOVA ranges (start, length) the device can no longer reach.
     revoked: Vec<(u64, u64)>,
-    /// The regions the device reached last (IOVA, pointer, length), tried before the map: a
-    /// WQE's accesses go to a few regions (ring, doorbell record, buffers) over and over.
-    recent: [Option<(u64, Region)>; RECENT],
+    /// The regions the device reached last (IOVA and region; an empty slot has length 0),
+    /// tried before the map: a WQE's accesses go to a few regions (ring, doorbell record,
+    /// buffers) over and over.
+    recent: [(u64, Region); RECENT],
     /// Which `recent` slot the next miss fills.
     recent_next: usize,
 }
@@ -49,17 +49,43 @@ struct Arena {
 /// Regions remembered by [`Arena::recent`].
 const RECENT: usize = 4;
 
+/// A `recent` slot that holds no region: no IOVA is inside it.
+const NO_REGION: (u64, Region) = (
+    0,
+    Region {
+        ptr: NonNull::dangling(),
+        len: 0,
+    },
+);
+
+impl Default for Arena {
+    fn default() -> Self {
+        Arena {
+            regions: BTreeMap::new(),
+            next_iova: 0,
+            bytes: 0,
+            limit: None,
+            fail_after: None,
+            max_align: None,
+            revoked: Vec::new(),
+            recent: [NO_REGION; RECENT],
+            recent_next: 0,
+        }
+    }
+}
+
 impl Arena {
     /// The region holding `iova`: (its IOVA, pointer, length).
     fn find(&mut self, iova: u64) -> Option<(u64, NonNull<u8>, usize)> {
-        for &(base, r) in self.recent.iter().flatten() {
-            if iova >= base && iova - base < r.len as u64 {
+        for &(base, r) in &self.recent {
+            // One comparison: below `base` wraps to a huge offset.
+            if iova.wrapping_sub(base) < r.len as u64 {
                 return Some((base, r.ptr, r.len));
             }
         }
         let (&base, &r) = self.regions.range(..=iova).next_back()?;
         let hit = (base, r.ptr, r.len);
-        self.recent[self.recent_next] = Some((base, r));
+        self.recent[self.recent_next] = (base, r);
         self.recent_next = (self.recent_next + 1) % RECENT;
         Some(hit)
     }
@@ -183,8 +209,8 @@ impl HostMemory {
             a.bytes -= r.len;
         }
         for slot in a.recent.iter_mut() {
-            if slot.is_some_and(|(base, _)| base == iova) {
-                *slot = None;
+            if slot.0 == iova {
+                *slot = NO_REGION;
             }
         }
     }

@@ -74,6 +74,11 @@ pub type KeyPiece = (u32, u64, u64);
 pub(crate) type Pieces = crate::small_list::SmallList<(u64, u64), 4>;
 
 impl Translation {
+    /// Whether the key's bytes are other keys' ranges (KLM, interleaved), not memory.
+    pub fn is_indirect(&self) -> bool {
+        matches!(self, Translation::Klm(_) | Translation::Interleaved { .. })
+    }
+
     /// The `(key, address, bytes)` pieces of an indirect key's bytes `off..off + len` (from
     /// the key's start), or `None` for a direct translation.
     pub fn indirect_pieces(&self, off: u64, len: u64) -> Option<Result<Vec<KeyPiece>, KeyFault>> {

@@ -12,70 +12,120 @@ use crate::qp::{Qp, ServiceType};
 use crate::wqe_exec::*;
 use crate::wqe_parse::*;
 
-impl Hca {
-    /// A DCI request's stream before it runs: `Some` outcome when it must not run, because its
-    /// stream is in error (flushed: WR_FLUSH_ERR, and the send queue goes on).
-    pub(crate) fn dci_stream_check(&mut self, qp: &Qp, w: &SendWqe<'_>) -> Option<Outcome> {
-        let d = qp.dci.as_ref()?;
-        if d.errored.contains(&w.dci_stream) {
-            self.send_error_cqe(qp, w.wqe_index, w.opcode, synd::WR_FLUSH);
-            return Some(Outcome::Flushed);
+/// What the requester keeps of its QP once the request is built. The QP itself is borrowed
+/// from the HCA's table while its WQE is read and its request built, and stays there while
+/// the request is out (the responder may be this same QP, looped back, and updates it); what
+/// the answer and the completion need is copied here.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Sender {
+    pub(crate) qpn: u32,
+    pub(crate) st: ServiceType,
+    pub(crate) pd: u32,
+    pub(crate) mtu: u8,
+    pub(crate) cs_req: u8,
+    pub(crate) rnr_retry: u8,
+    pub(crate) rnr_tries: u8,
+    pub(crate) ack_timeout: u8,
+    pub(crate) cqn_snd: u32,
+    pub(crate) user_index: u32,
+}
+
+impl Sender {
+    /// The requester's copy of `qp`.
+    pub(crate) fn of(qp: &Qp) -> Sender {
+        Sender {
+            qpn: qp.qpn,
+            st: qp.st,
+            pd: qp.pd,
+            mtu: qp.mtu,
+            cs_req: qp.cs_req,
+            rnr_retry: qp.rnr_retry,
+            rnr_tries: qp.rnr_tries,
+            ack_timeout: qp.ack_timeout,
+            cqn_snd: qp.cqn_snd,
+            user_index: qp.user_index,
         }
-        None
     }
 
-    /// After request `w` of DCI `qp` failed with `syndrome`: its stream is in error. While
+    /// What its send CQEs carry in `srqn_uidx` (see [`Hca::cqe_srqn_uidx`]: no SRQ).
+    pub(crate) fn cqe_uidx(&self) -> u32 {
+        if self.user_index == crate::qp::CQE_V0_UIDX {
+            0
+        } else {
+            self.user_index
+        }
+    }
+}
+
+/// Why no request was built: the syndrome the WQE completes with, and the DMA fault behind it
+/// if any (recorded by the caller, which holds the HCA mutably).
+pub(crate) struct Unbuilt {
+    pub(crate) syndrome: u8,
+    pub(crate) fault: Option<crate::dma::DmaFault>,
+}
+
+impl Hca {
+    /// Whether DCI `qp`'s request `w` runs on a stream in error (then it is flushed:
+    /// WR_FLUSH_ERR, and the send queue goes on).
+    pub(crate) fn dci_stream_errored(qp: &Qp, w: &SendWqe<'_>) -> bool {
+        qp.dci
+            .as_ref()
+            .is_some_and(|d| d.errored.contains(&w.dci_stream))
+    }
+
+    /// After request `w` of DCI `s` failed with `syndrome`: its stream is in error. While
     /// fewer streams than the DCI tolerates are, only the error completion is written and
     /// the send queue goes on (true); at the limit the DCI goes to ERR as any RC QP (false).
-    pub(crate) fn dci_stream_failed(&mut self, qp: &Qp, w: &SendWqe<'_>, syndrome: u8) -> bool {
-        let Some(d) = self.qps.get_mut(&qp.qpn).and_then(|q| q.dci.as_mut()) else {
+    pub(crate) fn dci_stream_failed(&mut self, s: &Sender, w: &SendWqe<'_>, syndrome: u8) -> bool {
+        let Some(d) = self.qps.get_mut(&s.qpn).and_then(|q| q.dci.as_mut()) else {
             return false;
         };
         d.errored.insert(w.dci_stream);
         if d.errored.len() >= 1usize << d.log_errored {
             return false;
         }
-        if let Some(q) = self.qps.get_mut(&qp.qpn) {
+        if let Some(q) = self.qps.get_mut(&s.qpn) {
             q.rnr_tries = 0;
             q.retry_tries = 0;
         }
-        self.send_error_cqe(qp, w.wqe_index, w.opcode, syndrome);
+        self.send_error_cqe(s, w.wqe_index, w.opcode, syndrome);
         true
     }
 
-    /// The message of send WQE `w` of `qp`, in the HCA's reused payload buffer.
-    pub(crate) fn payload(&mut self, qp: &Qp, w: &SendWqe<'_>) -> Result<Vec<u8>, u8> {
-        let mut out = std::mem::take(&mut self.payload_buf);
-        out.clear();
-        match w.inline {
-            Some(d) => out.extend_from_slice(d),
-            None => self.gather_sges(qp.pd, w.sges.as_slice(), &mut out)?,
+    /// The ACK timeout of `qpn`'s unanswered request ran out: the request goes again, counting
+    /// against `retry_count` (None), or fails once the retries are spent.
+    pub(crate) fn ack_timed_out(&mut self, qpn: u32) -> Option<Outcome> {
+        let Some(q) = self.qps.get_mut(&qpn) else {
+            return Some(Outcome::Wait);
+        };
+        q.ack_pending = false;
+        if q.retry_tries >= u32::from(q.retry_count) {
+            return Some(Outcome::Failed(synd::TRANSPORT_RETRY_EXC));
         }
-        Ok(out)
+        q.retry_tries = q.retry_tries.saturating_add(1);
+        q.transport_retries = q.transport_retries.saturating_add(1);
+        None
     }
 
-    /// The requester: builds the request for `w`, routes it and turns the answer into the
-    /// send completion.
-    pub(crate) fn execute(&mut self, qp: &Qp, w: &SendWqe<'_>) -> Outcome {
-        // The ACK timeout of an unanswered request ran out: retransmit it, counting against
-        // `retry_count`, or fail it once the retries are spent.
-        if qp.ack_pending {
-            let Some(q) = self.qps.get_mut(&qp.qpn) else {
-                return Outcome::Wait;
-            };
-            q.ack_pending = false;
-            if q.retry_tries >= u32::from(q.retry_count) {
-                return Outcome::Failed(synd::TRANSPORT_RETRY_EXC);
-            }
-            q.retry_tries = q.retry_tries.saturating_add(1);
-            q.transport_retries = q.transport_retries.saturating_add(1);
-        }
+    /// The request for send WQE `w` of `qp` (borrowed from the table), its message gathered
+    /// into `payload` (the HCA's reused buffer, which the request carries). Err: the WQE
+    /// completes with that syndrome (the buffer is dropped with it).
+    pub(crate) fn build_request(
+        &self,
+        qp: &Qp,
+        w: &SendWqe<'_>,
+        mut payload: Vec<u8>,
+    ) -> Result<Request, Unbuilt> {
+        let fail = |syndrome| Unbuilt {
+            syndrome,
+            fault: None,
+        };
         let imm =
             matches!(w.opcode, wqe_opcode::SEND_IMM | wqe_opcode::RDMA_WRITE_IMM).then_some(w.imm);
         let kind = match (qp.st, w.opcode) {
             // MADs on QP0/QP1 are answered through MAD_IFC; the model sends none itself.
             (ServiceType::Qp0 | ServiceType::Qp1 | ServiceType::RegUmr, _) => {
-                return Outcome::Failed(synd::LOCAL_QP_OP)
+                return Err(fail(synd::LOCAL_QP_OP))
             }
             (_, wqe_opcode::SEND | wqe_opcode::SEND_IMM) => Kind::Send,
             (
@@ -85,25 +135,28 @@ impl Hca {
             (st, wqe_opcode::RDMA_READ) if st.reliable() => Kind::Read,
             (st, wqe_opcode::ATOMIC_CS) if st.reliable() => Kind::Atomic { fetch_add: false },
             (st, wqe_opcode::ATOMIC_FA) if st.reliable() => Kind::Atomic { fetch_add: true },
-            _ => return Outcome::Failed(synd::LOCAL_QP_OP),
+            _ => return Err(fail(synd::LOCAL_QP_OP)),
         };
+        let sge_bytes: u64 = w.sges.as_slice().iter().map(|s| u64::from(s.len)).sum();
         // ibv_poll_cq(3), IBV_WC_LOC_LEN_ERR: a message longer than the QP may send
         // (`log_msg_max`) fails at the requester.
         let msg_len = match (w.inline, kind) {
             (_, Kind::Atomic { .. }) => 8,
             (Some(d), _) => d.len() as u64,
-            (None, _) => w.sges.as_slice().iter().map(|s| u64::from(s.len)).sum(),
+            (None, _) => sge_bytes,
         };
         if qp.st != ServiceType::Ud && msg_len > 1u64 << qp.log_msg_max.min(63) {
-            return Outcome::Failed(synd::LOCAL_LENGTH);
+            return Err(fail(synd::LOCAL_LENGTH));
         }
-        let payload = match kind {
-            Kind::Send | Kind::Write => match self.payload(qp, w) {
-                Ok(d) => d,
-                Err(s) => return Outcome::Failed(s),
-            },
-            _ => Vec::new(),
-        };
+        payload.clear();
+        if matches!(kind, Kind::Send | Kind::Write) {
+            match w.inline {
+                Some(d) => payload.extend_from_slice(d),
+                None => self
+                    .read_sges(qp.pd, w.sges.as_slice(), &mut payload)
+                    .map_err(|(syndrome, fault)| Unbuilt { syndrome, fault })?,
+            }
+        }
         let (dlid, dst_qpn, sl) = if matches!(qp.st, ServiceType::Ud | ServiceType::Dci) {
             (w.ud_rlid, w.ud_dqpn, w.ud_sl)
         } else {
@@ -113,7 +166,7 @@ impl Hca {
             .ports
             .get(usize::from(qp.port).wrapping_sub(1))
             .map_or(0, |p| p.lid);
-        let req = Request {
+        Ok(Request {
             kind,
             st: qp.st,
             psn: qp.next_send_psn,
@@ -127,7 +180,7 @@ impl Hca {
             solicited: w.solicited,
             raddr: w.raddr,
             rkey: w.rkey,
-            len: w.sges.as_slice().iter().map(|s| u64::from(s.len)).sum(),
+            len: sge_bytes,
             swap_add: w.swap_add,
             compare: w.compare,
             // The QP's own Q_Key is used when the request's has its top bit set (IB spec).
@@ -146,9 +199,16 @@ impl Hca {
             },
             xrc_srqn: w.xrc_srqn,
             dc_key: w.dc_key,
-        };
+        })
+    }
+
+    /// The requester, once `req` is built: routes it and turns the answer into the outcome of
+    /// send WQE `w` of `s`.
+    pub(crate) fn send_request(&mut self, s: &Sender, req: Request, w: &SendWqe<'_>) -> Outcome {
+        let kind = req.kind;
+        let msg_len = req.msg_len();
         let out = loop {
-            let Some(resp) = self.route(dlid, &req) else {
+            let Some(resp) = self.route(req.dlid, &req) else {
                 break Outcome::Wait;
             };
             let out = match resp {
@@ -165,10 +225,10 @@ impl Hca {
                         // asks for it only when every request is signaled (or with
                         // MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE); what hardware does for an
                         // unsignaled one is not in public sources: here it goes to memory.
-                        if qp.cs_req == qpc_scatter::REQ_DATA32 && w.signaled && data.len() <= 32 {
+                        if s.cs_req == qpc_scatter::REQ_DATA32 && w.signaled && data.len() <= 32 {
                             Outcome::DoneInline(data)
                         } else {
-                            match self.scatter(qp.pd, w.sges.as_slice(), 0, &data) {
+                            match self.scatter(s.pd, w.sges.as_slice(), 0, &data) {
                                 Ok(()) => Outcome::Done(data.len() as u32),
                                 Err(s) => Outcome::Failed(s),
                             }
@@ -181,7 +241,7 @@ impl Hca {
                 // A PSN sequence error NAK: retransmitted at once, counting against
                 // `retry_count`.
                 Response::NakSeq => {
-                    let Some(q) = self.qps.get_mut(&qp.qpn) else {
+                    let Some(q) = self.qps.get_mut(&s.qpn) else {
                         break Outcome::Wait;
                     };
                     if q.retry_tries >= u32::from(q.retry_count) {
@@ -193,36 +253,35 @@ impl Hca {
                     }
                 }
                 // No response: the request waits for the local ACK timeout (never, with
-                // `ack_timeout` 0), then goes again or fails (see the start of `execute`).
+                // `ack_timeout` 0), then goes again or fails (see `ack_timed_out`).
                 Response::NoQp => {
                     let at = self
                         .now_ns()
-                        .saturating_add(crate::qp::ack_timeout_ns(qp.ack_timeout));
-                    if let Some(q) = self.qps.get_mut(&qp.qpn) {
+                        .saturating_add(crate::qp::ack_timeout_ns(s.ack_timeout));
+                    if let Some(q) = self.qps.get_mut(&s.qpn) {
                         q.resend_at_ns = at;
                         q.ack_pending = true;
                     }
                     Outcome::Wait
                 }
                 // rnr_retry 7 retries forever; 0–6 that many times (one retry per engine round).
-                Response::Rnr(_) if qp.rnr_retry != 7 && qp.rnr_tries >= qp.rnr_retry => {
+                Response::Rnr(_) if s.rnr_retry != 7 && s.rnr_tries >= s.rnr_retry => {
                     Outcome::Failed(synd::RNR_RETRY_EXC)
                 }
                 // The request goes again once the responder's RNR timer has run out.
                 Response::Rnr(timer) => {
                     let ready = self.now_ns() + crate::qp::rnr_timer_ns(timer);
-                    if let Some(q) = self.qps.get_mut(&qp.qpn) {
+                    if let Some(q) = self.qps.get_mut(&s.qpn) {
                         q.rnr_tries = q.rnr_tries.saturating_add(1);
                         q.resend_at_ns = ready;
                     }
                     Outcome::Wait
                 }
             };
-            if matches!(out, Outcome::Done(_) | Outcome::DoneInline(_)) && qp.st != ServiceType::Ud
-            {
+            if matches!(out, Outcome::Done(_) | Outcome::DoneInline(_)) && s.st != ServiceType::Ud {
                 // The request's packets are spent: the next one starts after them.
-                if let Some(q) = self.qps.get_mut(&qp.qpn) {
-                    q.next_send_psn = psn_add(req.psn, packets(kind, msg_len, qp.mtu));
+                if let Some(q) = self.qps.get_mut(&s.qpn) {
+                    q.next_send_psn = psn_add(req.psn, packets(kind, msg_len, s.mtu));
                 }
             }
             break out;

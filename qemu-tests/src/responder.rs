@@ -11,6 +11,7 @@ use bareverbs_firmware_cmd::layout::{Layout, View};
 use crate::cqe_write::{err_cqe, ok_cqe, CqeFields};
 use crate::dma::AddressSpaceExt;
 use crate::hca::Hca;
+use crate::mkey::Pieces;
 use crate::pma::Traffic;
 use crate::qp::{Qp, QpState, ServiceType, CQE_V0_UIDX, PSN_MASK};
 use crate::wqe_exec::*;
@@ -431,12 +432,19 @@ impl Hca {
                 Err(_) => dropped(Response::Nak(synd::REMOTE_INVAL_REQ)),
             },
             Kind::Write => {
-                let dest = self.key_range(req.rkey, pd, req.raddr, req.payload.len() as u64, |k| {
-                    k.remote_write
-                });
-                let Ok(dest) = dest else {
+                let mut dest = Pieces::new();
+                let len = req.payload.len() as u64;
+                let checked = self.key_range_into(
+                    req.rkey,
+                    pd,
+                    req.raddr,
+                    len,
+                    |k| k.remote_write,
+                    &mut dest,
+                );
+                if checked.is_err() {
                     return dropped(Response::Nak(synd::REMOTE_ACCESS));
-                };
+                }
                 let mut at = 0;
                 for &(a, n) in &dest {
                     let _ = self.dma.write(a, &req.payload[at..at + n as usize]);

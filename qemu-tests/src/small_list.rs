@@ -6,6 +6,7 @@
 #[derive(Clone, Debug)]
 pub(crate) struct SmallList<T: Copy + Default, const N: usize> {
     inline: [T; N],
+    /// Items in the list: up to `N` they are in `inline`, past it all are in `spilled`.
     len: usize,
     /// Every item, once there were more than `N` (empty until then).
     spilled: Vec<T>,
@@ -29,20 +30,26 @@ impl<T: Copy + Default, const N: usize> SmallList<T, N> {
 
     /// Appends `v`.
     pub(crate) fn push(&mut self, v: T) {
-        if self.spilled.is_empty() && self.len < N {
+        if self.len < N {
             self.inline[self.len] = v;
-            self.len += 1;
-            return;
+        } else {
+            if self.len == N {
+                self.spilled.extend_from_slice(&self.inline);
+            }
+            self.spilled.push(v);
         }
-        if self.spilled.is_empty() {
-            self.spilled.extend_from_slice(&self.inline[..self.len]);
-        }
-        self.spilled.push(v);
+        self.len += 1;
+    }
+
+    /// Empties the list, keeping what it allocated.
+    pub(crate) fn clear(&mut self) {
+        self.len = 0;
+        self.spilled.clear();
     }
 
     /// The items, in order.
     pub(crate) fn as_slice(&self) -> &[T] {
-        if self.spilled.is_empty() {
+        if self.len <= N {
             &self.inline[..self.len]
         } else {
             &self.spilled
@@ -51,7 +58,7 @@ impl<T: Copy + Default, const N: usize> SmallList<T, N> {
 
     /// The last item, to extend in place.
     pub(crate) fn last_mut(&mut self) -> Option<&mut T> {
-        if self.spilled.is_empty() {
+        if self.len <= N {
             self.inline[..self.len].last_mut()
         } else {
             self.spilled.last_mut()
@@ -98,5 +105,12 @@ mod tests {
         assert_eq!(l.as_slice(), &[1, 2, 3, 14]);
         assert_eq!(l.first(), Some(&1));
         assert_eq!(l.iter().sum::<u32>(), 20);
+        l.clear();
+        assert!(l.as_slice().is_empty());
+        l.push(5);
+        assert_eq!(l.as_slice(), &[5]);
+        l.push(6);
+        l.push(7);
+        assert_eq!(l.as_slice(), &[5, 6, 7]);
     }
 }

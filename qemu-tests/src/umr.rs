@@ -27,6 +27,7 @@ use crate::dma::AddressSpaceExt;
 use crate::hca::Hca;
 use crate::mkey::{Klm, RepeatEnt, Translation, NOT_PRESENT};
 use crate::qp::{Qp, ServiceType};
+use crate::requester::Sender;
 use crate::wqe_exec::synd;
 
 /// Mask bits the model applies. The relaxed-ordering bits need `relaxed_ordering_*_umr`, which
@@ -65,7 +66,7 @@ impl Hca {
         let mask = (1u16 << qp.log_sq_size) - 1;
         let bb = |i: u16| qp.buf_iova(qp.sq_offset() + u64::from(i & mask) * 64);
         let Ok(first) = self.dma.read_vec(bb(qp.sq_consumed), 64) else {
-            self.complete_send_error(qp, qp.sq_consumed, 0, synd::LOCAL_QP_OP);
+            self.complete_send_error(&Sender::of(qp), qp.sq_consumed, 0, synd::LOCAL_QP_OP);
             return false;
         };
         let ctrl = View::<WqeCtrlSeg>::new_checked(&first[..WqeCtrlSeg::BYTES])
@@ -115,7 +116,7 @@ impl Hca {
             }
             Err(s) => {
                 self.umrs.1 += 1;
-                self.complete_send_error(qp, wqe_index, opcode, s);
+                self.complete_send_error(&Sender::of(qp), wqe_index, opcode, s);
                 false
             }
         }

@@ -49,7 +49,8 @@ use bareverbs_firmware_cmd::layout::ViewMut;
 use crate::cqe_write::{err_cqe, ok_cqe, CqeFields};
 use crate::dma::AddressSpaceExt;
 use crate::hca::Hca;
-use crate::qp::{Qp, QpState, ServiceType, PSN_MASK};
+use crate::qp::{QpState, ServiceType, PSN_MASK};
+use crate::requester::Sender;
 use crate::wqe_parse::*;
 
 /// The CQE error syndromes the model writes: short names for the values of
@@ -229,8 +230,13 @@ impl Hca {
     }
 
     fn run_sq_with(&mut self, qpn: u32, buf: &mut [u8]) {
+        // The doorbell record's producer counter as last read: read again only once the queue
+        // has caught up with it (the driver only moves it forward).
+        let mut posted: Option<u16> = None;
         loop {
-            let Some(qp) = self.qps.get(&qpn).cloned() else {
+            // The QP is borrowed from the table while its WQE is read and its request built;
+            // what the rest needs is copied (`Sender`) before the request goes out.
+            let Some(qp) = self.qps.get(&qpn) else {
                 return;
             };
             if matches!(qp.state, QpState::Sqer | QpState::Err) && !qp.no_sq {
@@ -243,13 +249,16 @@ impl Hca {
             if !matches!(qp.state, QpState::Rts | QpState::Sqd) || qp.no_sq {
                 return;
             }
-            let head = match self.dma.read_be32(qp.dbr + 4) {
-                Ok(v) => v as u16,
-                Err(f) => {
-                    self.record_fault(f);
-                    self.qp_fatal(qpn);
-                    return;
-                }
+            let head = match posted {
+                Some(h) if h != qp.sq_consumed => h,
+                _ => match self.dma.read_be32(qp.dbr + 4) {
+                    Ok(v) => *posted.insert(v as u16),
+                    Err(f) => {
+                        self.record_fault(f);
+                        self.qp_fatal(qpn);
+                        return;
+                    }
+                },
             };
             if qp.sq_consumed == head {
                 return;
@@ -260,14 +269,17 @@ impl Hca {
                 return;
             }
             if qp.st == ServiceType::RegUmr {
+                let qp = qp.clone();
                 if self.step_umr(&qp) {
                     continue;
                 }
                 return;
             }
-            let w = match self.read_send_wqe(&qp, buf) {
+            let consumed = qp.sq_consumed;
+            let w = match self.read_send_wqe(qp, buf) {
                 Ok(w) => w,
                 Err(WqeFault::Umr) => {
+                    let qp = qp.clone();
                     if self.step_umr(&qp) {
                         continue;
                     }
@@ -279,22 +291,40 @@ impl Hca {
                     return;
                 }
                 Err(WqeFault::Malformed) => {
-                    log::debug!(
-                        "model: QP {qpn:#x}: send WQE {} does not parse",
-                        qp.sq_consumed
-                    );
-                    self.complete_send_error(&qp, qp.sq_consumed, 0, synd::LOCAL_QP_OP);
+                    log::debug!("model: QP {qpn:#x}: send WQE {consumed} does not parse");
+                    let s = Sender::of(qp);
+                    self.complete_send_error(&s, consumed, 0, synd::LOCAL_QP_OP);
                     return;
                 }
             };
-            // The model runs a send queue in order, so fences change nothing; the initiator
-            // small fence (mode 1, what rdma-core puts after a UMR) is counted for tests.
-            if w.fence_mode == 1 {
-                self.small_fenced += 1;
-            }
-            let outcome = match self.dci_stream_check(&qp, &w) {
-                Some(o) => o,
-                None => self.execute(&qp, &w),
+            let s = Sender::of(qp);
+            let outcome = if Self::dci_stream_errored(qp, &w) {
+                self.send_error_cqe(&s, w.wqe_index, w.opcode, synd::WR_FLUSH);
+                Outcome::Flushed
+            } else if qp.ack_pending {
+                // The ACK timeout of an unanswered request ran out: the request goes again
+                // (this WQE, read again from the top) or fails.
+                match self.ack_timed_out(qpn) {
+                    Some(o) => o,
+                    None => continue,
+                }
+            } else {
+                // The model runs a send queue in order, so fences change nothing; the
+                // initiator small fence (mode 1, what rdma-core puts after a UMR) is counted
+                // for tests.
+                if w.fence_mode == 1 {
+                    self.small_fenced += 1;
+                }
+                let payload = std::mem::take(&mut self.payload_buf);
+                match self.build_request(qp, &w, payload) {
+                    Ok(req) => self.send_request(&s, req, &w),
+                    Err(u) => {
+                        if let Some(f) = u.fault {
+                            self.record_fault(f);
+                        }
+                        Outcome::Failed(u.syndrome)
+                    }
+                }
             };
             match outcome {
                 Outcome::Wait => {
@@ -326,68 +356,77 @@ impl Hca {
                             &CqeFields {
                                 sop_drop_qpn: (u32::from(w.opcode) << 24) | qpn,
                                 wqe_counter: w.wqe_index,
-                                srqn_uidx: self.cqe_srqn_uidx(&qp, None),
+                                srqn_uidx: s.cqe_uidx(),
                                 byte_cnt,
                                 inline,
                                 ..CqeFields::default()
                             },
                         );
-                        self.post_cqe(qp.cqn_snd, c, false);
+                        self.post_cqe(s.cqn_snd, c, false);
                     }
                 }
-                Outcome::Failed(s) => {
+                Outcome::Failed(e) => {
                     if let Some(q) = self.qps.get_mut(&qpn) {
                         q.sq_consumed = q.sq_consumed.wrapping_add(w.bbs);
                     }
-                    if self.dci_stream_failed(&qp, &w, s) {
+                    if self.dci_stream_failed(&s, &w, e) {
                         continue;
                     }
-                    self.complete_send_error(&qp, w.wqe_index, w.opcode, s);
+                    self.complete_send_error(&s, w.wqe_index, w.opcode, e);
                     return;
                 }
             }
         }
     }
 
+    /// The error completion of send WQE `wqe_index` (`opcode`) of `s`, and what it does to
+    /// the QP.
     pub(crate) fn complete_send_error(
         &mut self,
-        qp: &Qp,
+        s: &Sender,
         wqe_index: u16,
         opcode: u8,
         syndrome: u8,
     ) {
-        self.send_error_cqe(qp, wqe_index, opcode, syndrome);
+        self.send_error_cqe(s, wqe_index, opcode, syndrome);
         // A send error stops only the send queue of an unreliable QP (SQE); RC goes to ERR.
         // The UMR QP goes to ERR too: Linux 6.12 umr.c `mlx5r_umr_recover` expects only
         // WR_FLUSH_ERR after a failed UMR and resets the QP.
-        match qp.st {
+        match s.st {
             ServiceType::Uc | ServiceType::Ud | ServiceType::Qp0 | ServiceType::Qp1 => {
-                self.qp_to_sqe(qp.qpn)
+                self.qp_to_sqe(s.qpn)
             }
             ServiceType::Rc
             | ServiceType::Xrc
             | ServiceType::RegUmr
             | ServiceType::Dci
-            | ServiceType::Dct => self.qp_to_error(qp.qpn),
+            | ServiceType::Dct => self.qp_to_error(s.qpn),
         }
     }
 
-    /// The requester error CQE of WQE `wqe_index` (`opcode`) of `qp`.
-    pub(crate) fn send_error_cqe(&mut self, qp: &Qp, wqe_index: u16, opcode: u8, syndrome: u8) {
+    /// The requester error CQE of WQE `wqe_index` (`opcode`) of `s`.
+    pub(crate) fn send_error_cqe(&mut self, s: &Sender, wqe_index: u16, opcode: u8, syndrome: u8) {
         log::debug!(
             "model: QP {:#x} ({:?}) WQE {wqe_index} opcode {opcode:#x}: error CQE syndrome {syndrome:#x}",
-            qp.qpn,
-            qp.st
+            s.qpn,
+            s.st
         );
-        let uidx = self.cqe_srqn_uidx(qp, None);
-        let c = err_cqe(CqeOpcode::ReqErr, opcode, qp.qpn, wqe_index, syndrome, uidx);
-        self.post_cqe(qp.cqn_snd, c, false);
+        let c = err_cqe(
+            CqeOpcode::ReqErr,
+            opcode,
+            s.qpn,
+            wqe_index,
+            syndrome,
+            s.cqe_uidx(),
+        );
+        self.post_cqe(s.cqn_snd, c, false);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::qp::Qp;
     use crate::SimHal;
     use bareverbs_firmware_cmd::ifc::wqe_opcode;
 

@@ -94,7 +94,7 @@ impl Hca {
     /// Reads the WQE at `qp`'s send queue head into `buf` (basic block by basic block: the
     /// ring may wrap inside it) and parses it.
     pub(crate) fn read_send_wqe<'a>(
-        &mut self,
+        &self,
         qp: &Qp,
         buf: &'a mut [u8],
     ) -> Result<SendWqe<'a>, WqeFault> {
