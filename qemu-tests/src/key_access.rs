@@ -126,13 +126,7 @@ impl Hca {
 
     /// Scatters `data` over `sges` (local write required). Err(LOCAL_LENGTH) when it does not
     /// fit, Err(LOCAL_PROT) on a key problem.
-    pub(crate) fn scatter(
-        &mut self,
-        pd: u32,
-        sges: &[Sge],
-        skip: u64,
-        data: &[u8],
-    ) -> Result<(), u8> {
+    pub(crate) fn scatter(&self, pd: u32, sges: &[Sge], skip: u64, data: &[u8]) -> Result<(), u8> {
         let room: u64 = sges.iter().map(|s| u64::from(s.len)).sum();
         if skip + data.len() as u64 > room {
             return Err(synd::LOCAL_LENGTH);

@@ -35,10 +35,79 @@ pub(crate) struct XrcTarget {
     pub(crate) cqn: u32,
 }
 
+/// A receive queue or SRQ the responder could not read (`catas.rs`): the DMA fault, and the
+/// QP or SRQ that has the catastrophic error.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Unreadable {
+    Qp(u32),
+    Srq(u32),
+}
+
+/// A message delivered into a receive, made while the QP was borrowed, committed after.
+pub(crate) struct Delivery {
+    /// The receive taken from its queue.
+    taken: Taken,
+    /// Where its completion goes.
+    cqn: u32,
+    /// The completion: success, or an error that moves the QP to ERR.
+    cqe: [u8; 64],
+    failed: bool,
+    solicited: bool,
+    /// The message went into the CQE (scatter to CQE).
+    inline: bool,
+}
+
+/// Which receive a delivery took: the RQ's next (`srq` None) or SRQ `.0`'s, whose head moves
+/// to `.1`.
+#[derive(Clone, Copy)]
+struct Taken {
+    srq: Option<(u32, u16)>,
+}
+
+/// What a request did at its responder QP, worked out while the QP was borrowed from the
+/// table (checks, keys, data moved, completions made) and committed by [`Hca::commit`] once
+/// it no longer is, in the order of these fields.
+pub(crate) struct Effects {
+    qpn: u32,
+    resp: Response,
+    /// The first packet at a QP in RTR: communication established.
+    comm_est: bool,
+    /// A receive queue or SRQ that could not be read; `resp` is then RNR, and becomes no
+    /// answer when the QP went to ERR for it.
+    unreadable: Option<(crate::dma::DmaFault, Unreadable)>,
+    delivery: Option<Delivery>,
+    /// DC: a request with the wrong access key.
+    dct_key_violation: bool,
+    /// An RC responder error that moves the QP to ERR and raises this event.
+    error_event: Option<u8>,
+    /// The PSN the QP expects next, once it accepted the request.
+    next_rcv_psn: Option<u32>,
+}
+
+impl Effects {
+    fn answer(qpn: u32, resp: Response) -> Effects {
+        Effects {
+            qpn,
+            resp,
+            comm_est: false,
+            unreadable: None,
+            delivery: None,
+            dct_key_violation: false,
+            error_event: None,
+            next_rcv_psn: None,
+        }
+    }
+}
+
 impl Hca {
     /// The receive WQE `rqp` takes next, if one is posted: the head of its RQ, or of the
-    /// SRQ/RMP it receives from, or for an XRC request of the XRC SRQ `xrc` it names.
-    pub(crate) fn next_recv(&mut self, rqp: &Qp, xrc: Option<XrcTarget>) -> Option<Recv> {
+    /// SRQ/RMP it receives from, or for an XRC request of the XRC SRQ `xrc` it names. Err: the
+    /// queue cannot be read.
+    pub(crate) fn next_recv(
+        &self,
+        rqp: &Qp,
+        xrc: Option<XrcTarget>,
+    ) -> Result<Option<Recv>, (crate::dma::DmaFault, Unreadable)> {
         if let Some(x) = xrc {
             return self.next_srq_recv(x.srqn);
         }
@@ -47,7 +116,7 @@ impl Hca {
         }
         // A zero-length RQ never receives.
         if rqp.no_rq {
-            return None;
+            return Ok(None);
         }
         let idx = rqp.rq_consumed & ((1u16 << rqp.log_rq_size) - 1);
         let stride = 1u64 << rqp.rq_wqe_shift;
@@ -59,20 +128,12 @@ impl Hca {
                 .read_vec(rqp.buf_iova(u64::from(idx) * stride), stride as usize)
                 .map(Some)
         });
-        // A receive queue that cannot be read cannot go on (see `catas.rs`).
-        let raw = match fetched {
-            Ok(raw) => raw?,
-            Err(f) => {
-                self.record_fault(f);
-                self.qp_fatal(rqp.qpn);
-                return None;
-            }
-        };
-        Some(Recv {
+        let raw = fetched.map_err(|f| (f, Unreadable::Qp(rqp.qpn)))?;
+        Ok(raw.map(|raw| Recv {
             counter: rqp.rq_consumed,
             sges: Self::recv_sges(&raw),
             srq: None,
-        })
+        }))
     }
 
     /// The WQE SRQ/RMP `srqn` gives next, if one is posted: the one at the device's head while
@@ -80,11 +141,13 @@ impl Hca {
     /// srq.c `mlx5_post_srq_recv`: `*srq->db = htobe32(srq->counter)`, the number posted).
     /// The WQE starts with `mlx5_wqe_srq_next_seg`, whose `next_wqe_index` is the next head;
     /// its data segments follow.
-    pub(crate) fn next_srq_recv(&mut self, srqn: u32) -> Option<Recv> {
-        let srq = self.srq(srqn)?;
-        if !srq.good {
-            return None;
-        }
+    pub(crate) fn next_srq_recv(
+        &self,
+        srqn: u32,
+    ) -> Result<Option<Recv>, (crate::dma::DmaFault, Unreadable)> {
+        let Some(srq) = self.srq(srqn).filter(|s| s.good) else {
+            return Ok(None);
+        };
         let (dbr, head, taken) = (srq.dbr, srq.hw_head, srq.taken);
         let at = srq.wqe_iova(u32::from(head));
         let stride = 1usize << srq.wqe_shift;
@@ -94,30 +157,27 @@ impl Hca {
             }
             self.dma.read_vec(at, stride).map(Some)
         });
-        // An SRQ that cannot be read cannot go on (see `catas.rs`).
-        let raw = match fetched {
-            Ok(raw) => raw?,
-            Err(f) => {
-                self.record_fault(f);
-                self.srq_fatal(srqn);
-                return None;
-            }
+        let Some(raw) = fetched.map_err(|f| (f, Unreadable::Srq(srqn)))? else {
+            return Ok(None);
         };
-        let next = View::<WqeSrqNextSeg>::new_checked(&raw)
-            .ok()?
-            .get(wqe_srq_next_seg::next_wqe_index) as u16;
-        Some(Recv {
+        let Some(next) = View::<WqeSrqNextSeg>::new_checked(&raw)
+            .ok()
+            .map(|v| v.get(wqe_srq_next_seg::next_wqe_index) as u16)
+        else {
+            return Ok(None);
+        };
+        Ok(Some(Recv {
             counter: head,
             sges: Self::recv_sges(&raw[WqeSrqNextSeg::BYTES..]),
             srq: Some((srqn, next)),
-        })
+        }))
     }
 
-    /// Takes the receive `r` found by [`Self::next_recv`] from `rqp`'s queue; an SRQ whose
-    /// armed limit is now above the WQEs left raises the limit event and disarms.
-    pub(crate) fn take_recv(&mut self, rqp: &Qp, r: &Recv) {
-        let Some((srqn, next)) = r.srq else {
-            if let Some(q) = self.qps.get_mut(&rqp.qpn) {
+    /// Takes a receive from QP `qpn`'s queue (`t.srq` None) or from SRQ `t.srq.0`; an SRQ
+    /// whose armed limit is now above the WQEs left raises the limit event and disarms.
+    fn take_recv(&mut self, qpn: u32, t: Taken) {
+        let Some((srqn, next)) = t.srq else {
+            if let Some(q) = self.qps.get_mut(&qpn) {
                 q.rq_consumed = q.rq_consumed.wrapping_add(1);
             }
             return;
@@ -179,23 +239,21 @@ impl Hca {
         }
     }
 
-    /// Delivers `req`'s message into `rqp`'s next receive; responder CQE on its receive CQ.
-    /// An XRC request (`xrc`) takes its XRC SRQ's next receive, scatters with that SRQ's PD and
-    /// completes on that SRQ's CQ (`xrc_srqc.pd`, `xrc_srqc.cqn`; the target QP's own CQs are
-    /// mlx5_ib's placeholders).
+    /// Delivers `req`'s message into receive `recv` of `rqp` (found by [`Self::next_recv`]):
+    /// its data scattered and its responder completion made, for its CQ. An XRC request
+    /// (`xrc`) scatters with its XRC SRQ's PD and completes on that SRQ's CQ (`xrc_srqc.pd`,
+    /// `xrc_srqc.cqn`; the target QP's own CQs are mlx5_ib's placeholders).
     pub(crate) fn deliver(
-        &mut self,
+        &self,
         rqp: &Qp,
         req: &Request,
         rdma_imm: bool,
         xrc: Option<XrcTarget>,
-    ) -> Result<(), u8> {
-        let Some(recv) = self.next_recv(rqp, xrc) else {
-            return Err(0);
-        };
+        recv: Recv,
+    ) -> Delivery {
         let (pd, cqn) = xrc.map_or((rqp.pd, rqp.cqn_rcv), |x| (x.pd, x.cqn));
-        self.take_recv(rqp, &recv);
         let Recv { counter, sges, srq } = recv;
+        let taken = Taken { srq };
         let ud = req.st == ServiceType::Ud;
         let skip = if ud { 40 } else { 0 };
         // A UD message with a GRH fills the 40-byte area first; without one the area keeps
@@ -218,13 +276,14 @@ impl Hca {
         };
         let uidx = self.cqe_srqn_uidx(rqp, srq.map(|(n, _)| n));
         if let Err(s) = r {
-            let c = err_cqe(CqeOpcode::RespErr, 0, rqp.qpn, counter, s, uidx);
-            self.post_cqe(cqn, c, false);
-            self.qp_to_error(rqp.qpn);
-            return Err(s);
-        }
-        if inline {
-            self.scattered_to_cqe += 1;
+            return Delivery {
+                taken,
+                cqn,
+                cqe: err_cqe(CqeOpcode::RespErr, 0, rqp.qpn, counter, s, uidx),
+                failed: true,
+                solicited: false,
+                inline: false,
+            };
         }
         // flags_rqpn: bits 29:28 say a GRH arrived (1: IB GRH), 27:24 the SL, 23:0 the QPN.
         let g = if ud && req.grh.is_some() {
@@ -237,7 +296,7 @@ impl Hca {
             (false, true) => CqeOpcode::RespSendImm,
             (false, false) => CqeOpcode::RespSend,
         };
-        let c = ok_cqe(
+        let cqe = ok_cqe(
             op,
             &CqeFields {
                 sop_drop_qpn: rqp.qpn,
@@ -253,8 +312,14 @@ impl Hca {
                 inline: inline.then_some(&req.payload[..]),
             },
         );
-        self.post_cqe(cqn, c, req.solicited);
-        Ok(())
+        Delivery {
+            taken,
+            cqn,
+            cqe,
+            failed: false,
+            solicited: req.solicited,
+            inline,
+        }
     }
 
     /// The responder: answers a request addressed to one of this HCA's QPs.
@@ -278,71 +343,134 @@ impl Hca {
         resp
     }
 
+    /// The request at its QP: worked out with the QP borrowed from the table, then committed.
     pub(crate) fn respond_at_port(&mut self, req: &Request) -> Response {
         let rc = req.st.reliable();
-        let Some(r) = self
-            .qps
-            .get(&req.dst_qpn)
-            .filter(|r| {
-                // A QP in SQE (UC, UD) still receives.
-                matches!(
-                    r.state,
-                    QpState::Rtr | QpState::Rts | QpState::Sqer | QpState::Sqd
-                ) && (r.st == req.st || (req.st == ServiceType::Dci && r.st == ServiceType::Dct))
-            })
-            .cloned()
-        else {
+        let Some(r) = self.qps.get(&req.dst_qpn).filter(|r| {
+            // A QP in SQE (UC, UD) still receives.
+            matches!(
+                r.state,
+                QpState::Rtr | QpState::Rts | QpState::Sqer | QpState::Sqd
+            ) && (r.st == req.st || (req.st == ServiceType::Dci && r.st == ServiceType::Dct))
+        }) else {
             return if rc {
                 Response::NoQp
             } else {
                 Response::Dropped
             };
         };
+        let effects = self.respond_at(r, req);
+        self.commit(effects, rc)
+    }
+
+    /// What `req` does at QP `r`, borrowed: see [`Effects`].
+    fn respond_at(&self, r: &Qp, req: &Request) -> Effects {
+        let rc = req.st.reliable();
         if req.st == ServiceType::Dci {
-            return self.respond_at_dct(&r, req);
+            return self.respond_at_dct(r, req);
         }
         if req.st == ServiceType::Ud {
+            let mut e = Effects::answer(r.qpn, Response::Dropped);
             if r.qkey == req.qkey {
-                let _ = self.deliver(&r, req, false, None);
+                match self.next_recv(r, None) {
+                    Ok(Some(recv)) => e.delivery = Some(self.deliver(r, req, false, None, recv)),
+                    Ok(None) => {}
+                    Err(u) => e.unreadable = Some(u),
+                }
             }
-            return Response::Dropped;
+            return e;
         }
         // The first packet at a connected QP still in RTR: communication established
         // (IBA 11.6.3 affiliated event; mlx5 MLX5_EVENT_TYPE_COMM_EST, which Linux mlx5_ib
         // `mlx5_ib_qp_event` reports as IB_EVENT_COMM_EST), once per stay in RTR.
-        if r.state == QpState::Rtr && !r.comm_est {
-            if let Some(q) = self.qps.get_mut(&r.qpn) {
-                q.comm_est = true;
-            }
-            self.post_event(event_type::COMM_EST, 0, qp_srq_event_data(0, r.qpn));
-        }
+        let comm_est = r.state == QpState::Rtr && !r.comm_est;
         let npkts = packets(req.kind, req.msg_len(), r.mtu);
         let ahead = req.psn.wrapping_sub(r.next_rcv_psn) & PSN_MASK;
         let duplicate = rc && ahead >= 1 << 23;
-        if rc && ahead != 0 && !duplicate {
-            return Response::NakSeq;
+        let mut e = if rc && ahead != 0 && !duplicate {
+            Effects::answer(r.qpn, Response::NakSeq)
+        } else {
+            self.execute_request(r, req, duplicate)
+        };
+        e.comm_est = comm_est;
+        if matches!(e.resp, Response::NakSeq) {
+            return e;
         }
-        let resp = self.execute_request(&r, req, duplicate);
         // An RC responder that NAKs a remote access error or an invalid request goes to ERR
         // and reports it on the QP (IBA 9.9.3.1, responder class C errors; Linux rxe
-        // `do_class_ac_error`; mlx5 WQ_ACCESS_ERROR / WQ_INVAL_REQ_ERROR, which Linux
-        // mlx5_ib reports as IB_EVENT_QP_ACCESS_ERR / IB_EVENT_QP_REQ_ERR).
+        // `do_class_ac_error`; mlx5 WQ_ACCESS_ERROR / WQ_INVAL_REQ_ERROR, which Linux mlx5_ib
+        // reports as IB_EVENT_QP_ACCESS_ERR / IB_EVENT_QP_REQ_ERR).
         if rc && !duplicate {
-            let event = match resp {
+            e.error_event = match e.resp {
                 Response::Nak(synd::REMOTE_ACCESS) => Some(event_type::WQ_ACCESS_ERROR),
                 Response::Nak(synd::REMOTE_INVAL_REQ) => Some(event_type::WQ_INVAL_REQ_ERROR),
                 _ => None,
             };
-            if let Some(ty) = event {
-                self.qp_to_error(r.qpn);
-                self.post_event(ty, 0, qp_srq_event_data(0, r.qpn));
-            }
         }
         // UC: whatever became of the message, the next one is expected after it.
-        let accepted = !rc || (matches!(resp, Response::Ack(_)) && !duplicate);
+        let accepted = !rc || (matches!(e.resp, Response::Ack(_)) && !duplicate);
         if accepted {
-            if let Some(q) = self.qps.get_mut(&r.qpn) {
-                q.next_rcv_psn = psn_add(req.psn, npkts);
+            e.next_rcv_psn = Some(psn_add(req.psn, npkts));
+        }
+        e
+    }
+
+    /// Makes the state changes of `e` (a request at one of this HCA's QPs, `rc`: reliable)
+    /// and gives its answer.
+    fn commit(&mut self, e: Effects, rc: bool) -> Response {
+        let qpn = e.qpn;
+        if e.comm_est {
+            if let Some(q) = self.qps.get_mut(&qpn) {
+                q.comm_est = true;
+            }
+            self.post_event(event_type::COMM_EST, 0, qp_srq_event_data(0, qpn));
+        }
+        let mut resp = e.resp;
+        if let Some((f, what)) = e.unreadable {
+            self.record_fault(f);
+            match what {
+                Unreadable::Qp(n) => self.qp_fatal(n),
+                Unreadable::Srq(n) => self.srq_fatal(n),
+            }
+            // The queue's catastrophic error may have moved the QP to ERR: a QP in ERR
+            // answers nothing.
+            if self.qps.get(&qpn).is_some_and(|q| q.state == QpState::Err) {
+                resp = if rc {
+                    Response::NoQp
+                } else {
+                    Response::Dropped
+                };
+            }
+        }
+        if let Some(d) = e.delivery {
+            self.take_recv(qpn, d.taken);
+            if d.inline {
+                self.scattered_to_cqe += 1;
+            }
+            self.post_cqe(d.cqn, d.cqe, d.solicited);
+            if d.failed {
+                self.qp_to_error(qpn);
+            }
+        }
+        if e.dct_key_violation {
+            let mut raise = false;
+            if let Some(d) = self.qps.get_mut(&qpn).and_then(|q| q.dct.as_mut()) {
+                d.key_violations = d.key_violations.wrapping_add(1);
+                raise = std::mem::take(&mut d.armed);
+            }
+            if raise {
+                let mut data = [0u8; 28];
+                data[EQE_DCT_DCTN..EQE_DCT_DCTN + 4].copy_from_slice(&qpn.to_be_bytes());
+                self.post_event(event_type::DCT_KEY_VIOLATION, 0, data);
+            }
+        }
+        if let Some(ty) = e.error_event {
+            self.qp_to_error(qpn);
+            self.post_event(ty, 0, qp_srq_event_data(0, qpn));
+        }
+        if let Some(psn) = e.next_rcv_psn {
+            if let Some(q) = self.qps.get_mut(&qpn) {
+                q.next_rcv_psn = psn;
             }
         }
         resp
@@ -356,32 +484,25 @@ impl Hca {
     /// say what hardware answers a wrong key with; dropping it is what keeps the key secret
     /// from a prober. A DCT serves many initiators, so neither a bad request nor a PSN it has
     /// not seen moves it to ERR: each DC message stands alone here.
-    pub(crate) fn respond_at_dct(&mut self, r: &Qp, req: &Request) -> Response {
+    fn respond_at_dct(&self, r: &Qp, req: &Request) -> Effects {
         let Some(d) = r.dct.as_ref() else {
-            return Response::NoQp;
+            return Effects::answer(r.qpn, Response::NoQp);
         };
         if d.access_key != req.dc_key {
-            let mut raise = false;
-            if let Some(d) = self.qps.get_mut(&r.qpn).and_then(|q| q.dct.as_mut()) {
-                d.key_violations = d.key_violations.wrapping_add(1);
-                raise = std::mem::take(&mut d.armed);
-            }
-            if raise {
-                let mut data = [0u8; 28];
-                data[EQE_DCT_DCTN..EQE_DCT_DCTN + 4].copy_from_slice(&r.qpn.to_be_bytes());
-                self.post_event(event_type::DCT_KEY_VIOLATION, 0, data);
-            }
-            return Response::NoQp;
+            let mut e = Effects::answer(r.qpn, Response::NoQp);
+            e.dct_key_violation = true;
+            return e;
         }
         self.execute_request(r, req, false)
     }
 
     /// Executes `req` at responder QP `r` (`duplicate`: an RC request seen before).
-    pub(crate) fn execute_request(&mut self, r: &Qp, req: &Request, duplicate: bool) -> Response {
+    fn execute_request(&self, r: &Qp, req: &Request, duplicate: bool) -> Effects {
         let rc = req.st.reliable();
         let dropped = |nak: Response| if rc { nak } else { Response::Dropped };
+        let answer = |resp| Effects::answer(r.qpn, resp);
         if duplicate && matches!(req.kind, Kind::Send | Kind::Write) {
-            return Response::Ack(Vec::new());
+            return answer(Response::Ack(Vec::new()));
         }
         // XRC: the request names its XRC SRQ, which must be one of the target QP's domain; it
         // gives the receive WQEs, the CQ and the PD that every key of the request is checked
@@ -389,7 +510,7 @@ impl Hca {
         let xrc = match req.xrc_srqn {
             Some(n) => match self.xrc_target_srq(r, n) {
                 Some(x) => Some(x),
-                None => return Response::Nak(synd::REMOTE_ACCESS),
+                None => return answer(Response::Nak(synd::REMOTE_ACCESS)),
             },
             None => None,
         };
@@ -406,32 +527,37 @@ impl Hca {
         };
         let too_long = matches!(req.kind, Kind::Write | Kind::Read) && req.msg_len() > MAX_RDMA_LEN;
         if !enabled || too_long {
-            return dropped(Response::Nak(synd::REMOTE_INVAL_REQ));
+            return answer(dropped(Response::Nak(synd::REMOTE_INVAL_REQ)));
         }
         let needs_recv = matches!(req.kind, Kind::Send)
             || (matches!(req.kind, Kind::Write) && req.imm.is_some());
-        if needs_recv && self.next_recv(r, xrc).is_none() {
-            // Looking for the receive may have found its queue unreadable and moved the QP to
-            // ERR (`catas.rs`): a QP in ERR answers nothing.
-            if self
-                .qps
-                .get(&r.qpn)
-                .is_some_and(|q| q.state == QpState::Err)
-            {
-                return if rc {
-                    Response::NoQp
-                } else {
-                    Response::Dropped
-                };
+        let recv = if needs_recv {
+            match self.next_recv(r, xrc) {
+                Ok(Some(recv)) => Some(recv),
+                Ok(None) => return answer(dropped(Response::Rnr(r.min_rnr_nak))),
+                // The queue cannot be read: the commit records it, and answers nothing if
+                // the QP went to ERR for it.
+                Err(u) => {
+                    let mut e = answer(dropped(Response::Rnr(r.min_rnr_nak)));
+                    e.unreadable = Some(u);
+                    return e;
+                }
             }
-            return dropped(Response::Rnr(r.min_rnr_nak));
-        }
-        match req.kind {
-            Kind::Send => match self.deliver(r, req, false, xrc) {
-                Ok(()) => Response::Ack(Vec::new()),
-                Err(_) => dropped(Response::Nak(synd::REMOTE_INVAL_REQ)),
-            },
-            Kind::Write => {
+        } else {
+            None
+        };
+        match (req.kind, recv) {
+            (Kind::Send, Some(recv)) => {
+                let d = self.deliver(r, req, false, xrc, recv);
+                let mut e = answer(if d.failed {
+                    dropped(Response::Nak(synd::REMOTE_INVAL_REQ))
+                } else {
+                    Response::Ack(Vec::new())
+                });
+                e.delivery = Some(d);
+                e
+            }
+            (Kind::Write, recv) => {
                 let mut dest = Pieces::new();
                 let len = req.payload.len() as u64;
                 let checked = self.key_range_into(
@@ -443,38 +569,37 @@ impl Hca {
                     &mut dest,
                 );
                 if checked.is_err() {
-                    return dropped(Response::Nak(synd::REMOTE_ACCESS));
+                    return answer(dropped(Response::Nak(synd::REMOTE_ACCESS)));
                 }
                 let mut at = 0;
                 for &(a, n) in &dest {
                     let _ = self.dma.write(a, &req.payload[at..at + n as usize]);
                     at += n as usize;
                 }
-                if req.imm.is_some() {
-                    let _ = self.deliver(r, req, true, xrc);
-                }
-                Response::Ack(Vec::new())
+                let mut e = answer(Response::Ack(Vec::new()));
+                e.delivery = recv.map(|recv| self.deliver(r, req, true, xrc, recv));
+                e
             }
-            Kind::Read => {
+            (Kind::Read, _) => {
                 let Ok(src) = self.key_range(req.rkey, pd, req.raddr, req.len, |k| k.remote_read)
                 else {
-                    return Response::Nak(synd::REMOTE_ACCESS);
+                    return answer(Response::Nak(synd::REMOTE_ACCESS));
                 };
                 let mut data = Vec::new();
                 for &(a, n) in &src {
                     data.extend(self.dma.read_vec(a, n as usize).unwrap_or_default());
                 }
-                Response::Ack(data)
+                answer(Response::Ack(data))
             }
-            Kind::Atomic { fetch_add } => {
+            (Kind::Atomic { fetch_add }, _) => {
                 if req.raddr % 8 != 0 {
-                    return Response::Nak(synd::REMOTE_INVAL_REQ);
+                    return answer(Response::Nak(synd::REMOTE_INVAL_REQ));
                 }
                 let Ok(t) = self.key_range(req.rkey, pd, req.raddr, 8, |k| k.atomic) else {
-                    return Response::Nak(synd::REMOTE_ACCESS);
+                    return answer(Response::Nak(synd::REMOTE_ACCESS));
                 };
                 let Some(&(target, _)) = t.first() else {
-                    return Response::Nak(synd::REMOTE_ACCESS);
+                    return answer(Response::Nak(synd::REMOTE_ACCESS));
                 };
                 let old = self.atomic_load(target);
                 let new = if duplicate {
@@ -490,8 +615,10 @@ impl Hca {
                     let _ = self.dma.write(target, &self.atomic_bytes(new));
                 }
                 // On the wire the original value is big-endian, as every IB field.
-                Response::Ack(old.to_be_bytes().to_vec())
+                answer(Response::Ack(old.to_be_bytes().to_vec()))
             }
+            // A SEND always found its receive above.
+            (Kind::Send, None) => answer(dropped(Response::Rnr(r.min_rnr_nak))),
         }
     }
 
