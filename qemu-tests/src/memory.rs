@@ -76,6 +76,7 @@ impl Default for Arena {
 
 impl Arena {
     /// The region holding `iova`: (its IOVA, pointer, length).
+    #[inline]
     fn find(&mut self, iova: u64) -> Option<(u64, NonNull<u8>, usize)> {
         for &(base, r) in &self.recent {
             // One comparison: below `base` wraps to a huge offset.

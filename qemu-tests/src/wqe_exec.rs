@@ -276,8 +276,9 @@ impl Hca {
                 return;
             }
             let consumed = qp.sq_consumed;
-            let w = match self.read_send_wqe(qp, buf) {
-                Ok(w) => w,
+            let mut w = SendWqe::default();
+            match self.read_send_wqe(qp, buf, &mut w) {
+                Ok(()) => {}
                 Err(WqeFault::Umr) => {
                     let qp = qp.clone();
                     if self.step_umr(&qp) {
