@@ -86,10 +86,15 @@ impl Hca {
     /// [`Hca::post_cqe`] once no fault holds the CQE back: the overrun check, the write, the
     /// event.
     pub(crate) fn write_cqe(&mut self, cqn: u32, cqe: [u8; 64], solicited: bool) -> bool {
-        let Some(cq) = self.cqs.get(&cqn).cloned() else {
+        // What the write needs of the CQ, copied (the CQ is borrowed again to write).
+        let Some((dbr, overrun, producer, nent, oi, arm, eqn)) = self
+            .cqs
+            .get(&cqn)
+            .map(|c| (c.dbr, c.overrun, c.producer, c.nent(), c.oi, c.arm, c.eqn))
+        else {
             return false;
         };
-        let ci = match self.dma.read_be32(cq.dbr) {
+        let ci = match self.dma.read_be32(dbr) {
             Ok(v) => v & 0x00ff_ffff,
             Err(f) => {
                 self.record_fault(f);
@@ -101,16 +106,16 @@ impl Hca {
         // A CQ in error takes no more completions; a queue that tries to complete into it has
         // a catastrophic error (IBA 11.6.3.1: CQ Error, then Local Work Queue Catastrophic
         // Error for each SQ or RQ of that CQ that next uses it).
-        if cq.overrun {
+        if overrun {
             self.qp_fatal(qpn);
             return false;
         }
-        let used = (cq.producer.wrapping_sub(ci)) & 0x00ff_ffff;
+        let used = (producer.wrapping_sub(ci)) & 0x00ff_ffff;
         let forced = std::mem::take(&mut self.cfg.faults.overrun_cq);
         if forced {
             log::warn!("model: CQ {cqn:#x} overrun (injected)");
         }
-        if (used >= cq.nent() && !cq.oi) || forced {
+        if (used >= nent && !oi) || forced {
             if let Some(cq) = self.cqs.get_mut(&cqn) {
                 cq.overrun = true;
             }
@@ -125,8 +130,8 @@ impl Hca {
         if self.write_cqe_at(cqn, cqe).is_err() {
             return false;
         }
-        if cq.arm == Arm::Any || (cq.arm == Arm::Solicited && solicited) {
-            self.cq_event(cqn, cq.eqn);
+        if arm == Arm::Any || (arm == Arm::Solicited && solicited) {
+            self.cq_event(cqn, eqn);
         }
         true
     }

@@ -29,6 +29,7 @@ impl<T: Copy + Default, const N: usize> SmallList<T, N> {
     }
 
     /// Appends `v`.
+    #[inline]
     pub(crate) fn push(&mut self, v: T) {
         if self.len < N {
             self.inline[self.len] = v;
