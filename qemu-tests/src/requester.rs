@@ -28,6 +28,9 @@ pub(crate) struct Sender {
     pub(crate) ack_timeout: u8,
     pub(crate) cqn_snd: u32,
     pub(crate) user_index: u32,
+    /// Set by [`Hca::send_request`] once the request's packets are spent (RC, UC): the PSN the
+    /// next request starts at, stored with the WQE's completion.
+    pub(crate) next_send_psn: Option<u32>,
 }
 
 impl Sender {
@@ -44,6 +47,7 @@ impl Sender {
             ack_timeout: qp.ack_timeout,
             cqn_snd: qp.cqn_snd,
             user_index: qp.user_index,
+            next_send_psn: None,
         }
     }
 
@@ -204,7 +208,12 @@ impl Hca {
 
     /// The requester, once `req` is built: routes it and turns the answer into the outcome of
     /// send WQE `w` of `s`.
-    pub(crate) fn send_request(&mut self, s: &Sender, req: Request, w: &SendWqe<'_>) -> Outcome {
+    pub(crate) fn send_request(
+        &mut self,
+        s: &mut Sender,
+        req: Request,
+        w: &SendWqe<'_>,
+    ) -> Outcome {
         let kind = req.kind;
         let msg_len = req.msg_len();
         let out = loop {
@@ -280,9 +289,7 @@ impl Hca {
             };
             if matches!(out, Outcome::Done(_) | Outcome::DoneInline(_)) && s.st != ServiceType::Ud {
                 // The request's packets are spent: the next one starts after them.
-                if let Some(q) = self.qps.get_mut(&s.qpn) {
-                    q.next_send_psn = psn_add(req.psn, packets(kind, msg_len, s.mtu));
-                }
+                s.next_send_psn = Some(psn_add(req.psn, packets(kind, msg_len, s.mtu)));
             }
             break out;
         };

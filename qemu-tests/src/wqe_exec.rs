@@ -298,7 +298,7 @@ impl Hca {
                     return;
                 }
             };
-            let s = Sender::of(qp);
+            let mut s = Sender::of(qp);
             let outcome = if Self::dci_stream_errored(qp, &w) {
                 self.send_error_cqe(&s, w.wqe_index, w.opcode, synd::WR_FLUSH);
                 Outcome::Flushed
@@ -318,7 +318,7 @@ impl Hca {
                 }
                 let payload = std::mem::take(&mut self.payload_buf);
                 match self.build_request(qp, &w, payload) {
-                    Ok(req) => self.send_request(&s, req, &w),
+                    Ok(req) => self.send_request(&mut s, req, &w),
                     Err(u) => {
                         if let Some(f) = u.fault {
                             self.record_fault(f);
@@ -342,6 +342,9 @@ impl Hca {
                         q.sq_consumed = q.sq_consumed.wrapping_add(w.bbs);
                         q.rnr_tries = 0;
                         q.retry_tries = 0;
+                        if let Some(psn) = s.next_send_psn {
+                            q.next_send_psn = psn;
+                        }
                     }
                     if w.signaled {
                         let (byte_cnt, inline) = match &outcome {
