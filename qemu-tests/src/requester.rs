@@ -141,7 +141,7 @@ impl Hca {
             (st, wqe_opcode::ATOMIC_FA) if st.reliable() => Kind::Atomic { fetch_add: true },
             _ => return Err(fail(synd::LOCAL_QP_OP)),
         };
-        let sge_bytes: u64 = w.sges.as_slice().iter().map(|s| u64::from(s.len)).sum();
+        let sge_bytes = w.sge_bytes;
         // ibv_poll_cq(3), IBV_WC_LOC_LEN_ERR: a message longer than the QP may send
         // (`log_msg_max`) fails at the requester.
         let msg_len = match (w.inline, kind) {

@@ -165,10 +165,12 @@ pub(crate) const MAX_RDMA_LEN: u64 = 1 << 31;
 /// Packets a request of `kind` and `len` bytes spends in the PSN space at path MTU `mtu` (IB
 /// enum): SEND, WRITE and READ (its response packets) one per MTU, at least one; atomics one.
 pub(crate) fn packets(kind: Kind, len: u64, mtu: u8) -> u32 {
-    let mtu_bytes = 128u64 << mtu.clamp(1, 5);
+    // The MTU is a power of two (128 << mtu bytes): shifts, not a division.
+    let log = 7 + u32::from(mtu.clamp(1, 5));
+    let n = (len >> log) + u64::from(len & ((1 << log) - 1) != 0);
     match kind {
         Kind::Atomic { .. } => 1,
-        _ => u32::try_from(len.div_ceil(mtu_bytes).max(1)).unwrap_or(u32::MAX),
+        _ => u32::try_from(n.max(1)).unwrap_or(u32::MAX),
     }
 }
 
@@ -455,6 +457,15 @@ mod tests {
         assert_eq!(packets(Kind::Read, 8192, 5), 2);
         assert_eq!(packets(Kind::Write, 300, 1), 2);
         assert_eq!(packets(Kind::Atomic { fetch_add: true }, 8, 1), 1);
+        // MTU codes outside 1–5 are clamped (256 and 4096 bytes); counts saturate.
+        assert_eq!(packets(send, 257, 0), 2);
+        assert_eq!(packets(send, 4097, 9), 2);
+        assert_eq!(packets(send, u64::MAX, 5), u32::MAX);
+        assert_eq!(packets(send, (u64::from(u32::MAX) << 12) + 1, 5), u32::MAX);
+        assert_eq!(
+            packets(send, u64::from(u32::MAX - 1) << 12, 5),
+            u32::MAX - 1
+        );
         assert_eq!(psn_add(0xff_ffff, 1), 0);
         assert_eq!(psn_add(0xff_fffe, 5), 3);
     }

@@ -57,6 +57,8 @@ pub(crate) struct SendWqe<'a> {
     pub(crate) ud_grh: Option<AvGrh>,
     pub(crate) inline: Option<&'a [u8]>,
     pub(crate) sges: SgeList,
+    /// The gather list's bytes, summed as it is parsed.
+    pub(crate) sge_bytes: u64,
     /// The XRC segment's `xrc_srqn` (XRC initiator QPs).
     pub(crate) xrc_srqn: Option<u32>,
     /// DCI: the address vector's DC access key (the first 8 bytes of `mlx5_av`, where UD has
@@ -237,6 +239,7 @@ impl Hca {
                 break;
             }
             w.sges.push(Sge { lkey, addr, len });
+            w.sge_bytes += u64::from(len);
             off += WqeDataSeg::BYTES;
         }
         Some(())
