@@ -153,7 +153,7 @@ pub struct Hca {
     pub(crate) ports: Vec<Port>,
     // Observation.
     pub(crate) trace: Vec<TraceEntry>,
-    pub(crate) events: Vec<ModelEvent>,
+    pub(crate) events: crate::trace::EventLog,
     pub(crate) dma_faults: Vec<DmaFault>,
 }
 
@@ -223,7 +223,7 @@ impl Hca {
             driver_version: None,
             ports,
             trace: Vec::new(),
-            events: Vec::new(),
+            events: crate::trace::EventLog::default(),
             dma_faults: Vec::new(),
         };
         h.fault_hits = vec![0; h.cfg.faults.commands.len()];

@@ -258,9 +258,15 @@ impl Model {
         self.trace().iter().map(|t| format!("{t}\n")).collect()
     }
 
-    /// Everything the model observed, in order.
+    /// What the model observed or did, in order: the most recent
+    /// [`EVENT_LOG_LIMIT`](crate::trace::EVENT_LOG_LIMIT) events.
     pub fn events(&self) -> Vec<ModelEvent> {
-        self.with(|h| h.events.clone())
+        self.with(|h| h.events.to_vec())
+    }
+
+    /// Events dropped from [`Self::events`] to keep it bounded (the oldest go first).
+    pub fn events_dropped(&self) -> u64 {
+        self.with(|h| h.events.dropped())
     }
 
     /// DMA faults seen so far.
