@@ -249,7 +249,7 @@ impl<'d, H: Hal> Dct<'_, 'd, H> {
                 return Err(e.into());
             }
         };
-        if let Err(e) = crate::verbs::qp::register(dev, Qpn(dctn), b, [self.cqn, self.cqn]) {
+        if let Err(e) = crate::verbs::qp::register(dev, b, [self.cqn, self.cqn]) {
             // Another thread filled the table after the check above.
             let _ = destroy_on_device(dev, dctn);
             return Err(e);

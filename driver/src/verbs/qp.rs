@@ -610,7 +610,7 @@ impl<'d, H: Hal> Pd<'d, H> {
                 dci: attr.qp_type == QpType::Driver,
             });
         }
-        let slot = match register(dev, qpn, book, [scqn, rcqn]) {
+        let slot = match register(dev, book, [scqn, rcqn]) {
             Ok(slot) => slot,
             Err(e) => {
                 // Another thread filled the table after the check above: the QP goes again.
@@ -704,7 +704,7 @@ pub(crate) fn create_xrc_tgt<'p, 'd, H: Hal>(
     dev.exec::<CreateQp>(&mut i, &mut o)?;
     let qpn = Qpn(View::<CreateQpOut>::new_checked(&o)?.get32(create_qp_out::qpn));
     book.qpn = qpn.raw();
-    let slot = match register(dev, qpn, book, [cqn, cqn]) {
+    let slot = match register(dev, book, [cqn, cqn]) {
         Ok(slot) => slot,
         Err(e) => {
             let spare = dev.hal.dma_alloc(64, 64)?.share();
@@ -781,13 +781,14 @@ pub(crate) fn unregister<H: Hal>(dev: &Device<H>, qpn: u32, cqns: [u32; 2]) {
     }
 }
 
-/// Enters a created QP's book and its uses of its CQs, all or nothing; the book's slot.
+/// Enters a created QP's book (under the QPN it holds) and its uses of its CQs, all or
+/// nothing; the book's slot.
 pub(crate) fn register<H: Hal>(
     dev: &Device<H>,
-    qpn: Qpn,
     book: Book<H>,
     cqns: [u32; 2],
 ) -> Result<&BookSlot<H>, Error> {
+    let qpn = book.qpn;
     let Ok(slot) = dev.books.insert(book) else {
         return Err(qp_count_exceeded());
     };
@@ -803,7 +804,7 @@ pub(crate) fn register<H: Hal>(
         .count();
     if !ctl.cq_users.has_room(missing) {
         drop(ctl);
-        dev.books.remove(qpn.raw());
+        dev.books.remove(qpn);
         return Err(qp_count_exceeded());
     }
     // One use per queue (two when both use one CQ); room was checked above.
