@@ -189,6 +189,22 @@ pub(crate) fn holds<V: Keyed>(guard: &SlotGuard<'_, V>, key: u32) -> bool {
     guard.as_ref().is_some_and(|v| v.key() == key)
 }
 
+/// Number `key`'s slot, locked, holding `key`'s entry: [`lock_cached`], then [`relock`] when
+/// the cached slot changed hands. `None` for a number without an entry. Off the poll's loop
+/// (which writes the same steps out, see [`lock_cached`]).
+pub(crate) fn lock_current<'d, V: Keyed, const N: usize>(
+    table: &'d SlotTable<V, N>,
+    last: &mut LastSlot<'d, V>,
+    key: u32,
+) -> Option<SlotGuard<'d, V>> {
+    let g = lock_cached(table, last, key)?;
+    if holds(&g, key) {
+        return Some(g);
+    }
+    drop(g);
+    relock(table, last, key)
+}
+
 /// Number `key`'s entry through the index, locked (and `last` remembers its slot): out of the
 /// poll's loop.
 #[cold]
@@ -286,13 +302,10 @@ mod tests {
         }
     }
 
-    /// What a poll does for each run of CQEs (`Cq::poll_run`): the cached slot, checked.
+    /// What a poll does for each run of CQEs (`Cq::poll_run` writes the same steps out): the
+    /// cached slot, checked.
     fn run_entry<'d>(t: &'d T, last: &mut LastSlot<'d, E>, key: u32) -> Option<u32> {
-        let mut g = lock_cached(t, last, key);
-        if g.as_ref().is_some_and(|g| !holds(g, key)) {
-            drop(g);
-            g = relock(t, last, key);
-        }
+        let g = lock_current(t, last, key);
         g.as_ref().and_then(|g| g.as_ref()).map(|e| e.0)
     }
 

@@ -13,7 +13,7 @@ use bareverbs_hal::{Hal, SharedDma, Slot};
 
 use crate::device::{input, Device};
 use crate::error::{Error, Invalid, Limit};
-use crate::slot_table::{holds, lock_cached, relock, LastSlot};
+use crate::slot_table::{lock_current, LastSlot};
 use crate::verbs::cq::Cq;
 use crate::verbs::pd::Pd;
 use crate::verbs::post::{PostError, RecvWr};
@@ -593,11 +593,7 @@ fn srq_wr_id_cold<'d, H: Hal>(
     if srqn == 0 {
         return;
     }
-    let mut g = lock_cached(&dev.srq_books, last, srqn);
-    if g.as_ref().is_some_and(|g| !holds(g, srqn)) {
-        drop(g);
-        g = relock(&dev.srq_books, last, srqn);
-    }
+    let g = lock_current(&dev.srq_books, last, srqn);
     if let Some(b) = g.as_ref().and_then(|g| g.as_ref()) {
         wc.wr_id = b.complete(cqe.read16(cqe64::wqe_counter.bit / 8));
     }
