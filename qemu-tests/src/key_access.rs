@@ -7,22 +7,9 @@ use crate::mkey::{KeyFault, Pieces};
 use crate::wqe_exec::*;
 
 impl Hca {
-    /// Translates `len` bytes at `addr` through key `key` for PD `pd`.
+    /// Checks key `key` for PD `pd` and the rights `need` asks, and appends the device-address
+    /// pieces of `len` bytes at `addr` through it to `out`.
     pub(crate) fn key_range(
-        &self,
-        key: u32,
-        pd: u32,
-        addr: u64,
-        len: u64,
-        need: impl Fn(&crate::mkey::Rights) -> bool,
-    ) -> Result<Pieces, KeyFault> {
-        let mut out = Pieces::new();
-        self.key_range_into(key, pd, addr, len, need, &mut out)?;
-        Ok(out)
-    }
-
-    /// [`Self::key_range`], appending the pieces to `out`.
-    pub(crate) fn key_range_into(
         &self,
         key: u32,
         pd: u32,
@@ -113,7 +100,7 @@ impl Hca {
         let mut pieces = Pieces::new();
         for s in sges {
             pieces.clear();
-            self.key_range_into(s.lkey, pd, s.addr, s.len.into(), |_| true, &mut pieces)
+            self.key_range(s.lkey, pd, s.addr, s.len.into(), |_| true, &mut pieces)
                 .map_err(|_| (synd::LOCAL_PROT, None))?;
             for &(a, n) in &pieces {
                 self.dma
@@ -143,15 +130,17 @@ impl Hca {
             if n == 0 {
                 break;
             }
-            let pieces = self
-                .key_range(
-                    s.lkey,
-                    pd,
-                    s.addr.checked_add(skip).ok_or(synd::LOCAL_PROT)?,
-                    n as u64,
-                    |r| r.local_write,
-                )
-                .map_err(|_| synd::LOCAL_PROT)?;
+            let mut pieces = Pieces::new();
+            let at_addr = s.addr.checked_add(skip).ok_or(synd::LOCAL_PROT)?;
+            self.key_range(
+                s.lkey,
+                pd,
+                at_addr,
+                n as u64,
+                |r| r.local_write,
+                &mut pieces,
+            )
+            .map_err(|_| synd::LOCAL_PROT)?;
             for &(a, l) in &pieces {
                 self.dma
                     .write(a, &data[at..at + l as usize])

@@ -560,14 +560,8 @@ impl Hca {
             (Kind::Write, recv) => {
                 let mut dest = Pieces::new();
                 let len = req.payload.len() as u64;
-                let checked = self.key_range_into(
-                    req.rkey,
-                    pd,
-                    req.raddr,
-                    len,
-                    |k| k.remote_write,
-                    &mut dest,
-                );
+                let checked =
+                    self.key_range(req.rkey, pd, req.raddr, len, |k| k.remote_write, &mut dest);
                 if checked.is_err() {
                     return answer(dropped(Response::Nak(synd::REMOTE_ACCESS)));
                 }
@@ -581,10 +575,14 @@ impl Hca {
                 e
             }
             (Kind::Read, _) => {
-                let Ok(src) = self.key_range(req.rkey, pd, req.raddr, req.len, |k| k.remote_read)
-                else {
+                let mut src = Pieces::new();
+                let read = |k: &crate::mkey::Rights| k.remote_read;
+                if self
+                    .key_range(req.rkey, pd, req.raddr, req.len, read, &mut src)
+                    .is_err()
+                {
                     return answer(Response::Nak(synd::REMOTE_ACCESS));
-                };
+                }
                 let mut data = Vec::new();
                 for &(a, n) in &src {
                     data.extend(self.dma.read_vec(a, n as usize).unwrap_or_default());
@@ -595,9 +593,13 @@ impl Hca {
                 if req.raddr % 8 != 0 {
                     return answer(Response::Nak(synd::REMOTE_INVAL_REQ));
                 }
-                let Ok(t) = self.key_range(req.rkey, pd, req.raddr, 8, |k| k.atomic) else {
+                let mut t = Pieces::new();
+                if self
+                    .key_range(req.rkey, pd, req.raddr, 8, |k| k.atomic, &mut t)
+                    .is_err()
+                {
                     return answer(Response::Nak(synd::REMOTE_ACCESS));
-                };
+                }
                 let Some(&(target, _)) = t.first() else {
                     return answer(Response::Nak(synd::REMOTE_ACCESS));
                 };
