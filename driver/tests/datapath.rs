@@ -1288,3 +1288,95 @@ fn a_hal_that_aligns_only_4k_gets_queues_in_4k_pages_and_typed_limits_past_them(
     mr.buf().read_bytes(1024, &mut got).unwrap();
     assert_eq!(&got, b"small pages");
 }
+
+/// An RC QP connected to itself: each request's responder is its own requester, so the model
+/// executes the request against the QP it is running the send queue of (the requester's
+/// state — the next PSN to send — and the responder's — the next PSN expected, the receive
+/// queue — change on the one QP). SEND, WRITE with immediate and READ of several packets go
+/// through; both PSNs advance by every packet, and another round still finds them agreeing.
+#[test]
+fn a_qp_connected_to_itself_is_its_own_responder() {
+    let hal = SimHal::synchronous();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
+    let mut q = pd
+        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq, cap()))
+        .unwrap();
+    let own = q.qpn().raw();
+    to_rts(&mut q, own, 7);
+    let all = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    let mr = region(&hal, &pd, 32768, all);
+    let pattern: Vec<u8> = (0..3000u32).map(|i| (i * 7 + 3) as u8).collect();
+    mr.buf().write_bytes(0, &pattern).unwrap();
+    // At MTU 1024: the SEND takes 3 packets, the WRITE 3, the READ's response 3.
+    let mut psns = 0;
+    for round in 0..2u64 {
+        q.post_recv(&[
+            RecvWr {
+                wr_id: 0x100 + round,
+                sg_list: &[sge(&mr, 4096, 3000)],
+            },
+            RecvWr {
+                wr_id: 0x200 + round,
+                sg_list: &[],
+            },
+        ])
+        .unwrap();
+        let send = [sge(&mr, 0, 3000)];
+        let (raddr, rkey) = (mr.addr() + 8192, mr.rkey().raw());
+        let read_into = [sge(&mr, 12288, 3000)];
+        q.post_send(&[
+            send_wr(0x1 + round, &send, SendOp::Send),
+            send_wr(
+                0x2 + round,
+                &send,
+                SendOp::RdmaWriteWithImm {
+                    remote_addr: raddr,
+                    rkey,
+                    imm: 0xfeed,
+                },
+            ),
+            send_wr(
+                0x3 + round,
+                &read_into,
+                SendOp::RdmaRead {
+                    remote_addr: raddr,
+                    rkey,
+                },
+            ),
+        ])
+        .unwrap();
+        psns += 9;
+        let sent: Vec<_> = (0..3).map(|_| poll_one(&mut scq)).collect();
+        assert!(sent
+            .iter()
+            .all(|w| w.status == WcStatus::Success && w.qp_num == own));
+        assert_eq!(
+            sent.iter().map(|w| (w.wr_id, w.opcode)).collect::<Vec<_>>(),
+            [
+                (0x1 + round, WcOpcode::Send),
+                (0x2 + round, WcOpcode::RdmaWrite),
+                (0x3 + round, WcOpcode::RdmaRead),
+            ]
+        );
+        let got = poll_one(&mut rcq);
+        assert_eq!(
+            (got.wr_id, got.opcode, got.byte_len, got.src_qp),
+            (0x100 + round, WcOpcode::Recv, 3000, own)
+        );
+        let imm = poll_one(&mut rcq);
+        assert_eq!(
+            (imm.wr_id, imm.opcode, imm.imm_data),
+            (0x200 + round, WcOpcode::RecvRdmaWithImm, 0xfeed)
+        );
+        for at in [4096, 8192, 12288] {
+            let mut back = vec![0u8; 3000];
+            mr.buf().read_bytes(at, &mut back).unwrap();
+            assert_eq!(back, pattern, "round {round}, bytes at {at}");
+        }
+        let attr = q.query().unwrap();
+        assert_eq!(attr.qp_state, QpState::Rts);
+        assert_eq!((attr.sq_psn, attr.rq_psn), (PSN + psns, PSN + psns));
+    }
+}
