@@ -23,7 +23,7 @@ use bareverbs_firmware_cmd::ifc::{
 use bareverbs_firmware_cmd::ifc::{wqe_ctrl_seg, wqe_data_seg};
 use bareverbs_firmware_cmd::layout::{Layout, View};
 
-use crate::dma::AddressSpaceExt;
+use crate::dma::{AddressSpaceExt, DmaFault};
 use crate::hca::Hca;
 use crate::mkey::{Klm, RepeatEnt, Translation, NOT_PRESENT};
 use crate::qp::{Qp, ServiceType};
@@ -60,39 +60,60 @@ const MKEY_SEG_AT: usize = UMR_CTRL_AT + WqeUmrCtrlSeg::BYTES;
 const XLT_AT: usize = MKEY_SEG_AT + Mkc::BYTES;
 
 impl Hca {
-    /// Executes the WQE at the head of REG_UMR QP `qp`'s send queue. Returns whether the send
-    /// queue goes on (false after an error, which moved the QP to ERR).
-    pub(crate) fn step_umr(&mut self, qp: &Qp) -> bool {
+    /// The UMR WQE at the head of `qp`'s send queue, read while the QP is borrowed: its WQEBBs'
+    /// bytes (at least the first's 64), its `ds`, and a fault that cut it short (recorded by
+    /// the caller). Err: its first WQEBB cannot be read.
+    fn read_umr_wqe(&self, qp: &Qp) -> Result<(Vec<u8>, u16, Option<DmaFault>), ()> {
         let mask = (1u16 << qp.log_sq_size) - 1;
         let bb = |i: u16| qp.buf_iova(qp.sq_offset() + u64::from(i & mask) * 64);
-        let Ok(first) = self.dma.read_vec(bb(qp.sq_consumed), 64) else {
-            self.complete_send_error(&Sender::of(qp), qp.sq_consumed, 0, synd::LOCAL_QP_OP);
+        let mut raw = self.dma.read_vec(bb(qp.sq_consumed), 64).map_err(|_| ())?;
+        let ds = View::<WqeCtrlSeg>::new_checked(&raw[..WqeCtrlSeg::BYTES])
+            .map_err(|_| ())?
+            .get(wqe_ctrl_seg::ds) as u16;
+        let bbs = ds.div_ceil(4).max(1);
+        let mut fault = None;
+        for k in 1..bbs {
+            match self.dma.read_vec(bb(qp.sq_consumed.wrapping_add(k)), 64) {
+                Ok(v) => raw.extend(v),
+                Err(f) => {
+                    fault = Some(f);
+                    break;
+                }
+            }
+        }
+        Ok((raw, ds, fault))
+    }
+
+    /// Executes the UMR WQE at the head of QP `qpn`'s send queue (the REG_UMR QP, or a user
+    /// QP's UMR). Returns whether the send queue goes on (false after an error, which moved
+    /// the QP to ERR).
+    pub(crate) fn step_umr(&mut self, qpn: u32) -> bool {
+        // The QP is borrowed while its WQE is read; what the rest needs is copied.
+        let Some(qp) = self.qps.get(&qpn) else {
             return false;
         };
-        let ctrl = View::<WqeCtrlSeg>::new_checked(&first[..WqeCtrlSeg::BYTES])
+        let consumed = qp.sq_consumed;
+        let s = Sender::of(qp);
+        let Ok((mut raw, ds, fault)) = self.read_umr_wqe(qp) else {
+            self.complete_send_error(&s, consumed, 0, synd::LOCAL_QP_OP);
+            return false;
+        };
+        if let Some(f) = fault {
+            self.record_fault(f);
+        }
+        let ctrl = View::<WqeCtrlSeg>::new_checked(&raw[..WqeCtrlSeg::BYTES])
             .unwrap_or_else(|_| unreachable!("a WQEBB holds a control segment"));
-        let ds = ctrl.get(wqe_ctrl_seg::ds) as u16;
         let opcode = ctrl.get(wqe_ctrl_seg::opcode) as u8;
         let wqe_index = ctrl.get(wqe_ctrl_seg::wqe_index) as u16;
         let signaled = ctrl.get(wqe_ctrl_seg::fm_ce_se) as u8 & fm_ce_se::CQ_UPDATE != 0;
         let key = ctrl.get32(wqe_ctrl_seg::imm);
         let bbs = ds.div_ceil(4).max(1);
-        let mut raw = first;
-        for k in 1..bbs {
-            match self.dma.read_vec(bb(qp.sq_consumed.wrapping_add(k)), 64) {
-                Ok(v) => raw.extend(v),
-                Err(f) => {
-                    self.record_fault(f);
-                    break;
-                }
-            }
-        }
         raw.truncate(usize::from(ds) * 16);
-        if let Some(q) = self.qps.get_mut(&qp.qpn) {
+        if let Some(q) = self.qps.get_mut(&qpn) {
             q.sq_consumed = q.sq_consumed.wrapping_add(bbs);
         }
         // A user QP's UMR changes only keys of its own PD (the REG_UMR QP has none).
-        let pd = (qp.st != ServiceType::RegUmr).then_some(qp.pd);
+        let pd = (s.st != ServiceType::RegUmr).then_some(s.pd);
         let result = if opcode == wqe_opcode::UMR {
             self.execute_umr_for(key, &raw, pd)
         } else {
@@ -105,18 +126,18 @@ impl Hca {
                     let c = crate::cqe_write::ok_cqe(
                         CqeOpcode::Req,
                         &crate::cqe_write::CqeFields {
-                            sop_drop_qpn: (u32::from(opcode) << 24) | qp.qpn,
+                            sop_drop_qpn: (u32::from(opcode) << 24) | qpn,
                             wqe_counter: wqe_index,
                             ..Default::default()
                         },
                     );
-                    self.post_cqe(qp.cqn_snd, c, false);
+                    self.post_cqe(s.cqn_snd, c, false);
                 }
                 true
             }
-            Err(s) => {
+            Err(e) => {
                 self.umrs.1 += 1;
-                self.complete_send_error(&Sender::of(qp), wqe_index, opcode, s);
+                self.complete_send_error(&s, wqe_index, opcode, e);
                 false
             }
         }

@@ -271,8 +271,7 @@ impl Hca {
                 return;
             }
             if qp.st == ServiceType::RegUmr {
-                let qp = qp.clone();
-                if self.step_umr(&qp) {
+                if self.step_umr(qpn) {
                     continue;
                 }
                 return;
@@ -282,8 +281,7 @@ impl Hca {
             match self.read_send_wqe(qp, buf, &mut w) {
                 Ok(()) => {}
                 Err(WqeFault::Umr) => {
-                    let qp = qp.clone();
-                    if self.step_umr(&qp) {
+                    if self.step_umr(qpn) {
                         continue;
                     }
                     return;
