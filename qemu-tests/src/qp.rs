@@ -255,6 +255,17 @@ impl Qp {
 /// ask to work with cqe version 0", the `MLX5_IB_DEFAULT_UIDX` of kernel QPs).
 pub const CQE_V0_UIDX: u32 = 0xff_ffff;
 
+/// What a CQE carries in `srqn_uidx` for a queue of user index `uidx` and a WQE taken from SRQ
+/// `srqn` (if one): the user index (CQE version 1), or for [`CQE_V0_UIDX`] a version 0 CQE's
+/// SRQ number (0 without an SRQ).
+pub(crate) fn cqe_srqn_uidx_of(uidx: u32, srqn: Option<u32>) -> u32 {
+    if uidx == CQE_V0_UIDX {
+        srqn.unwrap_or(0)
+    } else {
+        uidx
+    }
+}
+
 /// The local ACK timeout of exponent `t` in nanoseconds: 4.096 µs × 2^t (IBA 9.7.6.1.3);
 /// 0 means infinite.
 pub fn ack_timeout_ns(t: u8) -> u64 {

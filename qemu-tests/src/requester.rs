@@ -53,11 +53,7 @@ impl Sender {
 
     /// What its send CQEs carry in `srqn_uidx` (see [`Hca::cqe_srqn_uidx`]: no SRQ).
     pub(crate) fn cqe_uidx(&self) -> u32 {
-        if self.user_index == crate::qp::CQE_V0_UIDX {
-            0
-        } else {
-            self.user_index
-        }
+        crate::qp::cqe_srqn_uidx_of(self.user_index, None)
     }
 }
 

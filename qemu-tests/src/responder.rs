@@ -13,7 +13,7 @@ use crate::dma::AddressSpaceExt;
 use crate::hca::Hca;
 use crate::mkey::Pieces;
 use crate::pma::Traffic;
-use crate::qp::{Qp, QpState, ServiceType, CQE_V0_UIDX, PSN_MASK};
+use crate::qp::{Qp, QpState, ServiceType, PSN_MASK};
 use crate::wqe_exec::*;
 
 /// A receive WQE found for a message.
@@ -45,8 +45,8 @@ pub(crate) enum Unreadable {
 
 /// A message delivered into a receive, made while the QP was borrowed, committed after.
 pub(crate) struct Delivery {
-    /// The receive taken from its queue.
-    taken: Taken,
+    /// The receive taken: the RQ's next (`None`), or SRQ `.0`'s, whose head moves to `.1`.
+    srq: Option<(u32, u16)>,
     /// Where its completion goes.
     cqn: u32,
     /// The completion: success, or an error that moves the QP to ERR.
@@ -55,13 +55,6 @@ pub(crate) struct Delivery {
     solicited: bool,
     /// The message went into the CQE (scatter to CQE).
     inline: bool,
-}
-
-/// Which receive a delivery took: the RQ's next (`srq` None) or SRQ `.0`'s, whose head moves
-/// to `.1`.
-#[derive(Clone, Copy)]
-struct Taken {
-    srq: Option<(u32, u16)>,
 }
 
 /// What a request did at its responder QP, worked out while the QP was borrowed from the
@@ -173,10 +166,10 @@ impl Hca {
         }))
     }
 
-    /// Takes a receive from QP `qpn`'s queue (`t.srq` None) or from SRQ `t.srq.0`; an SRQ
+    /// Takes a receive from QP `qpn`'s queue (`srq` None) or from SRQ `srq.0`; an SRQ
     /// whose armed limit is now above the WQEs left raises the limit event and disarms.
-    fn take_recv(&mut self, qpn: u32, t: Taken) {
-        let Some((srqn, next)) = t.srq else {
+    fn take_recv(&mut self, qpn: u32, srq: Option<(u32, u16)>) {
+        let Some((srqn, next)) = srq else {
             if let Some(q) = self.qps.get_mut(&qpn) {
                 q.rq_consumed = q.rq_consumed.wrapping_add(1);
             }
@@ -223,20 +216,17 @@ impl Hca {
     /// reports `cmd_hca_cap.cqe_version` 1): the QP's `user_index`, or for a receive from an
     /// XRC SRQ that SRQ's; rdma-core 56 cq.c `get_cur_rsc` looks the QP up by it
     /// (`mlx5_find_uidx`) for every CQE when the context's `cqe_version` is 1. A QP created
-    /// with user index [`CQE_V0_UIDX`] gets version 0 CQEs: the SRQ number for receives through
-    /// an SRQ, otherwise 0 (cq.c `get_cur_rsc`: `srqn_uidx` non-zero means an SRQ; Linux
-    /// mlx5_ib cq.c `handle_responder` reads `cqe->srqn` for XRC).
+    /// with user index [`CQE_V0_UIDX`](crate::qp::CQE_V0_UIDX) gets version 0 CQEs: the SRQ
+    /// number for receives through an SRQ, otherwise 0 (cq.c `get_cur_rsc`: `srqn_uidx`
+    /// non-zero means an SRQ; Linux mlx5_ib cq.c `handle_responder` reads `cqe->srqn` for XRC;
+    /// the rule itself is `qp::cqe_srqn_uidx_of`).
     pub(crate) fn cqe_srqn_uidx(&self, qp: &Qp, srqn: Option<u32>) -> u32 {
         let srq = srqn.and_then(|n| self.srq(n));
         let uidx = match srq {
             Some(s) if s.kind == crate::srq::SrqKind::XrcSrq => s.user_index,
             _ => qp.user_index,
         };
-        if uidx == CQE_V0_UIDX {
-            srqn.unwrap_or(0)
-        } else {
-            uidx
-        }
+        crate::qp::cqe_srqn_uidx_of(uidx, srqn)
     }
 
     /// Delivers `req`'s message into receive `recv` of `rqp` (found by [`Self::next_recv`]):
@@ -253,7 +243,6 @@ impl Hca {
     ) -> Delivery {
         let (pd, cqn) = xrc.map_or((rqp.pd, rqp.cqn_rcv), |x| (x.pd, x.cqn));
         let Recv { counter, sges, srq } = recv;
-        let taken = Taken { srq };
         let ud = req.st == ServiceType::Ud;
         let skip = if ud { 40 } else { 0 };
         // A UD message with a GRH fills the 40-byte area first; without one the area keeps
@@ -277,7 +266,7 @@ impl Hca {
         let uidx = self.cqe_srqn_uidx(rqp, srq.map(|(n, _)| n));
         if let Err(s) = r {
             return Delivery {
-                taken,
+                srq,
                 cqn,
                 cqe: err_cqe(CqeOpcode::RespErr, 0, rqp.qpn, counter, s, uidx),
                 failed: true,
@@ -313,7 +302,7 @@ impl Hca {
             },
         );
         Delivery {
-            taken,
+            srq,
             cqn,
             cqe,
             failed: false,
@@ -443,7 +432,7 @@ impl Hca {
             }
         }
         if let Some(d) = e.delivery {
-            self.take_recv(qpn, d.taken);
+            self.take_recv(qpn, d.srq);
             if d.inline {
                 self.scattered_to_cqe += 1;
             }

@@ -69,8 +69,9 @@ pub enum ModelEvent {
     DmaFault(crate::dma::DmaFault),
 }
 
-/// How many events [`EventLog`] keeps: every doorbell is one, so a model that runs for long
-/// (behind its vfio-user server, a benchmark) would otherwise grow without bound.
+/// How many events the model keeps ([`Model::events`](crate::sim_hal::Model::events)): every doorbell is one, so a
+/// model that runs for long (behind its vfio-user server, a benchmark) would otherwise grow
+/// without bound.
 pub const EVENT_LOG_LIMIT: usize = 1 << 16;
 
 /// The model's recent events, oldest first: at most [`EVENT_LOG_LIMIT`], the oldest dropped

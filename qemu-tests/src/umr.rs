@@ -149,7 +149,8 @@ impl Hca {
         self.execute_umr_for(key, raw, None)
     }
 
-    /// [`Self::execute_umr`] from a QP of PD `pd` (`None`: the kernel's REG_UMR QP).
+    /// A UMR WQE's key update (`execute_umr` in tests) from a QP of PD `pd` (`None`: the
+    /// kernel's REG_UMR QP).
     fn execute_umr_for(&mut self, key: u32, raw: &[u8], pd: Option<u32>) -> Result<(), u8> {
         let (Some(u), Some(m)) = (
             raw.get(UMR_CTRL_AT..MKEY_SEG_AT),

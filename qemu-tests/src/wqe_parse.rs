@@ -136,7 +136,8 @@ impl Hca {
         Some(w)
     }
 
-    /// [`Self::parse_send_wqe`] into a blank `w`.
+    /// Parses the send WQE in `raw` (`bbs` basic blocks, read from `qp`'s send queue) into a
+    /// blank `w`; `None` when its segments do not parse.
     pub(crate) fn parse_send_wqe_into<'a>(
         qp: &Qp,
         raw: &'a [u8],
