@@ -152,9 +152,9 @@ pub struct Hca {
     pub(crate) driver_version: Option<String>,
     pub(crate) ports: Vec<Port>,
     // Observation.
-    pub(crate) trace: Vec<TraceEntry>,
-    pub(crate) events: crate::trace::EventLog,
-    pub(crate) dma_faults: Vec<DmaFault>,
+    pub(crate) trace: crate::trace::RecentLog<TraceEntry>,
+    pub(crate) events: crate::trace::RecentLog<ModelEvent>,
+    pub(crate) dma_faults: crate::trace::RecentLog<DmaFault>,
 }
 
 impl Hca {
@@ -222,9 +222,9 @@ impl Hca {
             next_object: 0,
             driver_version: None,
             ports,
-            trace: Vec::new(),
-            events: crate::trace::EventLog::default(),
-            dma_faults: Vec::new(),
+            trace: crate::trace::RecentLog::default(),
+            events: crate::trace::RecentLog::default(),
+            dma_faults: crate::trace::RecentLog::default(),
         };
         h.fault_hits = vec![0; h.cfg.faults.commands.len()];
         if h.cfg.port_type_eth {

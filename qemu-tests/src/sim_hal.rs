@@ -248,9 +248,9 @@ impl Model {
         });
     }
 
-    /// Commands executed so far.
+    /// Commands executed so far: the most recent [`LOG_LIMIT`](crate::trace::LOG_LIMIT).
     pub fn trace(&self) -> Vec<TraceEntry> {
-        self.with(|h| h.trace.clone())
+        self.with(|h| h.trace.to_vec())
     }
 
     /// The command trace, one line per command.
@@ -259,7 +259,7 @@ impl Model {
     }
 
     /// What the model observed or did, in order: the most recent
-    /// [`EVENT_LOG_LIMIT`](crate::trace::EVENT_LOG_LIMIT) events.
+    /// [`LOG_LIMIT`](crate::trace::LOG_LIMIT) events.
     pub fn events(&self) -> Vec<ModelEvent> {
         self.with(|h| h.events.to_vec())
     }
@@ -269,9 +269,14 @@ impl Model {
         self.with(|h| h.events.dropped())
     }
 
-    /// DMA faults seen so far.
+    /// DMA faults seen so far: the most recent [`LOG_LIMIT`](crate::trace::LOG_LIMIT).
     pub fn dma_faults(&self) -> Vec<DmaFault> {
-        self.with(|h| h.dma_faults.clone())
+        self.with(|h| h.dma_faults.to_vec())
+    }
+
+    /// DMA faults seen so far, those [`Self::dma_faults`] no longer holds included.
+    pub fn dma_faults_recorded(&self) -> u64 {
+        self.with(|h| h.dma_faults.recorded())
     }
 
     /// Pages firmware holds.

@@ -1,7 +1,7 @@
 //! The command trace: every command the model executed, with its result, in order. Printing it
 //! gives the same view as Linux's `mlx5_core` command tracing, for side-by-side comparison.
 //! And the event log: what the model observed or did (register writes, EQEs, interrupts, DMA
-//! faults), the most recent [`EVENT_LOG_LIMIT`] of them.
+//! faults). Each keeps its most recent [`LOG_LIMIT`] entries.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -69,37 +69,63 @@ pub enum ModelEvent {
     DmaFault(crate::dma::DmaFault),
 }
 
-/// How many events the model keeps ([`Model::events`](crate::sim_hal::Model::events)): every doorbell is one, so a
+/// How many entries each of the model's logs keeps (commands, events, DMA faults): every
+/// doorbell is an event, and a driver under test may fault or issue commands without end, so a
 /// model that runs for long (behind its vfio-user server, a benchmark) would otherwise grow
 /// without bound.
-pub const EVENT_LOG_LIMIT: usize = 1 << 16;
+pub const LOG_LIMIT: usize = 1 << 16;
 
-/// The model's recent events, oldest first: at most [`EVENT_LOG_LIMIT`], the oldest dropped
-/// (and counted) to make room.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct EventLog {
-    kept: VecDeque<ModelEvent>,
+/// A log of the model's most recent entries, oldest first: at most [`LOG_LIMIT`], the oldest
+/// dropped (and counted) to make room. Entries are numbered from 0 in the order they were
+/// recorded, dropped ones included, so a reader can ask for what came after the last entry
+/// it saw ([`Self::since`]).
+#[derive(Clone, Debug)]
+pub(crate) struct RecentLog<T> {
+    kept: VecDeque<T>,
     dropped: u64,
 }
 
-impl EventLog {
-    /// Records `e`, dropping the oldest event when the log is full.
-    pub(crate) fn push(&mut self, e: ModelEvent) {
-        if self.kept.len() >= EVENT_LOG_LIMIT {
+impl<T> Default for RecentLog<T> {
+    fn default() -> Self {
+        RecentLog {
+            kept: VecDeque::new(),
+            dropped: 0,
+        }
+    }
+}
+
+impl<T: Clone> RecentLog<T> {
+    /// Records `e`, dropping the oldest entry when the log is full.
+    pub(crate) fn push(&mut self, e: T) {
+        if self.kept.len() >= LOG_LIMIT {
             self.kept.pop_front();
             self.dropped += 1;
         }
         self.kept.push_back(e);
     }
 
-    /// The events kept, oldest first.
-    pub(crate) fn to_vec(&self) -> Vec<ModelEvent> {
+    /// The entries kept, oldest first.
+    pub(crate) fn to_vec(&self) -> Vec<T> {
         self.kept.iter().cloned().collect()
     }
 
-    /// Events dropped to keep the log bounded.
+    /// Entries dropped to keep the log bounded.
     pub(crate) fn dropped(&self) -> u64 {
         self.dropped
+    }
+
+    /// Entries recorded so far, dropped ones included: the number the next one gets.
+    pub(crate) fn recorded(&self) -> u64 {
+        self.dropped + self.kept.len() as u64
+    }
+
+    /// The entries kept that were recorded as number `n` or later, oldest first (those
+    /// already dropped are gone).
+    pub(crate) fn since(&self, n: u64) -> impl Iterator<Item = &T> {
+        let skip = n.saturating_sub(self.dropped);
+        self.kept
+            .iter()
+            .skip(usize::try_from(skip).unwrap_or(usize::MAX))
     }
 }
 
@@ -108,19 +134,42 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_event_log_keeps_the_most_recent_events_and_counts_the_rest() {
-        let mut log = EventLog::default();
-        let total = EVENT_LOG_LIMIT + 10;
+    fn a_log_keeps_the_most_recent_entries_and_counts_the_rest() {
+        let mut log = RecentLog::default();
+        let total = LOG_LIMIT + 10;
         for v in 0..total {
             log.push(ModelEvent::Interrupt(v as u16));
         }
         let kept = log.to_vec();
-        assert_eq!(kept.len(), EVENT_LOG_LIMIT);
+        assert_eq!(kept.len(), LOG_LIMIT);
         assert_eq!(log.dropped(), 10);
+        assert_eq!(log.recorded(), total as u64);
         assert_eq!(kept.first(), Some(&ModelEvent::Interrupt(10)));
         assert_eq!(
             kept.last(),
             Some(&ModelEvent::Interrupt((total - 1) as u16))
         );
+    }
+
+    #[test]
+    fn a_reader_gets_what_came_after_the_last_entry_it_saw() {
+        let mut log = RecentLog::default();
+        log.push(1u32);
+        log.push(2);
+        let seen = log.recorded();
+        assert_eq!(log.since(seen).count(), 0);
+        log.push(3);
+        assert_eq!(log.since(seen).copied().collect::<Vec<_>>(), [3]);
+        assert_eq!(log.since(0).copied().collect::<Vec<_>>(), [1, 2, 3]);
+        // Past the end (a log that a reset emptied): nothing.
+        assert_eq!(log.since(10).count(), 0);
+        // Once entries are dropped, numbering goes on where it was.
+        for v in 4..(LOG_LIMIT as u32 + 8) {
+            log.push(v);
+        }
+        let n = log.recorded();
+        assert_eq!(log.dropped(), 7);
+        assert_eq!(log.since(n - 2).copied().collect::<Vec<_>>(), [n as u32 - 1, n as u32]);
+        assert_eq!(log.since(0).next(), Some(&8));
     }
 }

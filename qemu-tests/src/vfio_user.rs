@@ -171,15 +171,15 @@ impl Backend {
         let (mut cmds, mut faults) = (0, 0);
         let engine = Engine::start(dev.clone(), move |h| {
             if let Some(f) = out.as_mut() {
-                for t in &h.trace[cmds.min(h.trace.len())..] {
+                for t in h.trace.since(cmds) {
                     let _ = writeln!(f, "CMD {t}");
                 }
-                for d in &h.dma_faults[faults.min(h.dma_faults.len())..] {
+                for d in h.dma_faults.since(faults) {
                     let _ = writeln!(f, "DMA-FAULT {d}");
                 }
             }
-            cmds = h.trace.len();
-            faults = h.dma_faults.len();
+            cmds = h.trace.recorded();
+            faults = h.dma_faults.recorded();
         });
         Ok(Backend {
             pci: PciConfig::new(&cfg),
@@ -233,7 +233,7 @@ impl Backend {
             h.pages_held(),
             h.eqs.len(),
             h.uars.len(),
-            h.dma_faults.len()
+            h.dma_faults.recorded()
         )
     }
 

@@ -211,6 +211,7 @@ fn unmapped_command_queue_is_a_fault_not_a_crash() {
     bar.write32(BarOffset(0x14), 0);
     bar.write32(BarOffset(0x18), 0xffff_ffff);
     assert_eq!(raw.hal.model().dma_faults().len(), 32);
+    assert_eq!(raw.hal.model().dma_faults_recorded(), 32);
     assert!(raw.hal.model().trace().is_empty());
 }
 
