@@ -169,7 +169,10 @@ mod tests {
         }
         let n = log.recorded();
         assert_eq!(log.dropped(), 7);
-        assert_eq!(log.since(n - 2).copied().collect::<Vec<_>>(), [n as u32 - 1, n as u32]);
+        assert_eq!(
+            log.since(n - 2).copied().collect::<Vec<_>>(),
+            [n as u32 - 1, n as u32]
+        );
         assert_eq!(log.since(0).next(), Some(&8));
     }
 }
