@@ -15,6 +15,7 @@ use crate::cq::Cq;
 use crate::dma::{AddressSpace, DmaFault};
 use crate::eq::Eq;
 use crate::mkey::Mkey;
+use crate::num_table::NumTable;
 use crate::qp::Qp;
 use crate::srq::Srq;
 use crate::trace::{ModelEvent, TraceEntry};
@@ -113,9 +114,10 @@ pub struct Hca {
     pub(crate) eqs: BTreeMap<u8, Eq>,
     pub(crate) pds: BTreeSet<u32>,
     pub(crate) tds: BTreeSet<u32>,
-    pub(crate) mkeys: BTreeMap<u32, Mkey>,
-    pub(crate) cqs: BTreeMap<u32, Cq>,
-    pub(crate) qps: BTreeMap<u32, Qp>,
+    pub(crate) mkeys: NumTable<Mkey>,
+    pub(crate) cqs: NumTable<Cq>,
+    /// QPs and DCTs (one number space).
+    pub(crate) qps: NumTable<Qp>,
     pub(crate) xrcds: BTreeSet<u32>,
     /// SRQs, XRC SRQs and RMPs: one number space.
     pub(crate) srqs: BTreeMap<u32, Srq>,
@@ -200,9 +202,9 @@ impl Hca {
             eqs: BTreeMap::new(),
             pds: BTreeSet::new(),
             tds: BTreeSet::new(),
-            mkeys: BTreeMap::new(),
-            cqs: BTreeMap::new(),
-            qps: BTreeMap::new(),
+            mkeys: NumTable::default(),
+            cqs: NumTable::default(),
+            qps: NumTable::default(),
             xrcds: BTreeSet::new(),
             srqs: BTreeMap::new(),
             qp_srqs: BTreeMap::new(),

@@ -26,6 +26,7 @@ mod key_access;
 mod late;
 pub mod memory;
 pub mod mkey;
+mod num_table;
 pub mod page_list;
 pub mod pcap;
 pub mod pci;

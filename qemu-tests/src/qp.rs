@@ -356,7 +356,7 @@ impl Hca {
             .qps
             .iter()
             .filter(|(_, q)| q.state == QpState::Err && !q.no_rq)
-            .map(|(n, _)| *n)
+            .map(|(n, _)| n)
             .collect();
         for qpn in err {
             self.flush_rq(qpn);
