@@ -59,20 +59,39 @@ const UMR_CTRL_AT: usize = WqeCtrlSeg::BYTES;
 const MKEY_SEG_AT: usize = UMR_CTRL_AT + WqeUmrCtrlSeg::BYTES;
 const XLT_AT: usize = MKEY_SEG_AT + Mkc::BYTES;
 
+/// A UMR WQE's control segment, as its execution needs it.
+struct UmrCtrl {
+    /// 16-byte units the WQE takes.
+    ds: u16,
+    /// WQEBBs it takes.
+    bbs: u16,
+    opcode: u8,
+    wqe_index: u16,
+    signaled: bool,
+    /// The key it rewrites (the control segment's `imm`).
+    key: u32,
+}
+
 impl Hca {
-    /// The UMR WQE at the head of `qp`'s send queue, read while the QP is borrowed: its WQEBBs'
-    /// bytes (at least the first's 64), its `ds`, and a fault that cut it short (recorded by
-    /// the caller). Err: its first WQEBB cannot be read.
-    fn read_umr_wqe(&self, qp: &Qp) -> Result<(Vec<u8>, u16, Option<DmaFault>), ()> {
+    /// The UMR WQE at the head of `qp`'s send queue, read while the QP is borrowed: its
+    /// control segment, its WQEBBs' bytes (at least the first's 64), and a fault that cut it
+    /// short (recorded by the caller). Err: its first WQEBB cannot be read.
+    fn read_umr_wqe(&self, qp: &Qp) -> Result<(UmrCtrl, Vec<u8>, Option<DmaFault>), ()> {
         let mask = (1u16 << qp.log_sq_size) - 1;
         let bb = |i: u16| qp.buf_iova(qp.sq_offset() + u64::from(i & mask) * 64);
         let mut raw = self.dma.read_vec(bb(qp.sq_consumed), 64).map_err(|_| ())?;
-        let ds = View::<WqeCtrlSeg>::new_checked(&raw[..WqeCtrlSeg::BYTES])
-            .map_err(|_| ())?
-            .get(wqe_ctrl_seg::ds) as u16;
-        let bbs = ds.div_ceil(4).max(1);
+        let c = View::<WqeCtrlSeg>::new_checked(&raw[..WqeCtrlSeg::BYTES]).map_err(|_| ())?;
+        let ds = c.get(wqe_ctrl_seg::ds) as u16;
+        let ctrl = UmrCtrl {
+            ds,
+            bbs: ds.div_ceil(4).max(1),
+            opcode: c.get(wqe_ctrl_seg::opcode) as u8,
+            wqe_index: c.get(wqe_ctrl_seg::wqe_index) as u16,
+            signaled: c.get(wqe_ctrl_seg::fm_ce_se) as u8 & fm_ce_se::CQ_UPDATE != 0,
+            key: c.get32(wqe_ctrl_seg::imm),
+        };
         let mut fault = None;
-        for k in 1..bbs {
+        for k in 1..ctrl.bbs {
             match self.dma.read_vec(bb(qp.sq_consumed.wrapping_add(k)), 64) {
                 Ok(v) => raw.extend(v),
                 Err(f) => {
@@ -81,7 +100,7 @@ impl Hca {
                 }
             }
         }
-        Ok((raw, ds, fault))
+        Ok((ctrl, raw, fault))
     }
 
     /// Executes the UMR WQE at the head of QP `qpn`'s send queue (the REG_UMR QP, or a user
@@ -94,20 +113,21 @@ impl Hca {
         };
         let consumed = qp.sq_consumed;
         let s = Sender::of(qp);
-        let Ok((mut raw, ds, fault)) = self.read_umr_wqe(qp) else {
+        let Ok((ctrl, mut raw, fault)) = self.read_umr_wqe(qp) else {
             self.complete_send_error(&s, consumed, 0, synd::LOCAL_QP_OP);
             return false;
         };
         if let Some(f) = fault {
             self.record_fault(f);
         }
-        let ctrl = View::<WqeCtrlSeg>::new_checked(&raw[..WqeCtrlSeg::BYTES])
-            .unwrap_or_else(|_| unreachable!("a WQEBB holds a control segment"));
-        let opcode = ctrl.get(wqe_ctrl_seg::opcode) as u8;
-        let wqe_index = ctrl.get(wqe_ctrl_seg::wqe_index) as u16;
-        let signaled = ctrl.get(wqe_ctrl_seg::fm_ce_se) as u8 & fm_ce_se::CQ_UPDATE != 0;
-        let key = ctrl.get32(wqe_ctrl_seg::imm);
-        let bbs = ds.div_ceil(4).max(1);
+        let UmrCtrl {
+            ds,
+            bbs,
+            opcode,
+            wqe_index,
+            signaled,
+            key,
+        } = ctrl;
         raw.truncate(usize::from(ds) * 16);
         if let Some(q) = self.qps.get_mut(&qpn) {
             q.sq_consumed = q.sq_consumed.wrapping_add(bbs);
