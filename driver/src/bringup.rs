@@ -229,8 +229,8 @@ impl<H: Hal> Device<H> {
             }),
             purge_epoch: core::sync::atomic::AtomicU32::new(0),
             fatal: core::sync::atomic::AtomicBool::new(false),
-            books: crate::verbs::book::Books::new(),
-            srq_books: crate::verbs::srq_ring::SrqBooks::new(),
+            books: crate::wq::book::Books::new(),
+            srq_books: crate::wq::srq_ring::SrqBooks::new(),
         }
     }
 

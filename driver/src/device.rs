@@ -295,7 +295,7 @@ pub struct Device<H: Hal> {
     pub(crate) ctl: spin::Mutex<Control<H>>,
     /// Per-QP bookkeeping shared by posting and polling (never by commands), each QP's in a
     /// slot with its own lock.
-    pub(crate) books: crate::verbs::book::Books<H>,
+    pub(crate) books: crate::wq::book::Books<H>,
     /// Bumped when completions of a destroyed or reset QP wait in `Control::cq_purges` for
     /// their CQ's next poll (see `verbs/cq_clean.rs`).
     pub(crate) purge_epoch: core::sync::atomic::AtomicU32,
@@ -303,7 +303,7 @@ pub struct Device<H: Hal> {
     /// posted in software (`verbs/cq_flush.rs`).
     pub(crate) fatal: core::sync::atomic::AtomicBool,
     /// Receive rings of the SRQs, by SRQ number, for posting and polling.
-    pub(crate) srq_books: crate::verbs::srq_ring::SrqBooks<H>,
+    pub(crate) srq_books: crate::wq::srq_ring::SrqBooks<H>,
 }
 
 /// The mutable control state: command queue, firmware pages, the async EQ and what it
@@ -323,22 +323,22 @@ pub(crate) struct Control<H: Hal> {
     /// The variant byte of the next memory key, so a reused key index gives a new key.
     pub(crate) key_byte: u8,
     /// How many QPs complete into each CQ (a CQ in use cannot be destroyed).
-    pub(crate) cq_users: crate::table::Table<u32, { 2 * crate::verbs::book::INLINE_QPS }>,
+    pub(crate) cq_users: crate::table::Table<u32, { 2 * crate::wq::book::INLINE_QPS }>,
     /// Completions of destroyed or reset QPs each CQ drops at its next poll.
     pub(crate) cq_purges:
-        crate::table::Table<crate::verbs::cq_clean::Purges, { crate::verbs::cq::CQ_TABLE }>,
+        crate::table::Table<crate::wq::cq_tables::Purges, { crate::wq::cq_tables::CQ_TABLE }>,
     /// CQs dropped while in use, destroyed when their last user goes (`cq_orphan.rs`).
     pub(crate) cq_orphans: crate::table::Table<
-        crate::verbs::cq_orphan::Orphan<H::Dma>,
-        { crate::verbs::cq::CQ_TABLE },
+        crate::wq::cq_tables::Orphan<H::Dma>,
+        { crate::wq::cq_tables::CQ_TABLE },
     >,
     /// How many QPs take receives from each SRQ (an SRQ in use cannot be destroyed).
-    pub(crate) srq_users: crate::table::Table<u32, { crate::verbs::srq_ring::INLINE_SRQS }>,
+    pub(crate) srq_users: crate::table::Table<u32, { crate::wq::srq_ring::INLINE_SRQS }>,
     /// A fatal error was queued as an event; the device enters its error state.
     pub(crate) fatal: bool,
     /// Completion events of the CQs without a channel, counted per CQ (never dropped).
     pub(crate) cq_events:
-        crate::table::Table<crate::verbs::comp_channel::CqEvents, { crate::verbs::cq::CQ_TABLE }>,
+        crate::table::Table<crate::wq::cq_tables::CqEvents, { crate::wq::cq_tables::CQ_TABLE }>,
 }
 
 /// A zeroed input buffer viewed as a command's input layout.

@@ -1,18 +1,16 @@
 //! An event queue polled by the driver: the EQE ring in DMA memory, the owner-bit rule and the
 //! consumer-index doorbell (mlx5-reference 04 §1, §4; Linux `next_eqe_sw`, `eq_update_ci`).
 
-use bareverbs_firmware_cmd::commands::{CreateEq, DestroyEq};
 use bareverbs_firmware_cmd::ifc::*;
-use bareverbs_firmware_cmd::{Eqn, Layout, View};
+use bareverbs_firmware_cmd::Eqn;
 use bareverbs_hal::{dma_rmb, BarOffset, Hal, Mmio, SharedDma};
 
-use crate::device::{input, Device};
 use crate::error::Error;
 use crate::uar::Uar;
 
 /// Largest EQ the driver makes: 2^12 EQEs = 256 KiB = 64 pages.
 pub(crate) const MAX_LOG_SIZE: u8 = 12;
-const MAX_PAGES: usize = (EQE_BYTES << MAX_LOG_SIZE) / 4096;
+pub(crate) const MAX_PAGES: usize = (EQE_BYTES << MAX_LOG_SIZE) / 4096;
 
 /// Size of an EQE.
 pub const EQE_BYTES: usize = 64;
@@ -86,55 +84,5 @@ impl<H: Hal> EventQueue<H> {
     pub(crate) fn log_size_for(events: u32) -> u8 {
         let n = (events + NUM_SPARE_EQE).next_power_of_two();
         n.trailing_zeros() as u8
-    }
-}
-
-impl<H: Hal> Device<H> {
-    /// CREATE_EQ of `1 << log_size` EQEs (at most [`MAX_LOG_SIZE`]) on `uar` for the events in
-    /// `mask`, in 4 KiB pages (`log_page_size` 0, one `pas` entry per page, as Linux
-    /// `create_map_eq` does). Polled: no interrupt is used.
-    pub(crate) fn create_eq(
-        &self,
-        uar: Uar,
-        log_size: u8,
-        mask: u64,
-    ) -> Result<EventQueue<H>, Error> {
-        let log_size = log_size.min(MAX_LOG_SIZE);
-        let buf = EventQueue::<H>::alloc(&self.hal, log_size)?;
-        let npages = buf.len() / 4096;
-        let mut inp = [0u8; CreateEqIn::BYTES + 8 * MAX_PAGES];
-        let len = CreateEqIn::BYTES + 8 * npages;
-        {
-            let mut v = input::<CreateEq>(&mut inp[..len])?;
-            v.sub(create_eq_in::eq_context_entry)
-                .set(eqc::log_eq_size, log_size)
-                .set(eqc::uar_page, uar.index().raw())
-                .set(eqc::intr, 0u8)
-                .set(eqc::log_page_size, 0u8);
-            set_event_bitmask(&mut v, 0, mask);
-            for k in 0..npages {
-                v.set_array(create_eq_in::pas, k, buf.iova().0 + (k * 4096) as u64)?;
-            }
-        }
-        let mut out = [0u8; CreateEqOut::BYTES];
-        let [buf] = self.exec_handing_over::<CreateEq, 1>(&mut inp[..len], &mut out, [buf])?;
-        let eqn = Eqn(View::<CreateEqOut>::new_checked(&out)?.get(create_eq_out::eq_number) as u8);
-        Ok(EventQueue::new(buf, eqn, log_size, uar))
-    }
-
-    /// DESTROY_EQ; the ring is freed, or leaked when the command fails (the device may still
-    /// write it).
-    pub(crate) fn destroy_eq(&self, eq: EventQueue<H>) -> Result<(), Error> {
-        let mut inp = [0u8; DestroyEqIn::BYTES];
-        let mut out = [0u8; DestroyEqOut::BYTES];
-        let r = input::<DestroyEq>(&mut inp)
-            .map(|mut v| {
-                v.set(destroy_eq_in::eq_number, eq.eqn.raw());
-            })
-            .and_then(|()| self.exec::<DestroyEq>(&mut inp, &mut out));
-        if r.is_err() {
-            eq.buf.leak();
-        }
-        r
     }
 }

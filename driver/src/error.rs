@@ -161,9 +161,9 @@ pub enum Error {
     /// the device.
     DvRefused {
         /// What was asked for.
-        feature: crate::verbs::dv::DvFeature,
+        feature: DvFeature,
         /// Why it cannot be.
-        why: crate::verbs::dv::DvRefusal,
+        why: DvRefusal,
     },
 }
 
@@ -520,5 +520,101 @@ impl<T, E: Into<Error>> AtStep<T> for Result<T, E> {
             step,
             error: e.into(),
         })
+    }
+}
+
+/// A mask bit or flag of [`DvQpInitAttr`](crate::verbs::DvQpInitAttr), as [`Error::DvRefused`]
+/// names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum DvFeature {
+    /// `comp_mask` bits seed 004 does not define.
+    UnknownCompMask(u64),
+    /// `create_flags` bits seed 004 does not define.
+    UnknownCreateFlags(u32),
+    /// `send_ops_flags` bits seed 004 does not define.
+    UnknownSendOps(u64),
+    /// `MLX5DV_QP_CREATE_TUNNEL_OFFLOADS`.
+    TunnelOffloads,
+    /// `MLX5DV_QP_CREATE_TIR_ALLOW_SELF_LOOPBACK_UC`.
+    TirAllowSelfLoopbackUc,
+    /// `MLX5DV_QP_CREATE_TIR_ALLOW_SELF_LOOPBACK_MC`.
+    TirAllowSelfLoopbackMc,
+    /// `MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE`.
+    DisableScatterToCqe,
+    /// `MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE`.
+    AllowScatterToCqe,
+    /// `MLX5DV_QP_CREATE_PACKET_BASED_CREDIT_MODE`.
+    PacketBasedCreditMode,
+    /// `MLX5DV_QP_CREATE_SIG_PIPELINING`.
+    SigPipelining,
+    /// `MLX5DV_QP_INIT_ATTR_MASK_DC` (DC transport).
+    Dc,
+    /// `MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS`.
+    DciStreams,
+    /// `MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS`.
+    SendOpsFlags,
+    /// `MLX5DV_QP_EX_WITH_MR_INTERLEAVED`.
+    MrInterleaved,
+    /// `MLX5DV_QP_EX_WITH_MR_LIST`.
+    MrList,
+    /// `MLX5DV_QP_EX_WITH_MKEY_CONFIGURE`.
+    MkeyConfigure,
+}
+
+/// Why a [`DvFeature`] was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum DvRefusal {
+    /// Not a bit seed 004 defines.
+    Unknown,
+    /// The device does not report the capability named (a `cmd_hca_cap` field).
+    NoDeviceCap {
+        /// The capability field.
+        cap: &'static str,
+    },
+    /// The QP's type does not take it; `needs` names the type(s) that do.
+    QpType {
+        /// The type asked for.
+        qp_type: crate::verbs::qp_state::QpType,
+        /// What takes it.
+        needs: &'static str,
+    },
+    /// Not with the other feature named (the two contradict each other, or the second rules
+    /// the first out).
+    Conflicts {
+        /// The other one.
+        with: DvFeature,
+    },
+    /// Past the device's limit (both log2).
+    ExceedsCap {
+        /// Asked for.
+        requested: u8,
+        /// The most the device reports.
+        max: u8,
+    },
+    /// It needs what this driver does not implement, named.
+    NotInDriver {
+        /// The missing piece.
+        needs: &'static str,
+    },
+}
+
+impl core::fmt::Display for DvRefusal {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            DvRefusal::Unknown => f.write_str("not defined by mlx5dv_create_qp"),
+            DvRefusal::NoDeviceCap { cap } => write!(f, "the device does not report {cap}"),
+            DvRefusal::QpType { qp_type, needs } => {
+                write!(f, "not for a {qp_type} QP (only {needs})")
+            }
+            DvRefusal::Conflicts { with } => write!(f, "conflicts with {with:?}"),
+            DvRefusal::ExceedsCap { requested, max } => {
+                write!(f, "log2 {requested} past the device's {max}")
+            }
+            DvRefusal::NotInDriver { needs } => write!(f, "needs {needs}, not in this driver"),
+        }
     }
 }

@@ -29,6 +29,7 @@ pub mod cmdq;
 pub mod config;
 pub mod device;
 mod eq;
+mod eq_commands;
 pub mod error;
 pub mod eth;
 pub mod health;
@@ -39,6 +40,7 @@ mod table;
 pub mod trace;
 pub mod uar;
 pub mod verbs;
+mod wq;
 
 pub use bareverbs_firmware_cmd as firmware_cmd;
 pub use bareverbs_hal as hal;

@@ -9,7 +9,7 @@ use bareverbs_hal::{dma_rmb, dma_wmb, Hal, SharedDma};
 
 use crate::device::{input, Device};
 use crate::error::Error;
-use crate::verbs::ring_pages::alloc_ring;
+use crate::wq::ring_pages::alloc_ring;
 
 /// Bytes of a CQE.
 const CQE: usize = 64;

@@ -16,7 +16,7 @@ use crate::error::{Error, Limit};
 use crate::eth::cq::EthCq;
 use crate::eth::pool::{owner, Pkt, PktFlags, PktPool};
 use crate::eth::port::EthPort;
-use crate::verbs::ring_pages::alloc_ring;
+use crate::wq::ring_pages::alloc_ring;
 
 /// Bytes of a receive WQE: one data segment.
 const RX_WQE: usize = 16;

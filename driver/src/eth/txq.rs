@@ -18,7 +18,7 @@ use crate::eth::cq::EthCq;
 use crate::eth::pool::{owner, Pkt, PktFlags, PktPool};
 use crate::eth::port::EthPort;
 use crate::eth::rxq::MAX_QUEUE_ENTRIES;
-use crate::verbs::ring_pages::alloc_ring;
+use crate::wq::ring_pages::alloc_ring;
 
 /// Bytes of a send WQE basic block.
 const WQEBB: usize = 64;

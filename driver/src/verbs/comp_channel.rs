@@ -14,8 +14,9 @@ use bareverbs_hal::{Deadline, Hal};
 
 use crate::device::{AsyncEvent, Device};
 use crate::eq::EventQueue;
-use crate::error::{Error, Invalid, Limit};
+use crate::error::{Error, Limit};
 use crate::table::Table;
+use crate::wq::cq_tables::CqEvents;
 
 /// Most CQs one completion channel serves (its EQ is sized for them).
 pub const CHANNEL_CQS: usize = 64;
@@ -26,47 +27,9 @@ impl<H: Hal> crate::device::Control<H> {
     /// completion events (one per armed CQ between two drains) leave room for the other
     /// events and the EQ cannot overrun.
     pub(crate) fn armed_cq_limit(&self) -> usize {
-        let counts = Table::<CqEvents, { crate::verbs::cq::CQ_TABLE }>::capacity();
+        let counts = Table::<CqEvents, { crate::wq::cq_tables::CQ_TABLE }>::capacity();
         let eq = self.eq.as_ref().map_or(0, |e| e.entries() / 2);
         counts.map_or(eq, |c| c.min(eq))
-    }
-}
-
-/// Completion events of one CQ, between the EQ and the user.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct CqEvents {
-    /// Events the EQ delivered and the user has not read yet.
-    pub pending: u32,
-    /// Events read and not yet acknowledged.
-    pub unacked: u32,
-    /// The arm sequence number: one more per event read (rdma-core `mlx5_cq_event`).
-    pub arm_sn: u32,
-    /// The CQ's user context.
-    pub context: u64,
-}
-
-impl CqEvents {
-    /// Takes one pending event: it is now read, unacknowledged, and the next arm uses the
-    /// next sequence number.
-    pub(crate) fn take(&mut self) -> bool {
-        if self.pending == 0 {
-            return false;
-        }
-        self.pending -= 1;
-        self.unacked = self.unacked.saturating_add(1);
-        self.arm_sn = self.arm_sn.wrapping_add(1);
-        true
-    }
-
-    /// Acknowledges `n` read events (`ibv_ack_cq_events`).
-    pub(crate) fn ack(&mut self, n: u32) -> Result<(), Error> {
-        if n == 0 || n > self.unacked {
-            return Err(Error::InvalidArgument {
-                what: Invalid::AckCount,
-            });
-        }
-        self.unacked -= n;
-        Ok(())
     }
 }
 

@@ -14,19 +14,19 @@ use crate::device::{input, Device};
 use crate::error::{Error, Invalid, Limit};
 use crate::slot_table::{holds, lock_cached, relock, LastSlot};
 use crate::uar::Uar;
-use crate::verbs::book::{Book, BookView};
-use crate::verbs::comp_channel::{cq_count, CompChannel, CqEvents, CHANNEL_CQS};
-use crate::verbs::cq_clean::{before, Purges};
+use crate::verbs::comp_channel::{cq_count, CompChannel, CHANNEL_CQS};
 use crate::verbs::cq_scatter;
-use crate::verbs::ring_pages::{alloc_ring, RingPages, MAX_PAGE};
-use crate::verbs::srq_ring::SrqBook;
 use crate::verbs::wc::{Wc, WcFlags, WcOpcode, WcStatus};
+use crate::wq::book::{Book, BookView};
+use crate::wq::cq_tables::CqEvents;
+use crate::wq::cq_tables::{before, Purges};
+use crate::wq::ring_pages::{alloc_ring, RingPages, MAX_PAGE};
+use crate::wq::srq_ring::SrqBook;
 
 /// Size of a CQE.
 pub const CQE_BYTES: usize = 64;
 /// CQs without a channel a device keeps event counts for (inline table; unbounded with
 /// `alloc`).
-pub(crate) const CQ_TABLE: usize = 2 * crate::verbs::book::INLINE_QPS;
 /// Most buffer pages one CREATE_CQ carries (so at most 63 488 CQEs).
 const MAX_CQ_PAGES: usize = (MAX_MESSAGE - CreateCqIn::BYTES) / 8;
 /// `op_own` of an empty entry: opcode INVALID, owner 0 (mlx5_ib's initial value).
@@ -861,7 +861,7 @@ impl<H: Hal> Drop for Cq<'_, H> {
         if in_use {
             if let (Some(buf), Some(dbr)) = (self.buf.take(), self.dbr.take()) {
                 self.forget_events();
-                let orphan = crate::verbs::cq_orphan::Orphan::new(buf, dbr);
+                let orphan = crate::wq::cq_tables::Orphan::new(buf, dbr);
                 let cqn = self.cqn.raw();
                 if let Err(o) = self.dev.ctl.lock().cq_orphans.insert(cqn, orphan) {
                     warn!(

@@ -20,29 +20,7 @@ use bareverbs_hal::Hal;
 use crate::device::{input, Device};
 use crate::error::Error;
 
-/// QPs whose completions one CQ can be asked to drop before it is next polled.
-pub(crate) const PURGES: usize = 8;
-
-/// (QPN, CQE count before which its CQEs go) pairs waiting for one CQ.
-pub(crate) type Purges = heapless::Vec<(u32, u32), PURGES>;
-
-/// True when CQE number `index` (a consumer count) comes before `until` (24-bit counts).
-#[inline]
-pub(crate) fn before(index: u32, until: u32) -> bool {
-    let d = until.wrapping_sub(index) & 0x00ff_ffff;
-    d != 0 && d < 0x0080_0000
-}
-
-/// Adds `(qpn, until)` to `list`, merging with an entry of the same QPN; false when full.
-pub(crate) fn add(list: &mut Purges, qpn: u32, until: u32) -> bool {
-    if let Some(e) = list.iter_mut().find(|e| e.0 == qpn) {
-        if before(e.1, until) {
-            e.1 = until;
-        }
-        return true;
-    }
-    list.push((qpn, until)).is_ok()
-}
+use crate::wq::cq_tables::{add, Purges};
 
 impl<H: Hal> Device<H> {
     /// CQ `cqn`'s producer counter (QUERY_CQ `cq_context.producer_counter`).
@@ -102,26 +80,5 @@ impl<H: Hal> Device<H> {
                 );
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn counts_compare_across_the_24_bit_wrap() {
-        assert!(before(5, 6));
-        assert!(!before(6, 6));
-        assert!(!before(7, 6));
-        assert!(before(0xff_fffe, 2));
-        assert!(!before(2, 0xff_fffe));
-        // The consumer count is 32 bits, the producer's 24.
-        assert!(before(0x0100_0003, 4));
-        let mut l = Purges::new();
-        assert!(add(&mut l, 9, 10));
-        assert!(add(&mut l, 9, 12));
-        assert!(add(&mut l, 9, 11));
-        assert_eq!(l.as_slice(), &[(9, 12)]);
     }
 }

@@ -11,8 +11,8 @@ use core::sync::atomic::{AtomicU16, Ordering};
 
 use bareverbs_hal::Hal;
 
-use crate::verbs::book::Books;
 use crate::verbs::wc::{Wc, WcStatus};
+use crate::wq::book::Books;
 
 /// `vendor_err` of a software flush: the flush syndrome (mlx5_ib
 /// `MLX5_CQE_SYNDROME_WR_FLUSH_ERR`).

@@ -7,27 +7,9 @@
 use bareverbs_firmware_cmd::commands::DestroyCq;
 use bareverbs_firmware_cmd::ifc::{destroy_cq_in, DestroyCqIn, DestroyCqOut};
 use bareverbs_firmware_cmd::Layout;
-use bareverbs_hal::{DmaMemory, Hal, SharedDma};
+use bareverbs_hal::Hal;
 
 use crate::device::{input, Device};
-
-/// The memory of a CQ that was dropped while in use.
-pub(crate) struct Orphan<D: DmaMemory> {
-    buf: SharedDma<D>,
-    dbr: SharedDma<D>,
-}
-
-impl<D: DmaMemory> Orphan<D> {
-    pub(crate) fn new(buf: SharedDma<D>, dbr: SharedDma<D>) -> Self {
-        Orphan { buf, dbr }
-    }
-
-    /// Gives the memory up without freeing it (the device may still write it).
-    pub(crate) fn leak(self) {
-        self.buf.leak();
-        self.dbr.leak();
-    }
-}
 
 impl<H: Hal> Device<H> {
     /// CQs dropped while a QP still completed into them, kept until their last user is

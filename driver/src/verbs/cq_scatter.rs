@@ -21,28 +21,13 @@ use bareverbs_hal::{Hal, Iova, Slot};
 use crate::device::Device;
 use crate::slot_table::Keyed;
 use crate::verbs::wc::{Wc, WcStatus};
+use crate::wq::book::WqRing;
 
 /// The `op_own` bits of the CQE format (bits 3:2); non-zero means data in the CQE.
 pub(crate) const FORMAT_MASK: u8 = 0x0c;
 
 /// Most scatter entries read back from one WQE.
 const MAX_SGES: usize = 32;
-
-/// Where a QP's work queues are, for reading a WQE back (set only on QPs that scatter to
-/// CQEs).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct WqRing {
-    /// Device address of the work buffer (receive queue first, then send queue).
-    pub(crate) iova: u64,
-    /// Byte offset of the send queue.
-    pub(crate) sq_base: u64,
-    /// log2 of the send queue's WQEBBs, of the receive WQEs and of their stride.
-    pub(crate) log_sq: u8,
-    pub(crate) log_rq: u8,
-    pub(crate) rq_shift: u8,
-    /// A DCI: its send WQEs carry a 48-byte address vector after the control segment.
-    pub(crate) dci: bool,
-}
 
 /// The data CQE `cqe` carries, copied to the buffers of the WQE it completes. Run before the
 /// poll completes the WQE (after that the poster may reuse it). `Err` with the status the

@@ -17,11 +17,11 @@ use core::time::Duration;
 
 use crate::device::{input, AsyncEvent, Device};
 use crate::error::{Error, Invalid};
-use crate::verbs::book::Book;
 use crate::verbs::mr::AccessFlags;
 use crate::verbs::pd::Pd;
 use crate::verbs::qp::{QpAttr, QpInitAttr};
 use crate::verbs::qp_state::{QpAttrMask, QpState};
+use crate::wq::book::Book;
 
 /// How long [`Dct::destroy`] waits for DCT_DRAINED before destroying the DCT anyway.
 pub const DCT_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);

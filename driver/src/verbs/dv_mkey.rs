@@ -23,8 +23,8 @@ use bareverbs_hal::Hal;
 use bitflags::bitflags;
 
 use crate::device::input;
+use crate::error::{DvFeature, DvRefusal};
 use crate::error::{Error, Invalid, Limit};
-use crate::verbs::dv::{DvFeature, DvRefusal};
 use crate::verbs::mr::{AccessFlags, Lkey};
 use crate::verbs::pd::Pd;
 use crate::verbs::post::Sge;

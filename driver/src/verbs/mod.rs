@@ -45,7 +45,6 @@
 //! ```
 
 pub mod ah;
-pub(crate) mod book;
 pub mod comp_channel;
 pub mod cq;
 pub(crate) mod cq_clean;
@@ -63,16 +62,14 @@ pub mod qp;
 pub(crate) mod qp_attr_check;
 pub mod qp_state;
 pub(crate) mod recv_queue;
-pub(crate) mod ring_pages;
 pub mod send_batch;
-pub(crate) mod send_queue;
 pub mod srq;
 pub mod srq_ring;
 pub mod wc;
 pub mod xrc;
 
+pub use crate::wq::book::MAX_QPS;
 pub use ah::Ah;
-pub use book::MAX_QPS;
 pub use comp_channel::{CompChannel, CqEvent, CHANNEL_CQS};
 pub use cq::{Cq, CqInitAttr};
 pub use dct::{Dct, DctStatus, DCT_DRAIN_TIMEOUT};

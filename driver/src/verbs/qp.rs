@@ -12,14 +12,14 @@ use crate::cmdq::MAX_MESSAGE;
 use crate::device::input;
 use crate::device::Device;
 use crate::error::{Error, Invalid, Limit};
-use crate::verbs::book::{Book, BookSlot, INLINE_QPS};
 use crate::verbs::cq::Cq;
 use crate::verbs::mr::AccessFlags;
 use crate::verbs::pd::Pd;
 use crate::verbs::qp_state::{check_modify, next_state, QpAttrMask, QpState, QpType};
 use crate::verbs::recv_queue::RecvQueue;
-use crate::verbs::ring_pages::{alloc_ring, RingPages};
-use crate::verbs::send_queue::{BatchState, SendQueue};
+use crate::wq::book::{Book, BookSlot, INLINE_QPS};
+use crate::wq::ring_pages::{alloc_ring, RingPages};
+use crate::wq::send_queue::{BatchState, SendQueue};
 
 /// Bytes of a send WQE basic block.
 const WQEBB: u32 = 64;
@@ -510,7 +510,7 @@ impl<'d, H: Hal> Pd<'d, H> {
         let buf = buf.share();
         // Where the queues are in the buffer, checked once for every post.
         let sq_shape =
-            buf.ring_shape::<{ crate::verbs::send_queue::WQEBB }>(rq_bytes, 1 << log_sq_bbs)?;
+            buf.ring_shape::<{ crate::wq::send_queue::WQEBB }>(rq_bytes, 1 << log_sq_bbs)?;
         let rq_shape = if no_rq {
             None
         } else {
@@ -601,7 +601,7 @@ impl<'d, H: Hal> Pd<'d, H> {
         let qpn = Qpn(View::<CreateQpOut>::new_checked(&o)?.get32(create_qp_out::qpn));
         book.qpn = qpn.raw();
         if dv.cs_req != 0 || dv.cs_res != 0 {
-            book.ring = Some(crate::verbs::cq_scatter::WqRing {
+            book.ring = Some(crate::wq::book::WqRing {
                 iova: buf.iova().0,
                 sq_base: rq_bytes as u64,
                 log_sq: log_sq_bbs,

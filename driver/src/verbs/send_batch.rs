@@ -18,13 +18,13 @@ use crate::verbs::mr::AccessFlags;
 use crate::verbs::post::{sge_refused_lengths, DcDest, SendFlags, SendOp, SendWr, Sge, UdDest};
 use crate::verbs::qp::Qp;
 use crate::verbs::qp_state::{QpState, QpType};
-use crate::verbs::send_queue::{BatchState, WQEBB};
+use crate::wq::send_queue::{BatchState, WQEBB};
 
 // The send queue's `fm_ce_se` table is indexed by these bits.
 const _: () = assert!(
-    SendFlags::FENCE.bits() == crate::verbs::send_queue::FLAG_FENCE
-        && SendFlags::SIGNALED.bits() == crate::verbs::send_queue::FLAG_SIGNALED
-        && SendFlags::SOLICITED.bits() == crate::verbs::send_queue::FLAG_SOLICITED
+    SendFlags::FENCE.bits() == crate::wq::send_queue::FLAG_FENCE
+        && SendFlags::SIGNALED.bits() == crate::wq::send_queue::FLAG_SIGNALED
+        && SendFlags::SOLICITED.bits() == crate::wq::send_queue::FLAG_SOLICITED
 );
 
 /// Bytes of the control segment, and of the remote address segment.
@@ -966,7 +966,7 @@ mod tests {
 
     use super::*;
     use crate::verbs::qp::{AhAttr, GlobalRoute};
-    use crate::verbs::send_queue::fm_ce_se_table;
+    use crate::wq::send_queue::fm_ce_se_table;
 
     type Dma = <SimHal as Hal>::Dma;
 

@@ -59,7 +59,7 @@ pub struct Book<H: Hal> {
     /// The CQs the send and the receive queue complete into.
     pub(crate) cqns: [u32; 2],
     /// Where the QP's work queues are, on QPs that scatter to CQEs (`cq_scatter.rs`).
-    pub(crate) ring: Option<crate::verbs::cq_scatter::WqRing>,
+    pub(crate) ring: Option<WqRing>,
 }
 
 impl<H: Hal> Book<H> {
@@ -123,6 +123,22 @@ impl<H: Hal> Book<H> {
             rq_tail: &self.rq_tail,
         })
     }
+}
+
+/// Where a QP's work queues are, for reading a WQE back (set only on QPs that scatter to
+/// CQEs).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WqRing {
+    /// Device address of the work buffer (receive queue first, then send queue).
+    pub(crate) iova: u64,
+    /// Byte offset of the send queue.
+    pub(crate) sq_base: u64,
+    /// log2 of the send queue's WQEBBs, of the receive WQEs and of their stride.
+    pub(crate) log_sq: u8,
+    pub(crate) log_rq: u8,
+    pub(crate) rq_shift: u8,
+    /// A DCI: its send WQEs carry a 48-byte address vector after the control segment.
+    pub(crate) dci: bool,
 }
 
 /// A [`Book`] seen through ring views (indices masked, values in the CPU's byte order).
