@@ -9,7 +9,7 @@ use bareverbs_firmware_cmd::commands::{CreateSq, DestroySq, ModifySq};
 use bareverbs_firmware_cmd::ifc::*;
 use bareverbs_firmware_cmd::wqe_codec::{self as codec, ctrl, data, eth};
 use bareverbs_firmware_cmd::{Layout, View};
-use bareverbs_hal::{dma_wmb, wmb, BarOffset, Hal, Mmio, SharedDma};
+use bareverbs_hal::{Hal, SharedDma};
 
 use crate::cmdq::MAX_MESSAGE;
 use crate::device::input;
@@ -19,9 +19,8 @@ use crate::eth::pool::{owner, Pkt, PktFlags, PktPool};
 use crate::eth::port::EthPort;
 use crate::eth::rxq::MAX_QUEUE_ENTRIES;
 use crate::wq::ring_pages::alloc_ring;
+use crate::wq::send_queue::{SqDoorbell, WQEBB};
 
-/// Bytes of a send WQE basic block.
-const WQEBB: usize = 64;
 /// Where the Ethernet segment starts: after the control segment.
 const ETH_SEG: usize = WqeCtrlSeg::BYTES;
 /// Most header bytes a WQE inlines (L2 + VLAN + IPv6 + TCP with options fit).
@@ -57,12 +56,12 @@ pub struct TxQueue<'p, 'd, H: Hal> {
     /// 32–47).
     slots: SharedDma<H::Dma>,
     log_size: u8,
+    /// WQEBBs written (the doorbell's producer counts what was published).
     pi: u16,
     ci: u16,
     since_completion: u16,
-    bf_register: usize,
-    bf_offset: usize,
-    bf_half: usize,
+    /// The doorbell record and register this queue rings, the verbs send queue's own kind.
+    doorbell: SqDoorbell,
     refused: Option<Error>,
     stopped: Option<u8>,
     sent: u64,
@@ -147,13 +146,14 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
             pi: 0,
             ci: 0,
             since_completion: 0,
-            bf_register: uar.bf_register(),
-            bf_offset: 0,
-            bf_half: if caps.bf {
-                (1usize << caps.log_bf_reg_size) / 2
-            } else {
-                0
-            },
+            doorbell: SqDoorbell::new(
+                uar.bf_register(),
+                if caps.bf {
+                    1usize << caps.log_bf_reg_size
+                } else {
+                    0
+                },
+            ),
             refused: None,
             stopped: None,
             sent: 0,
@@ -427,30 +427,23 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
             if self.since_completion != 0 {
                 // The burst ended on the ring being full mid-way: its last WQE asks for a
                 // completion too, or the ring would never drain.
-                self.force_completion(last_ctrl);
+                // The last WQE asks for a completion (its `fm_ce_se`, control byte 11).
+                ring.slot(ctrl::WQE_INDEX.get(last_ctrl) as usize)
+                    .write8(wqe_ctrl_seg::fm_ce_se.bit / 8, fm_ce_se::CQ_UPDATE);
+                self.since_completion = 0;
             }
-            // ORDERING: the WQEs before the record, the record before the doorbell.
-            dma_wmb();
-            self.dbr.write32(qp_dbr::SND, u32::from(self.pi));
-            wmb();
-            self.port
-                .dev
-                .hal
-                .bar0()
-                .write64(BarOffset(self.bf_register + self.bf_offset), last_ctrl);
-            self.bf_offset ^= self.bf_half;
+            // The doorbell record, then the doorbell's first 8 bytes (no BlueFlame copy:
+            // the PMD's `mlx5_tx_dbrec`).
+            self.doorbell.publish(
+                self.port.dev.hal.bar0(),
+                &self.dbr,
+                &ring,
+                self.pi,
+                last_ctrl,
+                false,
+            );
         }
         n
-    }
-
-    /// Sets CQ_UPDATE on the WQE whose control segment starts with `ctrl`.
-    fn force_completion(&mut self, ctrl: u64) {
-        let mask = (1usize << self.log_size) - 1;
-        let first = ((ctrl >> 40) & 0xffff) as usize & mask;
-        let _ = self
-            .ring
-            .write_bytes(first * WQEBB + 11, &[fm_ce_se::CQ_UPDATE]);
-        self.since_completion = 0;
     }
 
     /// Restarts a stopped queue: the packets not sent go back to the pool, the SQ goes
@@ -481,6 +474,7 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
         self.pi = 0;
         self.ci = 0;
         self.since_completion = 0;
+        self.doorbell.reset();
     }
 }
 

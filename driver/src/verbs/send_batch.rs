@@ -651,12 +651,13 @@ fn fence_after_umr(fm_ce_se: u8) -> u8 {
 /// [`SendBatch::fence_at`] when nothing waits for a fence.
 const NO_FENCE: u32 = u32::MAX;
 
-/// Fences the request whose first WQEBB is `s` behind the UMR before it (its `fm_ce_se`,
-/// byte 11).
+/// Fences the request whose first WQEBB is `s` behind the UMR before it (its control
+/// segment's `fm_ce_se` byte).
 #[cold]
 #[inline(never)]
 fn fence_wqe(s: Slot<'_, WQEBB>) {
-    s.write8(11, fence_after_umr(s.read8(11)));
+    const AT: usize = bareverbs_firmware_cmd::ifc::wqe_ctrl_seg::fm_ce_se.bit / 8;
+    s.write8(AT, fence_after_umr(s.read8(AT)));
 }
 
 /// The fence-mode bits of `fm_ce_se` (7:5) and rdma-core's `MLX5_WQE_CTRL_INITIATOR_SMALL_FENCE`.

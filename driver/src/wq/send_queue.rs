@@ -93,14 +93,7 @@ impl SendQueue {
         SendQueue {
             log_bbs,
             fm_ce_se: fm_ce_se_table(sig_all),
-            doorbell: SqDoorbell {
-                cur: 0,
-                bf: BlueFlame {
-                    register: bf_register,
-                    offset: 0,
-                    half: bf_reg_size / 2,
-                },
-            },
+            doorbell: SqDoorbell::new(bf_register, bf_reg_size),
             fence_next: false,
             batch,
             shape,
@@ -132,11 +125,30 @@ impl SendQueue {
 
     /// Nothing posted (the QP went to RESET).
     pub(crate) fn reset(&mut self) {
-        self.doorbell.cur = 0;
+        self.doorbell.reset();
     }
 }
 
 impl SqDoorbell {
+    /// The doorbell of a queue with nothing posted, ringing the BlueFlame register at BAR
+    /// offset `register` of `reg_size` bytes (0: the device has none; only the first 8 bytes
+    /// of each doorbell are written).
+    pub(crate) fn new(register: usize, reg_size: usize) -> Self {
+        SqDoorbell {
+            cur: 0,
+            bf: BlueFlame {
+                register,
+                offset: 0,
+                half: reg_size / 2,
+            },
+        }
+    }
+
+    /// Nothing published (the queue went back to reset).
+    pub(crate) fn reset(&mut self) {
+        self.cur = 0;
+    }
+
     /// Hands the WQEBBs up to `cur` (written in `ring` since the last call) to the device: the
     /// doorbell record, then the doorbell — the whole WQE into the BlueFlame register when the
     /// batch was one WQE with inline data (`lone_inline`) that fits half of it, as rdma-core 56
