@@ -289,12 +289,12 @@ impl<'p, 'd, H: Hal> RxQueue<'p, 'd, H> {
             if c.l4_l3_hdr_type & 1 != 0 {
                 flags |= PktFlags::VLAN_STRIPPED;
             }
-            if c.hash_type != 0 {
+            if c.rss_hash_type != 0 {
                 flags |= PktFlags::RSS_HASH;
             }
             let mut p = self.pool.handle(index, c.byte_cnt);
             p.flags = flags;
-            p.hash = c.hash;
+            p.hash = c.rss_hash_result;
             p.vlan = c.vlan_info;
             pkts[n] = p;
             // The fresh buffer goes into WQE `pi`.

@@ -210,7 +210,10 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
     /// Takes the device's completions: every WQE up to the one completed goes back to its
     /// pool. Returns the packets freed.
     pub fn reclaim(&mut self) -> usize {
-        let mask = (1usize << self.log_size) - 1;
+        // The per-WQE slots, viewed once (indices masked into the ring).
+        let Ok(slots) = self.slots.slots::<8>(0, 1 << self.log_size) else {
+            return 0;
+        };
         let mut freed = 0;
         let mut done = [0u32; 64];
         let mut k = 0;
@@ -219,12 +222,12 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
                 self.stopped = Some(c.syndrome);
             }
             let end = {
-                let s = self.slots.read64(8 * (usize::from(c.wqe_counter) & mask));
+                let s = slots.slot(usize::from(c.wqe_counter)).read64(0);
                 c.wqe_counter.wrapping_add((s >> 32) as u16)
             };
             // Completions arrive in order: everything before `end` is done.
             while self.ci != end && self.pi != self.ci {
-                let s = self.slots.read64(8 * (usize::from(self.ci) & mask));
+                let s = slots.slot(usize::from(self.ci)).read64(0);
                 done[k] = s as u32;
                 k += 1;
                 if k == done.len() {
@@ -353,16 +356,9 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
                 let mut h = [0u8; 18];
                 h[..inline].copy_from_slice(&head[..inline]);
                 let word = |at: usize| {
-                    u64::from_be_bytes([
-                        h[at],
-                        h[at + 1],
-                        h[at + 2],
-                        h[at + 3],
-                        h[at + 4],
-                        h[at + 5],
-                        h[at + 6],
-                        h[at + 7],
-                    ])
+                    let mut b = [0u8; 8];
+                    b.copy_from_slice(&h[at..at + 8]);
+                    u64::from_be_bytes(b)
                 };
                 let bb = ring.slot(usize::from(self.pi));
                 bb.write64(ctrl::OPCODE.byte(), ctrl);

@@ -10,9 +10,11 @@
 //! | `send_queue.rs` | a send ring: its WQEBBs, producer, doorbell record and BlueFlame register |
 //! | `book.rs` | each QP's book (the `wr_id` of every outstanding request) and its table |
 //! | `srq_ring.rs` | a shared receive ring (linked-list WQEs), its book and its table |
+//! | `cq_ring.rs` | a completion ring: owner rule, read barrier, one parse of each CQE, consumer index |
 //! | `cq_tables.rs` | what the device keeps per CQ: purges, orphans, event counts |
 
 pub(crate) mod book;
+pub(crate) mod cq_ring;
 pub(crate) mod cq_tables;
 pub(crate) mod ring_pages;
 pub(crate) mod send_queue;
