@@ -30,7 +30,7 @@ crate::ifc! {
         /// [`umr_flags::TRANSLATION_OFFSET_EN`]; rdma-core `translation_offset`, in a union
         /// with `bsf_octowords`).
         0x030 xlt_offset: 16,
-        /// Which mkey-segment fields to apply, see [`mkey_mask`].
+        /// Which mkey-segment fields to apply, see [`mkey_mask`](mod@mkey_mask).
         0x040 mkey_mask: 64,
         /// Bits 47:16 of the translation offset (`umr_extended_translation_offset`).
         0x080 xlt_offset_47_16: 32,
