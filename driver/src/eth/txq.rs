@@ -7,7 +7,7 @@
 
 use bareverbs_firmware_cmd::commands::{CreateSq, DestroySq, ModifySq};
 use bareverbs_firmware_cmd::ifc::*;
-use bareverbs_firmware_cmd::wqe_codec::{self as codec, ctrl, data, eth};
+use bareverbs_firmware_cmd::wqe_codec::{ctrl, data, eth};
 use bareverbs_firmware_cmd::{Layout, View};
 use bareverbs_hal::{Hal, SharedDma};
 
@@ -20,9 +20,8 @@ use crate::eth::port::EthPort;
 use crate::eth::rxq::MAX_QUEUE_ENTRIES;
 use crate::wq::ring_pages::alloc_ring;
 use crate::wq::send_queue::{SqDoorbell, WQEBB};
+use crate::wq::send_wqe::{write_eth, write_eth_one_bb, EthSeg};
 
-/// Where the Ethernet segment starts: after the control segment.
-const ETH_SEG: usize = WqeCtrlSeg::BYTES;
 /// Most header bytes a WQE inlines (L2 + VLAN + IPv6 + TCP with options fit).
 const MAX_INLINE: usize = 160;
 /// A completion is asked for at least this often (and at the end of each burst).
@@ -350,66 +349,34 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
                             .put(u64::from(u16::from_be_bytes([head[0], head[1]])))
                 }
             };
+            let seg = EthSeg {
+                cs_flags: cs,
+                hdr_word,
+            };
             if inline <= 18 {
                 // One WQEBB: control, Ethernet segment with the first two header bytes, the
                 // other sixteen, the data segment — eight word stores.
-                let mut h = [0u8; 18];
-                h[..inline].copy_from_slice(&head[..inline]);
-                let word = |at: usize| {
-                    let mut b = [0u8; 8];
-                    b.copy_from_slice(&h[at..at + 8]);
-                    u64::from_be_bytes(b)
-                };
-                let bb = ring.slot(usize::from(self.pi));
-                bb.write64(ctrl::OPCODE.byte(), ctrl);
-                bb.write64(ctrl::FM_CE_SE.byte(), ctrl::FM_CE_SE.put(u64::from(ce)));
-                bb.write64(
-                    ETH_SEG + eth::CS_FLAGS.byte(),
-                    eth::CS_FLAGS.put(u64::from(cs)),
+                write_eth_one_bb(
+                    ring.slot(usize::from(self.pi)),
+                    ctrl,
+                    ce,
+                    seg,
+                    &head,
+                    inline,
+                    data,
                 );
-                bb.write64(ETH_SEG + eth::INLINE_HDR_SZ.byte(), hdr_word);
-                if inline_units == 0 {
-                    // Nothing inlined past the segment: the data segment follows it.
-                    bb.write64(32, data.0);
-                    bb.write64(40, data.1);
-                    bb.write64(48, 0);
-                    bb.write64(56, 0);
-                } else {
-                    bb.write64(32, word(2));
-                    bb.write64(40, word(10));
-                    bb.write64(48, data.0);
-                    bb.write64(56, data.1);
-                }
             } else {
-                wqe[..bbs * WQEBB].fill(0);
-                codec::store(&mut wqe, ctrl::OPCODE.byte(), ctrl);
-                codec::store(
+                write_eth(
+                    &ring,
+                    usize::from(self.pi),
+                    bbs,
                     &mut wqe,
-                    ctrl::FM_CE_SE.byte(),
-                    ctrl::FM_CE_SE.put(u64::from(ce)),
+                    ctrl,
+                    ce,
+                    seg,
+                    &head[..inline],
+                    (rest > 0).then_some(data),
                 );
-                codec::store(
-                    &mut wqe,
-                    ETH_SEG + eth::CS_FLAGS.byte(),
-                    eth::CS_FLAGS.put(u64::from(cs)),
-                );
-                codec::store(&mut wqe, ETH_SEG + eth::INLINE_HDR_SZ.byte(), hdr_word);
-                let hdr = ETH_SEG + wqe_eth_seg::inline_hdr_start.bit / 8;
-                wqe[hdr..hdr + inline].copy_from_slice(&head[..inline]);
-                if rest > 0 {
-                    let at = ETH_SEG + WqeEthSeg::BYTES + 16 * inline_units;
-                    codec::store(&mut wqe, at + data::BYTE_COUNT.byte(), data.0);
-                    codec::store(&mut wqe, at + data::ADDR.byte(), data.1);
-                }
-                // Word stores into the ring, one WQEBB at a time (a WQE may wrap).
-                for k in 0..bbs {
-                    let bb = ring.slot(usize::from(self.pi) + k);
-                    for (w, chunk) in wqe[k * WQEBB..(k + 1) * WQEBB].chunks_exact(8).enumerate() {
-                        let mut b = [0u8; 8];
-                        b.copy_from_slice(chunk);
-                        bb.write64(8 * w, u64::from_be_bytes(b));
-                    }
-                }
             }
             self.pool.set_owner(p.index, owner::DEVICE);
             slots

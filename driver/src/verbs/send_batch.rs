@@ -5,11 +5,8 @@
 
 use core::sync::atomic::{AtomicU16, Ordering};
 
-use bareverbs_firmware_cmd::ifc::{
-    av_grh_gid_fl, wqe_opcode, WqeCtrlSeg, WqeRaddrSeg, EXTENDED_UD_AV, INLINE_SEG,
-};
-use bareverbs_firmware_cmd::wqe_codec::{self as codec, ctrl, datagram, inline, raddr, xrc};
-use bareverbs_firmware_cmd::Layout;
+use bareverbs_firmware_cmd::ifc::wqe_opcode;
+use bareverbs_firmware_cmd::wqe_codec::{self as codec, ctrl, datagram};
 use bareverbs_hal::{Hal, Slot, Slots, SlotsMut};
 
 use crate::error::{Error, Invalid};
@@ -19,6 +16,10 @@ use crate::verbs::post::{sge_refused_lengths, DcDest, SendFlags, SendOp, SendWr,
 use crate::verbs::qp::Qp;
 use crate::verbs::qp_state::{QpState, QpType};
 use crate::wq::send_queue::{BatchState, WQEBB};
+use crate::wq::send_wqe::{
+    av_words, write_atomic, write_av, write_ctrl, write_data, write_data_list, write_inline,
+    write_raddr, write_xrc, AvDest, AvGrh, RADDR_SEG,
+};
 
 // The send queue's `fm_ce_se` table is indexed by these bits.
 const _: () = assert!(
@@ -26,10 +27,6 @@ const _: () = assert!(
         && SendFlags::SIGNALED.bits() == crate::wq::send_queue::FLAG_SIGNALED
         && SendFlags::SOLICITED.bits() == crate::wq::send_queue::FLAG_SOLICITED
 );
-
-/// Bytes of the control segment, and of the remote address segment.
-const CTRL_SEG: usize = WqeCtrlSeg::BYTES;
-const RADDR_SEG: usize = WqeRaddrSeg::BYTES;
 
 fn invalid(what: Invalid) -> Error {
     Error::InvalidArgument { what }
@@ -178,7 +175,7 @@ impl SendBatch<'_, false, true> {
     /// are refused until it is set.
     #[inline]
     pub fn set_dc_addr(&mut self, dest: &DcDest) {
-        self.st.dc_av = av_words(&dest.ah, dest.dc_key, dest.dctn);
+        self.st.dc_av = av_words(&av_dest(&dest.ah), dest.dc_key, dest.dctn);
         self.st.dc_stream = 0;
         self.st.dc_set = true;
     }
@@ -195,7 +192,7 @@ impl SendBatch<'_, false, true> {
         if u32::from(stream_id) >= self.st.dci_streams {
             return Err(invalid(Invalid::DciStream));
         }
-        self.st.dc_av = av_words(&dest.ah, dest.dc_key, dest.dctn);
+        self.st.dc_av = av_words(&av_dest(&dest.ah), dest.dc_key, dest.dctn);
         // Bytes 9–10 of the control segment (rdma-core 56 mlx5dv.h `dci_stream_channel_id`).
         self.st.dc_stream = ctrl::STREAM.put(u64::from(stream_id));
         self.st.dc_set = true;
@@ -449,26 +446,18 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
         let s0 = self.sq.slot(usize::from(cur));
         let fm_ce_se = (self.fm_ce_se >> ((r.flags.bits() & 7) * 8)) as u8;
         let ctrl = ctrl::word0(cur, r.opcode, ds as u8) | self.qpn_word;
-        s0.write64(ctrl::OPCODE.byte(), ctrl);
         // A DCI's stream sits in bytes 9–10 of the control segment.
         let stream = if DC { self.st.dc_stream } else { 0 };
-        s0.write64(
-            ctrl::IMM.byte(),
+        write_ctrl(
+            s0,
+            ctrl,
             stream | ctrl::FM_CE_SE.put(u64::from(fm_ce_se)) | ctrl::IMM.put(u64::from(r.imm)),
         );
-        // rdma-core 56 qp.c `_mlx5_post_send` (IBV_QPT_XRC_SEND): the XRC segment
-        // (`xrc_srqn`, 12 reserved bytes) right after the control segment.
         if XRC {
-            s0.write64(
-                CTRL_SEG + xrc::XRC_SRQN.byte(),
-                xrc::XRC_SRQN.put(u64::from(self.xrc_srqn)),
-            );
-            s0.write64(CTRL_SEG + 8, 0);
+            write_xrc(s0, self.xrc_srqn);
         }
         if DC {
-            for (k, w) in self.st.dc_av.iter().enumerate() {
-                s0.write64(CTRL_SEG + 8 * k, *w);
-            }
+            write_av(s0, &self.st.dc_av);
         }
         if let Some(ud) = r.ud {
             write_datagram(s0, ud);
@@ -480,17 +469,14 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
             } else {
                 (s0, 16 + x)
             };
-            seg.write64(at + raddr::RADDR.byte(), raddr::RADDR.put(r.raddr));
-            seg.write64(at + raddr::RKEY.byte(), raddr::RKEY.put(u64::from(r.rkey)));
+            write_raddr(seg, at, r.raddr, r.rkey);
             if CLASS == ATOMIC {
-                let at = at + RADDR_SEG;
-                seg.write64(at + codec::atomic::SWAP_ADD.byte(), r.operands.0);
-                seg.write64(at + codec::atomic::COMPARE.byte(), r.operands.1);
+                write_atomic(seg, at + RADDR_SEG, r.operands.0, r.operands.1);
             }
         }
         let data = 16 * (1 + addr_units);
         if INLINE {
-            self.write_inline(cur, data, r.data);
+            write_inline(&self.sq, usize::from(cur), data, r.data);
             self.st.inlined = true;
         } else {
             // A refusal here leaves only unposted slots behind: nothing is published before
@@ -542,49 +528,16 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
             return Ok(());
         }
         if sges.iter().fold(0, |l, s| l | s.length) as i32 >= 0 {
-            self.sq.write_be_units(
-                usize::from(cur) + at / WQEBB,
-                at % WQEBB,
+            write_data_list(
+                &self.sq,
+                usize::from(cur),
+                at,
                 sges.iter()
                     .map(|s| (codec::data::word0(s.length, s.lkey.raw()), s.addr)),
             );
             return Ok(());
         }
         Err(sge_length_refused())
-    }
-
-    /// The inline segment (4-byte header, then the bytes) from byte `at` of the WQE at WQEBB
-    /// `cur` on. Bytes after the data up to the segment's 16-byte end keep what they held: the
-    /// device reads the header's byte count (rdma-core leaves them too).
-    #[inline(always)]
-    fn write_inline(&self, cur: u16, at: usize, data: &[u8]) {
-        let cur = usize::from(cur) + at / WQEBB;
-        let at = at % WQEBB;
-        // The header shares its word with the first four bytes (little-endian arithmetic on
-        // the word's bytes: the header's big-endian bytes first, then the data; the layout
-        // puts the header in the word's first four bytes, checked at compile time below).
-        const _: () =
-            assert!(inline::BYTE_COUNT.byte() == 0 && inline::BYTE_COUNT.put(1) == 1 << 32);
-        let hdr = u64::from(u32::from_le_bytes(
-            (INLINE_SEG | data.len() as u32).to_be_bytes(),
-        ));
-        let s0 = self.sq.slot(cur);
-        if let Some((head, rest)) = data.split_first_chunk::<4>() {
-            s0.write_bytes8(
-                at,
-                (hdr | u64::from(u32::from_le_bytes(*head)) << 32).to_le_bytes(),
-            );
-            let pos = at + 8;
-            // Send-queue slots past the last doorbell: the device reads them only after this
-            // batch's barrier and doorbell.
-            self.sq.copy_in(cur + pos / WQEBB, pos % WQEBB, rest);
-        } else {
-            let head = data
-                .iter()
-                .enumerate()
-                .fold(0, |v, (i, &x)| v | (u64::from(x) << (8 * i)));
-            s0.write_bytes8(at, (hdr | head << 32).to_le_bytes());
-        }
     }
 }
 
@@ -593,47 +546,30 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
 /// pin the batch in memory.
 fn write_datagram(s0: Slot<'_, WQEBB>, ud: &UdDest) {
     let key = datagram::QKEY.put(u64::from(ud.remote_qkey));
-    for (k, w) in av_words(&ud.ah, key, ud.remote_qpn).iter().enumerate() {
-        s0.write64(CTRL_SEG + 8 * k, *w);
-    }
+    write_av(s0, &av_words(&av_dest(&ud.ah), key, ud.remote_qpn));
 }
 
-/// The address vector (`struct mlx5_wqe_av`) to `ah` as the six 8-byte words of WQE bytes
-/// 16–63 (written big-endian): `key` in its first word (UD: the Q_Key and 4 reserved bytes;
-/// DC: the access key), `qpn` in `dqp_dct` with the extended-AV flag, the SL, path bits and
-/// LID; the RoCE MAC word zero; the traffic class, hop limit, GRH flag, SGID index and flow
-/// label; the DGID.
-fn av_words(ah: &crate::verbs::qp::AhAttr, key: u64, qpn: u32) -> [u64; 6] {
-    let dest = datagram::DQP_DCT.put(u64::from(EXTENDED_UD_AV | qpn))
-        | datagram::STAT_RATE_SL.put(u64::from(ah.sl & 0xf))
-        | datagram::FL_MLID.put(u64::from(ah.src_path_bits & 0x7f))
-        | datagram::RLID.put(u64::from(ah.dlid));
-    let (mut grh, mut gid) = (0u64, [0u8; 16]);
-    if ah.is_global {
-        let g = &ah.grh;
-        grh = datagram::TCLASS.put(u64::from(g.traffic_class))
-            | datagram::HOP_LIMIT.put(u64::from(g.hop_limit))
-            | datagram::GRH_GID_FL.put(u64::from(av_grh_gid_fl(true, g.sgid_index, g.flow_label)));
-        gid = g.dgid;
+/// The address-vector fields of `ah`.
+#[inline(always)]
+pub(crate) fn av_dest(ah: &crate::verbs::qp::AhAttr) -> AvDest {
+    AvDest {
+        sl: ah.sl,
+        src_path_bits: ah.src_path_bits,
+        dlid: ah.dlid,
+        grh: ah.is_global.then_some(AvGrh {
+            traffic_class: ah.grh.traffic_class,
+            hop_limit: ah.grh.hop_limit,
+            sgid_index: ah.grh.sgid_index,
+            flow_label: ah.grh.flow_label,
+            dgid: ah.grh.dgid,
+        }),
     }
-    let (hi, lo) = gid.split_at(8);
-    let mut w = [0u64; 6];
-    w[datagram::QKEY.byte() / 8] = key;
-    w[datagram::RLID.byte() / 8] = dest;
-    w[datagram::GRH_GID_FL.byte() / 8] = grh;
-    w[datagram::RGID_BYTE / 8] = u64::from_be_bytes(hi.try_into().unwrap_or([0; 8]));
-    w[datagram::RGID_BYTE / 8 + 1] = u64::from_be_bytes(lo.try_into().unwrap_or([0; 8]));
-    w
 }
 
 /// A data segment for `s` at byte `at` of slot `slot` (16-byte aligned, so in one WQEBB).
 #[inline(always)]
 fn write_data_seg(slot: Slot<'_, WQEBB>, at: usize, s: &Sge) {
-    slot.write64(
-        at + codec::data::BYTE_COUNT.byte(),
-        codec::data::word0(s.length, s.lkey.raw()),
-    );
-    slot.write64(at + codec::data::ADDR.byte(), s.addr);
+    write_data(slot, at, s.addr, s.length, s.lkey.raw());
 }
 
 /// `fm_ce_se` of the request after a UMR: fenced behind it
