@@ -1100,8 +1100,8 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
                 b.reset();
             }
             if let Some(d) = &self.dbr {
-                d.write32(0, 0);
-                d.write32(4, 0);
+                d.write32(bareverbs_firmware_cmd::ifc::qp_dbr::RCV, 0);
+                d.write32(bareverbs_firmware_cmd::ifc::qp_dbr::SND, 0);
             }
         }
         Ok(())
