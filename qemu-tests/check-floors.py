@@ -25,9 +25,15 @@ DRIVER_MAX_LOOP = 11
 DRIVER_MAX_UPWARD = 15
 
 top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-tool = os.environ.get('FLOORS_TOOL') or os.path.join(top, '..', 'shared', 'tools', 'import-loops')
-if not os.path.exists(tool):
-    sys.exit(f'check-floors: the import-loops tool is not at {tool} (set FLOORS_TOOL)')
+# The shared folder sits beside the repository (a CI clone's too); /work/shared on a developer
+# machine whose repository lives elsewhere.
+places = [os.environ.get('FLOORS_TOOL'),
+          os.path.join(top, '..', 'shared', 'tools', 'import-loops'),
+          '/work/shared/tools/import-loops']
+tool = next((p for p in places if p and os.path.exists(p)), None)
+if tool is None:
+    sys.exit('check-floors: the import-loops tool is in none of '
+             f'{", ".join(p for p in places if p)} (set FLOORS_TOOL)')
 loader = importlib.machinery.SourceFileLoader('import_loops', tool)
 spec = importlib.util.spec_from_loader('import_loops', loader)
 il = importlib.util.module_from_spec(spec)
