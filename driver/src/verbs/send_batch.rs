@@ -3,11 +3,11 @@
 //! 05 §3–5) and rings one doorbell at its end — rdma-core's `ibv_wr_start` …
 //! `ibv_wr_complete`. [`Qp::post_send`] is a batch over a list of requests.
 
-use core::sync::atomic::{AtomicU16, Ordering};
+use core::sync::atomic::Ordering;
 
 use bareverbs_firmware_cmd::ifc::wqe_opcode;
 use bareverbs_firmware_cmd::wqe_codec::{self as codec, ctrl, datagram};
-use bareverbs_hal::{Hal, Slot, Slots, SlotsMut};
+use bareverbs_hal::{Hal, Slot};
 
 use crate::error::{Error, Invalid};
 use crate::verbs::dv_mkey::{DvMkey, MkeyConf, MkeyLayout, MrInterleaved};
@@ -15,7 +15,7 @@ use crate::verbs::mr::AccessFlags;
 use crate::verbs::post::{sge_refused_lengths, DcDest, SendFlags, SendOp, SendWr, Sge, UdDest};
 use crate::verbs::qp::Qp;
 use crate::verbs::qp_state::{QpState, QpType};
-use crate::wq::send_queue::{BatchState, WQEBB};
+use crate::wq::send_queue::{BatchState, SendRing, WQEBB};
 use crate::wq::send_wqe::{
     av_words, write_atomic, write_av, write_ctrl, write_data, write_data_list, write_inline,
     write_raddr, write_xrc, AvDest, AvGrh, RADDR_SEG,
@@ -37,17 +37,8 @@ fn invalid(what: Invalid) -> Error {
 /// a DC initiator's ([`Qp::send_batch_dc`]): every WQE carries the address vector of its DC
 /// target. Both are decided at compile time so other QPs' requests pay nothing for them.
 pub struct SendBatch<'b, const XRC: bool = false, const DC: bool = false> {
-    /// The send queue, borrowed exclusively from the QP (`&mut Qp`).
-    sq: SlotsMut<'b, WQEBB>,
-    /// Per WQEBB: the request's `wr_id` at 0 and the WQEBB counter after it at 8.
-    book: Slots<'b, 16>,
-    /// WQEBB counter up to which the device has completed requests.
-    tail: &'b AtomicU16,
-    /// WQEBBs posted (the doorbell record's counter).
-    cur: u16,
-    /// WQEBBs known to be free; refreshed from `tail` when a request needs more.
-    room: u16,
-    size: u16,
+    /// The send ring, borrowed exclusively from the QP (`&mut Qp`), with its book.
+    ring: SendRing<'b>,
     /// The QPN in its place in the control segment's first word.
     qpn_word: u64,
     /// The control segment's `fm_ce_se` byte for each combination of FENCE, SIGNALED and
@@ -61,9 +52,6 @@ pub struct SendBatch<'b, const XRC: bool = false, const DC: bool = false> {
     refuse: u8,
     max_inline: usize,
     max_sge: usize,
-    /// First 8 bytes of the last control segment (the doorbell's value); 0 while nothing is
-    /// written (a control word holds the QPN and a DS count of at least 1).
-    last_ctrl: u64,
     /// With `XRC`: the XRC segment's remote SRQ number ([`NO_SRQN`] until set).
     xrc_srqn: u32,
     /// What the QP keeps for batches (DC destination, DCI streams, mlx5 send operations):
@@ -210,7 +198,7 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
     /// more SGEs than `max_send_sge`, an atomic without one 8-byte SGE or on a device without
     /// IB atomics ([`Invalid::AtomicsUnsupported`]); [`Error::QueueFull`] when the send queue
     /// has no room.
-    #[inline]
+    #[inline(always)]
     pub fn post(&mut self, wr: &SendWr<'_>) -> Result<(), Error> {
         let inline = wr.flags.contains(SendFlags::INLINE);
         let base = |opcode| Req {
@@ -440,10 +428,10 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
         let ds = 1 + addr_units + data_units;
         // WQEBBs of 4 units (`(ds + 3) / 4`; div_ceil costs a remainder test here).
         let bbs = ((ds + 3) >> 2) as u16;
-        self.reserve(bbs)?;
+        self.ring.reserve(bbs)?;
 
-        let cur = self.cur;
-        let s0 = self.sq.slot(usize::from(cur));
+        let cur = self.ring.cur();
+        let s0 = self.ring.slot(0);
         let fm_ce_se = (self.fm_ce_se >> ((r.flags.bits() & 7) * 8)) as u8;
         let ctrl = ctrl::word0(cur, r.opcode, ds as u8) | self.qpn_word;
         // A DCI's stream sits in bytes 9–10 of the control segment.
@@ -465,7 +453,7 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
             // After a DCI's address vector the first WQEBB is full: RC's segments open the
             // second.
             let (seg, at) = if DC {
-                (self.sq.slot(usize::from(cur.wrapping_add(1))), 0)
+                (self.ring.slot(1), 0)
             } else {
                 (s0, 16 + x)
             };
@@ -476,33 +464,14 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
         }
         let data = 16 * (1 + addr_units);
         if INLINE {
-            write_inline(&self.sq, usize::from(cur), data, r.data);
+            write_inline(self.ring.slots(), usize::from(cur), data, r.data);
             self.st.inlined = true;
         } else {
             // A refusal here leaves only unposted slots behind: nothing is published before
-            // `self.cur` moves.
+            // the ring's producer moves.
             self.write_sges(cur, data, r.sges)?;
         }
-        let next = cur.wrapping_add(bbs);
-        let b = self.book.slot(usize::from(cur));
-        b.write_ne64(0, r.wr_id);
-        b.write_ne16(8, next);
-        self.cur = next;
-        self.room -= bbs;
-        self.last_ctrl = ctrl;
-        Ok(())
-    }
-
-    /// Makes sure `bbs` WQEBBs are free.
-    #[inline(always)]
-    fn reserve(&mut self, bbs: u16) -> Result<(), Error> {
-        if bbs > self.room {
-            let tail = self.tail.load(Ordering::Acquire);
-            self.room = self.size.saturating_sub(self.cur.wrapping_sub(tail));
-            if bbs > self.room {
-                return Err(Error::QueueFull);
-            }
-        }
+        self.ring.commit(r.wr_id, bbs, ctrl);
         Ok(())
     }
 
@@ -515,7 +484,7 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
             if (s.length as i32) < 0 {
                 return Err(sge_length_refused());
             }
-            write_data_seg(self.sq.slot(usize::from(cur)), at, s);
+            write_data_seg(self.ring.slots().slot(usize::from(cur)), at, s);
             return Ok(());
         }
         // A DCI's one SGE, in the second WQEBB (after the address vector); `at` is a multiple
@@ -524,12 +493,16 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
             if (s.length as i32) < 0 {
                 return Err(sge_length_refused());
             }
-            write_data_seg(self.sq.slot(usize::from(cur) + at / WQEBB), at % WQEBB, s);
+            write_data_seg(
+                self.ring.slots().slot(usize::from(cur) + at / WQEBB),
+                at % WQEBB,
+                s,
+            );
             return Ok(());
         }
         if sges.iter().fold(0, |l, s| l | s.length) as i32 >= 0 {
             write_data_list(
-                &self.sq,
+                self.ring.slots(),
                 usize::from(cur),
                 at,
                 sges.iter()
@@ -709,8 +682,8 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
         let max = room.min(usize::from(mkey.max_entries()));
         let mut w = crate::verbs::dv_mkey::build(mkey.rkey(), conf, max)?;
         let bbs = w.units.div_ceil(4) as u16;
-        self.reserve(bbs)?;
-        let cur = self.cur;
+        self.ring.reserve(bbs)?;
+        let cur = self.ring.cur();
         let mut fm_ce_se = (self.fm_ce_se >> ((flags.bits() & 7) * 8)) as u8;
         if self.fence_at == u32::from(cur) {
             fm_ce_se = fence_after_umr(fm_ce_se);
@@ -722,16 +695,11 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
         codec::store(&mut w.bytes, ctrl::IMM.byte(), word1);
         // Send-queue slots past the last doorbell: the device reads them only after this
         // batch's barrier and doorbell.
-        self.sq
+        self.ring
+            .slots()
             .copy_in(usize::from(cur), 0, &w.bytes[..w.units * 16]);
-        let next = cur.wrapping_add(bbs);
-        let b = self.book.slot(usize::from(cur));
-        b.write_ne64(0, wr_id);
-        b.write_ne16(8, next);
-        self.cur = next;
-        self.room -= bbs;
-        self.last_ctrl = ctrl;
-        self.fence_at = u32::from(next);
+        self.ring.commit(wr_id, bbs, ctrl);
+        self.fence_at = u32::from(self.ring.cur());
         Ok(())
     }
 }
@@ -843,31 +811,21 @@ impl<H: Hal> Qp<'_, '_, H> {
             NO_FENCE
         };
         let mut b = SendBatch {
-            sq,
-            book: book_sq,
-            tail: sq_tail,
-            cur,
-            room: 0,
-            size,
+            ring: SendRing::new(sq, book_sq, sq_tail, cur, size),
             qpn_word: self.sq.batch.qpn_word,
             fm_ce_se,
             refuse,
             max_inline: cap.max_inline_data as usize,
             max_sge: cap.max_send_sge as usize,
-            last_ctrl: 0,
             xrc_srqn: NO_SRQN,
             st: &mut self.sq.batch,
             fence_at,
         };
         let r = f(&mut b);
         let SendBatch {
-            sq: ring,
-            cur,
-            last_ctrl,
-            fence_at,
-            st,
-            ..
+            ring, fence_at, st, ..
         } = b;
+        let (ring, cur, last_ctrl) = ring.into_parts();
         let inlined = st.inlined;
         // The request written after a UMR is fenced behind it, before the doorbell; with the
         // UMR last, the fence is owed to the QP's next request.
@@ -898,8 +856,10 @@ mod tests {
         fm_ce_se, wqe_ctrl_seg, wqe_datagram_seg, WqeCtrlSeg, WqeDatagramSeg, INLINE_SEG,
     };
     use bareverbs_firmware_cmd::View;
+    use bareverbs_hal::Slots;
     use bareverbs_hal::{Hal, SharedDma};
     use bareverbs_model::SimHal;
+    use core::sync::atomic::AtomicU16;
 
     use super::*;
     use crate::verbs::qp::{AhAttr, GlobalRoute};
@@ -924,18 +884,18 @@ mod tests {
         cur: u16,
     ) -> SendBatch<'b> {
         SendBatch {
-            sq: sq.slots_mut(0, 4).unwrap(),
-            book: book.slots(0, 4).unwrap(),
-            tail,
-            cur,
-            room: 0,
-            size: 4,
+            ring: SendRing::new(
+                sq.slots_mut(0, 4).unwrap(),
+                book.slots(0, 4).unwrap(),
+                tail,
+                cur,
+                4,
+            ),
             qpn_word: ctrl::QPN.put(0x1234),
             fm_ce_se: fm_ce_se_table(false),
             refuse: if qp_type == QpType::Ud { UD | 0xe } else { 0 },
             max_inline: 200,
             max_sge: 8,
-            last_ctrl: 0,
             xrc_srqn: NO_SRQN,
             st,
             fence_at: NO_FENCE,
@@ -968,18 +928,12 @@ mod tests {
         dci_streams: u32,
     ) -> SendBatch<'_, XRC, DC> {
         SendBatch {
-            sq: b.sq,
-            book: b.book,
-            tail: b.tail,
-            cur: b.cur,
-            room: b.room,
-            size: b.size,
+            ring: b.ring,
             qpn_word: b.qpn_word,
             fm_ce_se: b.fm_ce_se,
             refuse: b.refuse,
             max_inline: b.max_inline,
             max_sge: b.max_sge,
-            last_ctrl: b.last_ctrl,
             xrc_srqn: NO_SRQN,
             st: {
                 b.st.dci_streams = dci_streams;
@@ -1114,8 +1068,8 @@ mod tests {
         b.rdma_write(9, SendFlags::SIGNALED, 0xdead_0000, 0x4242, &[sge])
             .unwrap();
         // Control, 48-byte AV (one WQEBB), raddr, one data segment: 6 units, 2 WQEBBs.
-        assert_eq!(b.cur, 2);
-        let ring = ring_bytes(&b.sq);
+        assert_eq!(b.ring.cur(), 2);
+        let ring = ring_bytes(b.ring.slots());
         let ctrl = View::<WqeCtrlSeg>::new_checked(&ring[..16]).unwrap();
         assert_eq!(ctrl.get(wqe_ctrl_seg::ds), 6);
         assert_eq!(ctrl.get(wqe_ctrl_seg::dci_stream_channel_id), 3);
@@ -1169,7 +1123,7 @@ mod tests {
         let tail = AtomicU16::new(0);
         let mut st = BatchState::default();
         let mut b = batch_xrc(&mut sq, &book, &tail, &mut st);
-        fill(&b.sq, 0xee);
+        fill(b.ring.slots(), 0xee);
         let sg = [Sge {
             addr: 0x1_0000_2000,
             length: 300,
@@ -1185,11 +1139,11 @@ mod tests {
         w.sg_list = &sg;
         // No remote SRQ number yet: refused, nothing written.
         assert_eq!(b.post(&w), Err(invalid(Invalid::XrcRemoteSrq)));
-        assert_eq!(ring_bytes(&b.sq), [0xee; 256]);
+        assert_eq!(ring_bytes(b.ring.slots()), [0xee; 256]);
         assert_eq!(b.set_xrc_srqn(1 << 24), Err(invalid(Invalid::XrcRemoteSrq)));
         b.set_xrc_srqn(0xab_cdef).unwrap();
         b.post(&w).unwrap();
-        let bytes = ring_bytes(&b.sq);
+        let bytes = ring_bytes(b.ring.slots());
         let ctrl = View::<WqeCtrlSeg>::new_checked(&bytes[..16]).unwrap();
         // rdma-core 56 qp.c `_mlx5_post_send` (IBV_QPT_XRC_SEND): control, XRC segment,
         // remote address, data: 4 units.
@@ -1205,7 +1159,7 @@ mod tests {
         assert_eq!(d.get(wqe_data_seg::addr), 0x1_0000_2000);
         // A SEND: control, XRC segment, data.
         b.send(8, SendFlags::SIGNALED, &sg).unwrap();
-        let bytes = ring_bytes(&b.sq);
+        let bytes = ring_bytes(b.ring.slots());
         let ctrl = View::<WqeCtrlSeg>::new_checked(&bytes[64..80]).unwrap();
         assert_eq!(ctrl.get(wqe_ctrl_seg::ds), 3);
         let x = View::<WqeXrcSeg>::new_checked(&bytes[80..96]).unwrap();
@@ -1248,7 +1202,7 @@ mod tests {
         w.sg_list = &sg;
         w.ud = Some(ud);
         b.post(&w).unwrap();
-        let bytes = ring_bytes(&b.sq);
+        let bytes = ring_bytes(b.ring.slots());
         let ctrl = View::<WqeCtrlSeg>::new_checked(&bytes[..16]).unwrap();
         assert_eq!(
             ctrl.get(wqe_ctrl_seg::opcode),
@@ -1282,9 +1236,9 @@ mod tests {
         assert_eq!(&bytes[64..68], &300u32.to_be_bytes());
         assert_eq!(&bytes[68..72], &0x55u32.to_be_bytes());
         assert_eq!(&bytes[72..80], &0x1_0000_2000u64.to_be_bytes());
-        assert_eq!(b.cur, 2);
+        assert_eq!(b.ring.cur(), 2);
         // The doorbell will carry the control segment's first 8 bytes.
-        assert_eq!(&b.last_ctrl.to_be_bytes(), &bytes[..8]);
+        assert_eq!(&b.ring.last_ctrl().to_be_bytes(), &bytes[..8]);
     }
 
     #[test]
@@ -1297,9 +1251,9 @@ mod tests {
             // Start in the last WQEBB so that every WQE longer than one wraps.
             let mut st = BatchState::default();
             let mut b = batch(&mut sq, &book, &tail, &mut st, QpType::Rc, 3);
-            fill(&b.sq, 0xee);
+            fill(b.ring.slots(), 0xee);
             b.send_inline(9, SendFlags::empty(), &data[..len]).unwrap();
-            let raw = ring_bytes(&b.sq);
+            let raw = ring_bytes(b.ring.slots());
             // Unroll the ring from WQEBB 3.
             let wqe: [u8; 256] = core::array::from_fn(|i| raw[(192 + i) % 256]);
             let ds = usize::from(wqe[7] & 0x3f);
@@ -1338,7 +1292,7 @@ mod tests {
         let mut b = batch(&mut sq, &book, &tail, &mut st, QpType::Rc, 3);
         b.rdma_write(5, SendFlags::SIGNALED, 0xdead_0000, 0x77, &sg)
             .unwrap();
-        let raw = ring_bytes(&b.sq);
+        let raw = ring_bytes(b.ring.slots());
         let wqe: [u8; 256] = core::array::from_fn(|i| raw[(192 + i) % 256]);
         assert_eq!(usize::from(wqe[7] & 0x3f), 10);
         assert_eq!(&wqe[16..24], &0xdead_0000u64.to_be_bytes());
@@ -1356,7 +1310,7 @@ mod tests {
         assert_eq!(b.send(6, SendFlags::empty(), &sg), Err(Error::QueueFull));
         tail.store(6, Ordering::Release);
         b.send(6, SendFlags::empty(), &sg).unwrap();
-        assert_eq!(b.cur, 9);
+        assert_eq!(b.ring.cur(), 9);
     }
 
     #[test]
@@ -1379,8 +1333,8 @@ mod tests {
             b.post(&wr(SendOp::Send, SendFlags::empty())),
             Err(invalid(Invalid::Destination))
         );
-        assert!(ring_bytes(&b.sq).iter().all(|&x| x == 0));
-        assert_eq!(b.last_ctrl, 0);
+        assert!(ring_bytes(b.ring.slots()).iter().all(|&x| x == 0));
+        assert_eq!(b.ring.last_ctrl(), 0);
         let mut st = BatchState::default();
         let mut rc = batch(&mut sq, &book, &tail, &mut st, QpType::Rc, 0);
         let mut inline_read = read;
@@ -1398,8 +1352,8 @@ mod tests {
             SendFlags::empty(),
         );
         assert_eq!(rc.post(&fa), Err(invalid(Invalid::TooManySge)));
-        assert!(ring_bytes(&rc.sq).iter().all(|&x| x == 0));
-        assert_eq!((rc.last_ctrl, rc.cur), (0, 0));
+        assert!(ring_bytes(rc.ring.slots()).iter().all(|&x| x == 0));
+        assert_eq!((rc.ring.last_ctrl(), rc.ring.cur()), (0, 0));
     }
 
     #[test]
