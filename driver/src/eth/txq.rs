@@ -5,6 +5,8 @@
 //! the burst's end, and gives sent buffers back to their pool as completions arrive (the
 //! mlx5 PMD's `mlx5_tx_burst` and its completion moderation; Linux `mlx5e_sq_xmit_wqe`).
 
+use core::sync::atomic::{AtomicU16, Ordering};
+
 use bareverbs_firmware_cmd::commands::{CreateSq, DestroySq, ModifySq};
 use bareverbs_firmware_cmd::ifc::*;
 use bareverbs_firmware_cmd::wqe_codec::{ctrl, data, eth};
@@ -19,7 +21,7 @@ use crate::eth::pool::{owner, Pkt, PktFlags, PktPool};
 use crate::eth::port::EthPort;
 use crate::eth::rxq::MAX_QUEUE_ENTRIES;
 use crate::wq::ring_pages::alloc_ring;
-use crate::wq::send_queue::{SqDoorbell, WQEBB};
+use crate::wq::send_queue::{SendRing, SqDoorbell, WQEBB};
 use crate::wq::send_wqe::{write_eth, write_eth_one_bb, EthSeg};
 
 /// Most header bytes a WQE inlines (L2 + VLAN + IPv6 + TCP with options fit).
@@ -51,13 +53,14 @@ pub struct TxQueue<'p, 'd, H: Hal> {
     sqn: u32,
     ring: SharedDma<H::Dma>,
     dbr: SharedDma<H::Dma>,
-    /// Per WQEBB that starts a WQE: the buffer (low 32 bits) and the WQE's WQEBBs (bits
-    /// 32–47).
-    slots: SharedDma<H::Dma>,
+    /// The send ring's book (`wq/book.rs`'s send half): per WQEBB that starts a WQE, the
+    /// buffer at 0 and the WQEBB counter after the WQE at 8.
+    book: SharedDma<H::Dma>,
     log_size: u8,
     /// WQEBBs written (the doorbell's producer counts what was published).
     pi: u16,
-    ci: u16,
+    /// WQEBB counter up to which the device has completed (and the buffers went back).
+    tail: AtomicU16,
     since_completion: u16,
     /// The doorbell record and register this queue rings, the verbs send queue's own kind.
     doorbell: SqDoorbell,
@@ -87,7 +90,7 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
         let (ring, pages) = alloc_ring(&dev.hal, entries as usize * WQEBB)?;
         let ring = ring.share();
         let dbr = dev.hal.dma_alloc(64, 64)?.share();
-        let slots = dev.hal.dma_alloc(8 * entries as usize, 64)?.share();
+        let book = dev.hal.dma_alloc(16 * entries as usize, 64)?.share();
         let ilen = CreateSqIn::BYTES + 8 * pages.count;
         if ilen > MAX_MESSAGE {
             return Err(Error::ExceedsLimit {
@@ -140,10 +143,10 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
             sqn,
             ring,
             dbr,
-            slots,
+            book,
             log_size,
             pi: 0,
-            ci: 0,
+            tail: AtomicU16::new(0),
             since_completion: 0,
             doorbell: SqDoorbell::new(
                 uar.bf_register(),
@@ -201,42 +204,37 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
         self.stopped
     }
 
-    /// WQE basic blocks free.
-    fn room(&self) -> usize {
-        (1usize << self.log_size) - usize::from(self.pi.wrapping_sub(self.ci))
-    }
-
     /// Takes the device's completions: every WQE up to the one completed goes back to its
     /// pool. Returns the packets freed.
     pub fn reclaim(&mut self) -> usize {
-        // The per-WQE slots, viewed once (indices masked into the ring).
-        let Ok(slots) = self.slots.slots::<8>(0, 1 << self.log_size) else {
+        // The book, viewed once (indices masked into the ring).
+        let Ok(book) = self.book.slots::<16>(0, 1 << self.log_size) else {
             return 0;
         };
         let mut freed = 0;
         let mut done = [0u32; 64];
         let mut k = 0;
+        let mut ci = self.tail.load(Ordering::Relaxed);
         while let Some(c) = self.cq.next() {
             if c.opcode != u8::from(CqeOpcode::Req) {
                 self.stopped = Some(c.syndrome);
             }
-            let end = {
-                let s = slots.slot(usize::from(c.wqe_counter)).read64(0);
-                c.wqe_counter.wrapping_add((s >> 32) as u16)
-            };
-            // Completions arrive in order: everything before `end` is done.
-            while self.ci != end && self.pi != self.ci {
-                let s = slots.slot(usize::from(self.ci)).read64(0);
-                done[k] = s as u32;
+            // The completion is for the WQE at `wqe_counter`: everything up to the counter
+            // after it is done (completions arrive in order).
+            let end = book.slot(usize::from(c.wqe_counter)).read_ne16(8);
+            while ci != end && self.pi != ci {
+                let e = book.slot(usize::from(ci));
+                done[k] = e.read_ne64(0) as u32;
                 k += 1;
                 if k == done.len() {
                     self.pool.put_bulk(&done);
                     k = 0;
                 }
-                self.ci = self.ci.wrapping_add(((s >> 32) as u16).max(1));
+                ci = next_wqe(ci, e.read_ne16(8));
                 freed += 1;
             }
         }
+        self.tail.store(ci, Ordering::Release);
         self.pool.put_bulk(&done[..k]);
         self.cq.commit();
         self.sent += freed as u64;
@@ -254,15 +252,15 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
             return 0;
         }
         let size = 1usize << self.log_size;
-        let (Ok(ring), Ok(slots)) = (
-            self.ring.slots::<WQEBB>(0, size),
-            self.slots.slots::<8>(0, size),
+        let (Ok(sq), Ok(book)) = (
+            self.ring.slots_mut::<WQEBB>(0, size),
+            self.book.slots::<16>(0, size),
         ) else {
             return 0;
         };
+        let mut ring = SendRing::new(sq, book, &self.tail, self.pi, size as u16);
         let max_frame = usize::from(self.port.hw_mtu()).saturating_sub(4);
         let mut n = 0;
-        let mut last_ctrl = 0u64;
         let mut wqe = [0u8; 3 * WQEBB];
         // Bytes past `peek` (and the inserted tag) are stale from earlier packets: only
         // `..inline` is used.
@@ -310,18 +308,18 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
             };
             let ds = 2 + inline_units + usize::from(rest > 0);
             let bbs = (ds * 16).div_ceil(WQEBB);
-            if self.room() < bbs {
+            if ring.reserve(bbs as u16).is_err() {
                 break;
             }
             self.since_completion += 1;
-            let last = n + 1 == pkts.len() || self.room() < bbs + 1;
+            let last = n + 1 == pkts.len() || usize::from(ring.room()) < bbs + 1;
             let ce = if last || self.since_completion >= COMPLETION_EVERY {
                 self.since_completion = 0;
                 fm_ce_se::CQ_UPDATE
             } else {
                 0
             };
-            let ctrl = ctrl::word0(self.pi, wqe_opcode::SEND, ds as u8)
+            let ctrl = ctrl::word0(ring.cur(), wqe_opcode::SEND, ds as u8)
                 | ctrl::QPN.put(u64::from(self.sqn));
             let cs = if p.flags.contains(PktFlags::TX_CSUM) && self.port.caps().csum {
                 eth_cs_flags::L3_CSUM | eth_cs_flags::L4_CSUM
@@ -356,19 +354,11 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
             if inline <= 18 {
                 // One WQEBB: control, Ethernet segment with the first two header bytes, the
                 // other sixteen, the data segment — eight word stores.
-                write_eth_one_bb(
-                    ring.slot(usize::from(self.pi)),
-                    ctrl,
-                    ce,
-                    seg,
-                    &head,
-                    inline,
-                    data,
-                );
+                write_eth_one_bb(ring.slot(0), ctrl, ce, seg, &head, inline, data);
             } else {
                 write_eth(
-                    &ring,
-                    usize::from(self.pi),
+                    ring.slots(),
+                    usize::from(ring.cur()),
                     bbs,
                     &mut wqe,
                     ctrl,
@@ -379,18 +369,16 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
                 );
             }
             self.pool.set_owner(p.index, owner::DEVICE);
-            slots
-                .slot(usize::from(self.pi))
-                .write64(0, ((bbs as u64) << 32) | u64::from(p.index));
-            self.pi = self.pi.wrapping_add(bbs as u16);
-            last_ctrl = ctrl;
+            ring.commit(u64::from(p.index), bbs as u16, ctrl);
             n += 1;
         }
+        let (ring, cur, last_ctrl) = ring.into_parts();
+        self.pi = cur;
         if n > 0 {
             if self.since_completion != 0 {
                 // The burst ended on the ring being full mid-way: its last WQE asks for a
-                // completion too, or the ring would never drain.
-                // The last WQE asks for a completion (its `fm_ce_se`, control byte 11).
+                // completion too, or the ring would never drain (its control segment's
+                // `fm_ce_se`).
                 ring.slot(ctrl::WQE_INDEX.get(last_ctrl) as usize)
                     .write8(wqe_ctrl_seg::fm_ce_se.bit / 8, fm_ce_se::CQ_UPDATE);
                 self.since_completion = 0;
@@ -401,7 +389,7 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
                 self.port.dev.hal.bar0(),
                 &self.dbr,
                 &ring,
-                self.pi,
+                cur,
                 last_ctrl,
                 false,
             );
@@ -426,18 +414,31 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
     }
 
     fn return_queued(&mut self) {
-        let mask = (1usize << self.log_size) - 1;
-        while self.ci != self.pi {
-            let s = self.slots.read64(8 * (usize::from(self.ci) & mask));
-            if self.pool.owner(s as u32) == owner::DEVICE {
-                self.pool.put(s as u32);
+        let mut ci = self.tail.load(Ordering::Relaxed);
+        if let Ok(book) = self.book.slots::<16>(0, 1 << self.log_size) {
+            while ci != self.pi {
+                let e = book.slot(usize::from(ci));
+                let index = e.read_ne64(0) as u32;
+                if self.pool.owner(index) == owner::DEVICE {
+                    self.pool.put(index);
+                }
+                ci = next_wqe(ci, e.read_ne16(8));
             }
-            self.ci = self.ci.wrapping_add(((s >> 32) as u16).max(1));
         }
         self.pi = 0;
-        self.ci = 0;
+        self.tail.store(0, Ordering::Relaxed);
         self.since_completion = 0;
         self.doorbell.reset();
+    }
+}
+
+/// The WQEBB counter after the WQE at `ci`, as its book entry says (`next`), at least one
+/// WQEBB on: a walk over the book always moves.
+fn next_wqe(ci: u16, next: u16) -> u16 {
+    if next == ci {
+        ci.wrapping_add(1)
+    } else {
+        next
     }
 }
 

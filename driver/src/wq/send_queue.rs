@@ -264,6 +264,13 @@ impl<'b> SendRing<'b> {
         self.cur
     }
 
+    /// WQEBBs known to be free (exact after a [`SendRing::reserve`] that had to look at the
+    /// completed counter, and while nothing completes in between).
+    #[inline(always)]
+    pub(crate) fn room(&self) -> u16 {
+        self.room
+    }
+
     /// WQEBB `k` of the WQE being written (the index wraps at the ring's end).
     #[inline(always)]
     pub(crate) fn slot(&self, k: u16) -> Slot<'_, WQEBB> {
