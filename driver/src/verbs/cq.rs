@@ -18,7 +18,7 @@ use crate::verbs::comp_channel::{cq_count, CompChannel, CHANNEL_CQS};
 use crate::verbs::cq_scatter;
 use crate::verbs::wc::{Wc, WcFlags, WcOpcode, WcStatus};
 use crate::wq::book::{Book, BookView};
-use crate::wq::cq_ring::{init_entries, is_sw_cqe, set_ci, sw_owned};
+use crate::wq::cq_ring::{self, init_entries, is_sw_cqe, set_ci, sw_owned};
 use crate::wq::cq_tables::CqEvents;
 use crate::wq::cq_tables::{before, Purges};
 use crate::wq::ring_pages::{alloc_ring, RingPages, MAX_PAGE};
@@ -363,17 +363,11 @@ impl<H: Hal> Cq<'_, H> {
         }
         let is_send = opcode == CqeOpcode::ReqErr;
         if matches!(opcode, CqeOpcode::ReqErr | CqeOpcode::RespErr) {
-            let mut raw = [0u8; CQE_BYTES];
-            for (k, w) in raw.chunks_exact_mut(8).enumerate() {
-                w.copy_from_slice(&cqe.read64(8 * k).to_be_bytes());
-            }
-            let Ok(e) = View::<ErrCqe>::new_checked(&raw) else {
-                return;
-            };
-            let syndrome = e.get(err_cqe::syndrome) as u8;
-            let sqn = e.get32(err_cqe::s_wqe_opcode_qpn);
-            wc.status = WcStatus::from_syndrome(syndrome);
-            wc.vendor_err = e.get32(err_cqe::vendor_err_synd);
+            // Error CQEs are read whole, through the CQE value the model emits them with.
+            let e = cq_ring::parse(cqe);
+            let sqn = e.sop_drop_qpn;
+            wc.status = WcStatus::from_syndrome(e.syndrome);
+            wc.vendor_err = u32::from(e.vendor_err_synd);
             wc.qp_num = sqn & 0x00ff_ffff;
             wc.opcode = if is_send {
                 req_opcode((sqn >> 24) as u8)
