@@ -14,9 +14,9 @@
 
 use bareverbs_firmware_cmd::ifc::event_type;
 
+use crate::eq::qp_srq_event_data;
 use crate::hca::Hca;
 use crate::qp::QpState;
-use crate::wqe_exec::qp_srq_event_data;
 
 impl Hca {
     /// QP `qpn` cannot go on: it moves to ERR (what is posted is flushed where its CQ still

@@ -1,7 +1,8 @@
 //! Event queues in the model: writing EQEs with the owner bit, consumer-index doorbells,
 //! arming and interrupts, and the events firmware raises on its own (mlx5-reference 04 §2–4).
 
-use bareverbs_firmware_cmd::ifc::{event_type, EQE_OWNER_INIT_VAL};
+use bareverbs_firmware_cmd::ifc::{eqe_qp_srq, event_type, EqeQpSrq, EQE_OWNER_INIT_VAL};
+use bareverbs_firmware_cmd::layout::ViewMut;
 
 use crate::hca::Hca;
 use crate::trace::ModelEvent;
@@ -194,5 +195,30 @@ impl Hca {
     }
 }
 
+/// The data of a QP/SRQ asynchronous event EQE (`eqe_qp_srq`): resource type and number.
+pub(crate) fn qp_srq_event_data(ty: u8, n: u32) -> [u8; 28] {
+    let mut d = [0u8; 28];
+    if let Ok(mut v) = ViewMut::<EqeQpSrq>::new_checked(&mut d[..]) {
+        v.set(eqe_qp_srq::r#type, ty).set(eqe_qp_srq::qp_srq_n, n);
+    }
+    d
+}
+
 /// Owner value software writes into a fresh EQ buffer.
 pub const OWNER_INIT: u8 = EQE_OWNER_INIT_VAL;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qp_srq_event_data_carries_type_and_number() {
+        // Linux device.h `struct mlx5_eqe_qp_srq`: __be32 reserved1[5], u8 type, reserved2[3],
+        // __be32 qp_srq_n (srq_cmd.c `srq_event_notifier` masks it with 0xffffff).
+        let d = qp_srq_event_data(1, 0x12_3456);
+        let mut want = [0u8; 28];
+        want[20] = 1;
+        want[25..28].copy_from_slice(&[0x12, 0x34, 0x56]);
+        assert_eq!(d, want);
+    }
+}

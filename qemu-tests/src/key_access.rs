@@ -2,9 +2,10 @@
 //! rights, bounds), translated through its MTT or indirect entries, and the data gathered
 //! from or scattered to what it names.
 
+use crate::cqe_write::synd;
 use crate::hca::Hca;
 use crate::mkey::{KeyFault, Pieces};
-use crate::wqe_exec::*;
+use crate::sge::Sge;
 
 impl Hca {
     /// Checks key `key` for PD `pd` and the rights `need` asks, and appends the device-address

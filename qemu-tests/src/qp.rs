@@ -3,10 +3,9 @@
 
 use bareverbs_firmware_cmd::ifc::{event_type, CqeOpcode};
 
-use crate::cqe_write::err_cqe;
+use crate::cqe_write::{err_cqe, synd};
 use crate::dma::AddressSpaceExt;
 use crate::hca::Hca;
-use crate::wqe_exec::synd;
 
 /// PSNs are 24 bits wide and wrap.
 pub const PSN_MASK: u32 = 0x00ff_ffff;
@@ -307,7 +306,7 @@ impl Hca {
             self.post_event(
                 event_type::SRQ_LAST_WQE,
                 0,
-                crate::wqe_exec::qp_srq_event_data(0, qpn),
+                crate::eq::qp_srq_event_data(0, qpn),
             );
         }
     }

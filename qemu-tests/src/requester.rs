@@ -6,10 +6,12 @@
 
 use bareverbs_firmware_cmd::ifc::{qpc_scatter, wqe_opcode};
 
+use crate::cqe_write::synd;
 use crate::hca::Hca;
 use crate::pma::Traffic;
 use crate::qp::{Qp, ServiceType};
-use crate::wqe_exec::*;
+use crate::request::{packets, psn_add, Kind, Request, Response};
+use crate::wqe_exec::Outcome;
 use crate::wqe_parse::*;
 
 /// What the requester keeps of its QP once the request is built. The QP itself is borrowed

@@ -8,13 +8,15 @@ use bareverbs_firmware_cmd::ifc::{
 };
 use bareverbs_firmware_cmd::layout::{Layout, View};
 
-use crate::cqe_write::{err_cqe, ok_cqe, CqeFields};
+use crate::cqe_write::{err_cqe, ok_cqe, synd, CqeFields};
 use crate::dma::AddressSpaceExt;
+use crate::eq::qp_srq_event_data;
 use crate::hca::Hca;
 use crate::mkey::Pieces;
 use crate::pma::Traffic;
 use crate::qp::{Qp, QpState, ServiceType, PSN_MASK};
-use crate::wqe_exec::*;
+use crate::request::{packets, psn_add, Kind, Request, Response, MAX_RDMA_LEN};
+use crate::sge::SgeList;
 
 /// A receive WQE found for a message.
 pub(crate) struct Recv {

@@ -23,12 +23,12 @@ use bareverbs_firmware_cmd::ifc::{
 use bareverbs_firmware_cmd::ifc::{wqe_ctrl_seg, wqe_data_seg};
 use bareverbs_firmware_cmd::layout::{Layout, View};
 
+use crate::cqe_write::synd;
 use crate::dma::{AddressSpaceExt, DmaFault};
 use crate::hca::Hca;
 use crate::mkey::{Klm, RepeatEnt, Translation, NOT_PRESENT};
 use crate::qp::{Qp, ServiceType};
 use crate::requester::Sender;
-use crate::wqe_exec::synd;
 
 /// Mask bits the model applies. The relaxed-ordering bits need `relaxed_ordering_*_umr`, which
 /// the model does not advertise; signature, BSF, fence, QPN and remote-invalidate are not

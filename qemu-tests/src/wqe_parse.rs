@@ -12,7 +12,7 @@ use bareverbs_firmware_cmd::wqe_codec::{self as codec, ctrl, datagram, inline, r
 use crate::dma::DmaFault;
 use crate::hca::Hca;
 use crate::qp::{Qp, ServiceType};
-use crate::wqe_exec::*;
+use crate::sge::{Sge, SgeList};
 
 /// Why a send WQE could not be taken.
 pub(crate) enum WqeFault {

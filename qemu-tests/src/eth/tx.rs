@@ -13,9 +13,10 @@ use bareverbs_firmware_cmd::wqe_codec::{self as codec, eth};
 
 use super::packet::{self, ip_proto, Headers};
 use super::WqState;
+use crate::cqe_write::synd;
 use crate::dma::AddressSpaceExt;
 use crate::hca::Hca;
-use crate::wqe_exec::{synd, Sge};
+use crate::sge::Sge;
 
 /// Bytes of a send WQE basic block.
 const WQEBB: usize = 64;
