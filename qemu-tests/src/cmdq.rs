@@ -36,7 +36,11 @@ impl Hca {
             self.now_ns() + u64::try_from(self.cfg.command_latency.as_nanos()).unwrap_or(u64::MAX);
         // Completion EQEs are for commands rung while an EQ takes them: Linux polls for the
         // CREATE_EQ that creates its command EQ and expects no event for it.
-        let event = self.eqs.values().any(|e| e.subscribed(event_type::CMD));
+        let event = self
+            .objects
+            .eqs
+            .values()
+            .any(|e| e.subscribed(event_type::CMD));
         for slot in 0..(1u32 << LOG_CMDQ_SIZE) {
             if bits & (1 << slot) != 0 && !self.pending.iter().any(|p| p.slot == slot) {
                 self.stalled &= !(1 << slot);

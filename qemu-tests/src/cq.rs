@@ -69,7 +69,7 @@ impl Hca {
     /// `cqn` with the owner bit of its pass, then raises a completion event if the CQ is armed
     /// for it. Returns false when the CQ is missing or full or the device is halted.
     pub fn post_cqe(&mut self, cqn: u32, cqe: [u8; 64], solicited: bool) -> bool {
-        if !self.cqs.contains_key(&cqn) || self.halted() {
+        if !self.objects.cqs.contains_key(&cqn) || self.halted() {
             return false;
         }
         if self.cfg.faults.lose_cqes > 0 {
@@ -88,6 +88,7 @@ impl Hca {
     pub(crate) fn write_cqe(&mut self, cqn: u32, cqe: [u8; 64], solicited: bool) -> bool {
         // What the write needs of the CQ, copied (the CQ is borrowed again to write).
         let Some((dbr, overrun, producer, nent, oi, arm, eqn)) = self
+            .objects
             .cqs
             .get(&cqn)
             .map(|c| (c.dbr, c.overrun, c.producer, c.nent(), c.oi, c.arm, c.eqn))
@@ -116,7 +117,7 @@ impl Hca {
             log::warn!("model: CQ {cqn:#x} overrun (injected)");
         }
         if (used >= nent && !oi) || forced {
-            if let Some(cq) = self.cqs.get_mut(&cqn) {
+            if let Some(cq) = self.objects.cqs.get_mut(&cqn) {
                 cq.overrun = true;
             }
             log::warn!("model: CQ {cqn:#x} overrun");
@@ -153,7 +154,7 @@ impl Hca {
     /// Writes `cqe` at CQ `cqn`'s producer index with the owner bit of its pass (body first,
     /// `op_own` last) and advances the index. No overrun check, no event.
     pub(crate) fn write_cqe_at(&mut self, cqn: u32, mut cqe: [u8; 64]) -> Result<(), ()> {
-        let Some(cq) = self.cqs.get(&cqn) else {
+        let Some(cq) = self.objects.cqs.get(&cqn) else {
             return Err(());
         };
         let owner = ((cq.producer >> cq.log_size) & 1) as u8;
@@ -168,14 +169,14 @@ impl Hca {
             self.record_fault(f);
             return Err(());
         }
-        if let Some(cq) = self.cqs.get_mut(&cqn) {
+        if let Some(cq) = self.objects.cqs.get_mut(&cqn) {
             cq.producer = cq.producer.wrapping_add(1);
         }
         Ok(())
     }
 
     fn cq_event(&mut self, cqn: u32, eqn: u8) {
-        if let Some(cq) = self.cqs.get_mut(&cqn) {
+        if let Some(cq) = self.objects.cqs.get_mut(&cqn) {
             cq.arm = Arm::No;
         }
         let mut data = [0u8; 28];
@@ -187,7 +188,7 @@ impl Hca {
     pub(crate) fn cq_doorbell(&mut self, uar: u32, val: u64) {
         let hi = (val >> 32) as u32;
         let cqn = val as u32 & 0x00ff_ffff;
-        let Some(cq) = self.cqs.get_mut(&cqn) else {
+        let Some(cq) = self.objects.cqs.get_mut(&cqn) else {
             return;
         };
         if cq.uar != uar {

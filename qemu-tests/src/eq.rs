@@ -62,7 +62,13 @@ impl Eq {
 impl Hca {
     /// Delivers an event to the first EQ subscribed to its type; dropped if none is.
     pub(crate) fn post_event(&mut self, ty: u8, sub_type: u8, data: [u8; 28]) -> bool {
-        let Some(eqn) = self.eqs.values().find(|e| e.subscribed(ty)).map(|e| e.eqn) else {
+        let Some(eqn) = self
+            .objects
+            .eqs
+            .values()
+            .find(|e| e.subscribed(ty))
+            .map(|e| e.eqn)
+        else {
             return false;
         };
         self.post_eqe(eqn, ty, sub_type, data)
@@ -70,7 +76,7 @@ impl Hca {
 
     /// Writes an EQE into EQ `eqn`: data first, the owner byte last, then an interrupt if armed.
     pub(crate) fn post_eqe(&mut self, eqn: u8, ty: u8, sub_type: u8, data: [u8; 28]) -> bool {
-        if !self.eqs.contains_key(&eqn) {
+        if !self.objects.eqs.contains_key(&eqn) {
             return false;
         }
         if self.cfg.faults.lose_eqes > 0 {
@@ -87,13 +93,13 @@ impl Hca {
     /// [`Hca::post_eqe`] once no fault holds the EQE back: the overrun check, the write, the
     /// interrupt.
     pub(crate) fn write_eqe(&mut self, eqn: u8, ty: u8, sub_type: u8, data: [u8; 28]) -> bool {
-        let Some(eq) = self.eqs.get(&eqn) else {
+        let Some(eq) = self.objects.eqs.get(&eqn) else {
             return false;
         };
         let forced = std::mem::take(&mut self.cfg.faults.overrun_eq);
         if eq.unconsumed() >= eq.nent() || forced {
             log::warn!("model: EQ {eqn} overrun, event {ty:#x} dropped");
-            if let Some(eq) = self.eqs.get_mut(&eqn) {
+            if let Some(eq) = self.objects.eqs.get_mut(&eqn) {
                 eq.overrun = true;
             }
             return false;
@@ -113,7 +119,7 @@ impl Hca {
             self.record_fault(f);
             return false;
         }
-        if let Some(eq) = self.eqs.get_mut(&eqn) {
+        if let Some(eq) = self.objects.eqs.get_mut(&eqn) {
             eq.producer = eq.producer.wrapping_add(1);
             eq.armed = false;
         }
@@ -130,7 +136,7 @@ impl Hca {
     /// EQ doorbell through UAR `uar`: `(eqn << 24) | ci`, arming when `arm`.
     pub(crate) fn eq_doorbell(&mut self, uar: u32, val: u32, arm: bool) {
         let eqn = (val >> 24) as u8;
-        let Some(eq) = self.eqs.get_mut(&eqn) else {
+        let Some(eq) = self.objects.eqs.get_mut(&eqn) else {
             return;
         };
         if eq.uar != uar {

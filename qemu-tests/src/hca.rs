@@ -15,9 +15,8 @@ use crate::cq::Cq;
 use crate::dma::{AddressSpace, DmaFault};
 use crate::eq::Eq;
 use crate::mkey::Mkey;
-use crate::num_table::NumTable;
+use crate::objects::Objects;
 use crate::qp::Qp;
-use crate::srq::Srq;
 use crate::trace::{ModelEvent, TraceEntry};
 
 /// Firmware life-cycle state.
@@ -110,25 +109,12 @@ pub struct Hca {
     pub(crate) atomic_caps_cur: Vec<u8>,
     /// The Ethernet NIC (`eth/`), present when the port type is Ethernet.
     pub(crate) eth: Option<crate::eth::Eth>,
-    pub(crate) uars: BTreeSet<u32>,
-    pub(crate) eqs: BTreeMap<u8, Eq>,
-    pub(crate) pds: BTreeSet<u32>,
-    pub(crate) tds: BTreeSet<u32>,
-    pub(crate) mkeys: NumTable<Mkey>,
-    pub(crate) cqs: NumTable<Cq>,
-    /// QPs and DCTs (one number space).
-    pub(crate) qps: NumTable<Qp>,
-    pub(crate) xrcds: BTreeSet<u32>,
-    /// SRQs, XRC SRQs and RMPs: one number space.
-    pub(crate) srqs: BTreeMap<u32, Srq>,
-    /// QPs receiving from a shared receive queue: QPN → (SRQ number, XRC domain).
-    pub(crate) qp_srqs: BTreeMap<u32, (u32, u32)>,
+    /// The object tables.
+    pub(crate) objects: Objects,
     /// P_Key table entries an SM set: (port, index) → P_Key (`subnet.rs`).
     pub(crate) pkeys: BTreeMap<(u8, u16), u16>,
     /// Alias GUIDs an SM assigned: (port, GID index) → GUID (`subnet.rs`).
     pub(crate) alias_guids: BTreeMap<(u8, u16), u64>,
-    /// Multicast groups: the UD QPs attached to each MGID (ATTACH_TO_MCG).
-    pub(crate) mcgs: BTreeMap<[u8; 16], std::collections::BTreeSet<u32>>,
     /// Send queues waiting to be run again (receiver not ready, or its HCA busy).
     pub(crate) stalled_sqs: BTreeSet<u32>,
     /// The message buffer a send request is gathered into, kept between requests so the
@@ -150,7 +136,6 @@ pub struct Hca {
     pub(crate) offset_queues: u64,
     /// The fabric joining this HCA to others, if any.
     pub(crate) fabric: Option<std::sync::Arc<crate::fabric::Fabric>>,
-    pub(crate) next_object: u32,
     pub(crate) driver_version: Option<String>,
     pub(crate) ports: Vec<Port>,
     // Observation.
@@ -198,17 +183,7 @@ impl Hca {
             atomic_caps_max,
             atomic_caps_cur,
             eth: None,
-            uars: BTreeSet::new(),
-            eqs: BTreeMap::new(),
-            pds: BTreeSet::new(),
-            tds: BTreeSet::new(),
-            mkeys: NumTable::default(),
-            cqs: NumTable::default(),
-            qps: NumTable::default(),
-            xrcds: BTreeSet::new(),
-            srqs: BTreeMap::new(),
-            qp_srqs: BTreeMap::new(),
-            mcgs: BTreeMap::new(),
+            objects: Objects::default(),
             pkeys: BTreeMap::new(),
             alias_guids: BTreeMap::new(),
             stalled_sqs: BTreeSet::new(),
@@ -221,7 +196,6 @@ impl Hca {
             small_fenced: 0,
             offset_queues: 0,
             fabric: None,
-            next_object: 0,
             driver_version: None,
             ports,
             trace: crate::trace::RecentLog::default(),
@@ -288,7 +262,7 @@ impl Hca {
 
     /// Event queue `eqn`, if it exists.
     pub fn eq(&self, eqn: u8) -> Option<&Eq> {
-        self.eqs.get(&eqn)
+        self.objects.eqs.get(&eqn)
     }
 
     /// UMR work requests executed so far: (done, refused with an error completion).
@@ -326,27 +300,31 @@ impl Hca {
 
     /// Completion queue `cqn`, if it exists.
     pub fn cq(&self, cqn: u32) -> Option<&Cq> {
-        self.cqs.get(&cqn)
+        self.objects.cqs.get(&cqn)
     }
 
     /// Memory key with index `index`, if it exists.
     pub fn mkey(&self, index: u32) -> Option<&Mkey> {
-        self.mkeys.get(&index)
+        self.objects.mkeys.get(&index)
     }
 
     /// Queue pair `qpn`, if it exists.
     pub fn qp(&self, qpn: u32) -> Option<&Qp> {
-        self.qps.get(&qpn)
+        self.objects.qps.get(&qpn)
     }
 
     /// Number of live PDs, memory keys and CQs.
     pub fn object_counts(&self) -> (usize, usize, usize) {
-        (self.pds.len(), self.mkeys.len(), self.cqs.len())
+        (
+            self.objects.pds.len(),
+            self.objects.mkeys.len(),
+            self.objects.cqs.len(),
+        )
     }
 
     /// log2 of the size of CQ `cqn` as firmware holds it.
     pub fn cq_log_size(&self, cqn: u32) -> Option<u8> {
-        self.cqs.get(&cqn).map(|c| c.log_size)
+        self.objects.cqs.get(&cqn).map(|c| c.log_size)
     }
 
     pub(crate) fn now_ns(&self) -> u64 {

@@ -20,6 +20,7 @@ impl Hca {
         out: &mut Pieces,
     ) -> Result<(), KeyFault> {
         let k = self
+            .objects
             .mkeys
             .get(&(key >> 8))
             // A free key grants nothing until a UMR enables it (mkc.free).
@@ -61,6 +62,7 @@ impl Hca {
         }
         for (key, a, n) in pieces? {
             let inner = self
+                .objects
                 .mkeys
                 .get(&(key >> 8))
                 .filter(|i| i.key == key && !i.free)

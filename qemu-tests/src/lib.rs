@@ -27,6 +27,7 @@ mod late;
 pub mod memory;
 pub mod mkey;
 mod num_table;
+mod objects;
 pub mod page_list;
 pub mod pcap;
 pub mod pci;

@@ -290,7 +290,7 @@ impl Hca {
     /// Moves QP `qpn` to ERR and completes every outstanding WQE, send and receive, with a
     /// WR_FLUSH_ERR completion (what mlx5 hardware does when a QP enters the error state).
     pub fn qp_to_error(&mut self, qpn: u32) {
-        let Some(qp) = self.qps.get_mut(&qpn) else {
+        let Some(qp) = self.objects.qps.get_mut(&qpn) else {
             return;
         };
         let was_err = qp.state == QpState::Err;
@@ -317,7 +317,7 @@ impl Hca {
     /// `qp_state_table` (drivers/infiniband/core/verbs.c) has SQE → RTS for UC, UD and the
     /// special QPs and none for RC, and mlx5_ib's `optab` maps SQER → RTS to SQERR2RTS_QP.
     pub fn qp_to_sqe(&mut self, qpn: u32) {
-        let Some(qp) = self.qps.get_mut(&qpn) else {
+        let Some(qp) = self.objects.qps.get_mut(&qpn) else {
             return;
         };
         qp.state = QpState::Sqer;
@@ -326,13 +326,13 @@ impl Hca {
 
     /// QP `qpn`'s `req_e2e_credit_mode` (1: packet-based credits).
     pub fn qp_e2e_credit_mode(&self, qpn: u32) -> Option<u8> {
-        self.qps.get(&qpn).map(|q| q.e2e_credit_mode)
+        self.objects.qps.get(&qpn).map(|q| q.e2e_credit_mode)
     }
 
     /// Transport retries QP `qpn` has made: retransmissions after no response or after a PSN
     /// sequence error NAK, over the QP's life.
     pub fn qp_retries(&self, qpn: u32) -> Option<u64> {
-        self.qps.get(&qpn).map(|q| q.transport_retries)
+        self.objects.qps.get(&qpn).map(|q| q.transport_retries)
     }
 
     /// The doorbell record's (receive, send) counters, or `None` after recording the fault.
@@ -352,6 +352,7 @@ impl Hca {
     /// ERR and waits for its flush completion).
     pub(crate) fn flush_err_rqs(&mut self) {
         let err: Vec<u32> = self
+            .objects
             .qps
             .iter()
             .filter(|(_, q)| q.state == QpState::Err && !q.no_rq)
@@ -365,7 +366,7 @@ impl Hca {
     /// Completes every posted receive of `qpn` with WR_FLUSH_ERR. A QP without an RQ of its
     /// own (zero-length, or receiving through an SRQ) has none.
     fn flush_rq(&mut self, qpn: u32) {
-        let Some(qp) = self.qps.get(&qpn).cloned().filter(|q| !q.no_rq) else {
+        let Some(qp) = self.objects.qps.get(&qpn).cloned().filter(|q| !q.no_rq) else {
             return;
         };
         let Some((rq_head, _)) = self.dbr_heads(&qp) else {
@@ -376,14 +377,14 @@ impl Hca {
             self.flush_cqe(&qp, rq);
             rq = rq.wrapping_add(1);
         }
-        if let Some(q) = self.qps.get_mut(&qpn) {
+        if let Some(q) = self.objects.qps.get_mut(&qpn) {
             q.rq_consumed = rq;
         }
     }
 
     /// Completes every posted send WQE of `qpn` with WR_FLUSH_ERR.
     pub(crate) fn flush_sq(&mut self, qpn: u32) {
-        let Some(qp) = self.qps.get(&qpn).cloned() else {
+        let Some(qp) = self.objects.qps.get(&qpn).cloned() else {
             return;
         };
         let Some((_, sq_head)) = self.dbr_heads(&qp) else {
@@ -403,7 +404,7 @@ impl Hca {
             self.post_cqe(qp.cqn_snd, cqe, false);
             sq = sq.wrapping_add(ds.div_ceil(4).max(1));
         }
-        if let Some(q) = self.qps.get_mut(&qpn) {
+        if let Some(q) = self.objects.qps.get_mut(&qpn) {
             q.sq_consumed = sq;
         }
     }

@@ -79,14 +79,19 @@ impl Hca {
     /// fewer streams than the DCI tolerates are, only the error completion is written and
     /// the send queue goes on (true); at the limit the DCI goes to ERR as any RC QP (false).
     pub(crate) fn dci_stream_failed(&mut self, s: &Sender, w: &SendWqe<'_>, syndrome: u8) -> bool {
-        let Some(d) = self.qps.get_mut(&s.qpn).and_then(|q| q.dci.as_mut()) else {
+        let Some(d) = self
+            .objects
+            .qps
+            .get_mut(&s.qpn)
+            .and_then(|q| q.dci.as_mut())
+        else {
             return false;
         };
         d.errored.insert(w.dci_stream);
         if d.errored.len() >= 1usize << d.log_errored {
             return false;
         }
-        if let Some(q) = self.qps.get_mut(&s.qpn) {
+        if let Some(q) = self.objects.qps.get_mut(&s.qpn) {
             q.rnr_tries = 0;
             q.retry_tries = 0;
         }
@@ -97,7 +102,7 @@ impl Hca {
     /// The ACK timeout of `qpn`'s unanswered request ran out: the request goes again, counting
     /// against `retry_count` (None), or fails once the retries are spent.
     pub(crate) fn ack_timed_out(&mut self, qpn: u32) -> Option<Outcome> {
-        let Some(q) = self.qps.get_mut(&qpn) else {
+        let Some(q) = self.objects.qps.get_mut(&qpn) else {
             return Some(Outcome::Wait);
         };
         q.ack_pending = false;
@@ -248,7 +253,7 @@ impl Hca {
                 // A PSN sequence error NAK: retransmitted at once, counting against
                 // `retry_count`.
                 Response::NakSeq => {
-                    let Some(q) = self.qps.get_mut(&s.qpn) else {
+                    let Some(q) = self.objects.qps.get_mut(&s.qpn) else {
                         break Outcome::Wait;
                     };
                     if q.retry_tries >= u32::from(q.retry_count) {
@@ -265,7 +270,7 @@ impl Hca {
                     let at = self
                         .now_ns()
                         .saturating_add(crate::qp::ack_timeout_ns(s.ack_timeout));
-                    if let Some(q) = self.qps.get_mut(&s.qpn) {
+                    if let Some(q) = self.objects.qps.get_mut(&s.qpn) {
                         q.resend_at_ns = at;
                         q.ack_pending = true;
                     }
@@ -278,7 +283,7 @@ impl Hca {
                 // The request goes again once the responder's RNR timer has run out.
                 Response::Rnr(timer) => {
                     let ready = self.now_ns() + crate::qp::rnr_timer_ns(timer);
-                    if let Some(q) = self.qps.get_mut(&s.qpn) {
+                    if let Some(q) = self.objects.qps.get_mut(&s.qpn) {
                         q.rnr_tries = q.rnr_tries.saturating_add(1);
                         q.resend_at_ns = ready;
                     }
@@ -362,11 +367,11 @@ impl Hca {
             dst_qpn: qpn,
             ..req.clone()
         };
-        for qpn in self.mcg_members(&mgid) {
+        for qpn in self.objects.mcg_members(&mgid) {
             self.respond(&copy(qpn));
         }
         for remote in locked.iter_mut() {
-            for qpn in remote.mcg_members(&mgid) {
+            for qpn in remote.objects.mcg_members(&mgid) {
                 remote.respond(&copy(qpn));
             }
         }

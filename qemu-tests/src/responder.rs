@@ -172,12 +172,12 @@ impl Hca {
     /// whose armed limit is now above the WQEs left raises the limit event and disarms.
     fn take_recv(&mut self, qpn: u32, srq: Option<(u32, u16)>) {
         let Some((srqn, next)) = srq else {
-            if let Some(q) = self.qps.get_mut(&qpn) {
+            if let Some(q) = self.objects.qps.get_mut(&qpn) {
                 q.rq_consumed = q.rq_consumed.wrapping_add(1);
             }
             return;
         };
-        let Some(s) = self.srqs.get_mut(&srqn) else {
+        let Some(s) = self.objects.srqs.get_mut(&srqn) else {
             return;
         };
         s.hw_head = next;
@@ -191,7 +191,7 @@ impl Hca {
         };
         let left = (posted as u16).wrapping_sub(taken);
         if left < lwm {
-            if let Some(s) = self.srqs.get_mut(&srqn) {
+            if let Some(s) = self.objects.srqs.get_mut(&srqn) {
                 s.lwm = 0;
             }
             self.post_event(event_type::SRQ_RQ_LIMIT, 0, qp_srq_event_data(0, srqn));
@@ -337,7 +337,7 @@ impl Hca {
     /// The request at its QP: worked out with the QP borrowed from the table, then committed.
     pub(crate) fn respond_at_port(&mut self, req: &Request) -> Response {
         let rc = req.st.reliable();
-        let Some(r) = self.qps.get(&req.dst_qpn).filter(|r| {
+        let Some(r) = self.objects.qps.get(&req.dst_qpn).filter(|r| {
             // A QP in SQE (UC, UD) still receives.
             matches!(
                 r.state,
@@ -411,7 +411,7 @@ impl Hca {
     fn commit(&mut self, e: Effects, rc: bool) -> Response {
         let qpn = e.qpn;
         if e.comm_est {
-            if let Some(q) = self.qps.get_mut(&qpn) {
+            if let Some(q) = self.objects.qps.get_mut(&qpn) {
                 q.comm_est = true;
             }
             self.post_event(event_type::COMM_EST, 0, qp_srq_event_data(0, qpn));
@@ -425,7 +425,12 @@ impl Hca {
             }
             // The queue's catastrophic error may have moved the QP to ERR: a QP in ERR
             // answers nothing.
-            if self.qps.get(&qpn).is_some_and(|q| q.state == QpState::Err) {
+            if self
+                .objects
+                .qps
+                .get(&qpn)
+                .is_some_and(|q| q.state == QpState::Err)
+            {
                 resp = if rc {
                     Response::NoQp
                 } else {
@@ -445,7 +450,7 @@ impl Hca {
         }
         if e.dct_key_violation {
             let mut raise = false;
-            if let Some(d) = self.qps.get_mut(&qpn).and_then(|q| q.dct.as_mut()) {
+            if let Some(d) = self.objects.qps.get_mut(&qpn).and_then(|q| q.dct.as_mut()) {
                 d.key_violations = d.key_violations.wrapping_add(1);
                 raise = std::mem::take(&mut d.armed);
             }
@@ -460,7 +465,7 @@ impl Hca {
             self.post_event(ty, 0, qp_srq_event_data(0, qpn));
         }
         if let Some(psn) = e.next_rcv_psn {
-            if let Some(q) = self.qps.get_mut(&qpn) {
+            if let Some(q) = self.objects.qps.get_mut(&qpn) {
                 q.next_rcv_psn = psn;
             }
         }

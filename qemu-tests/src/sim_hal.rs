@@ -291,12 +291,12 @@ impl Model {
 
     /// Number of EQs.
     pub fn eq_count(&self) -> usize {
-        self.with(|h| h.eqs.len())
+        self.with(|h| h.objects.eqs.len())
     }
 
     /// Number of allocated UARs.
     pub fn uar_count(&self) -> usize {
-        self.with(|h| h.uars.len())
+        self.with(|h| h.objects.uars.len())
     }
 
     /// The value the driver wrote to HOST_ENDIANNESS, if any.

@@ -92,17 +92,17 @@ impl Srq {
 impl Hca {
     /// A shared receive queue of any kind.
     pub fn srq(&self, srqn: u32) -> Option<&Srq> {
-        self.srqs.get(&srqn)
+        self.objects.srq(srqn)
     }
 
     /// Whether `xrcd` is an allocated XRC domain.
     pub fn xrcd_exists(&self, xrcd: u32) -> bool {
-        self.xrcds.contains(&xrcd)
+        self.objects.xrcds.contains(&xrcd)
     }
 
     /// The shared receive queue (and XRC domain) a QP receives from, if it has one.
     pub fn qp_srq(&self, qpn: u32) -> Option<(u32, u32)> {
-        self.qp_srqs.get(&qpn).copied()
+        self.objects.qp_srq(qpn)
     }
 }
 

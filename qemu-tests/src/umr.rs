@@ -108,7 +108,7 @@ impl Hca {
     /// the QP to ERR).
     pub(crate) fn step_umr(&mut self, qpn: u32) -> bool {
         // The QP is borrowed while its WQE is read; what the rest needs is copied.
-        let Some(qp) = self.qps.get(&qpn) else {
+        let Some(qp) = self.objects.qps.get(&qpn) else {
             return false;
         };
         let consumed = qp.sq_consumed;
@@ -129,7 +129,7 @@ impl Hca {
             key,
         } = ctrl;
         raw.truncate(usize::from(ds) * 16);
-        if let Some(q) = self.qps.get_mut(&qpn) {
+        if let Some(q) = self.objects.qps.get_mut(&qpn) {
             q.sq_consumed = q.sq_consumed.wrapping_add(bbs);
         }
         // A user QP's UMR changes only keys of its own PD (the REG_UMR QP has none).
@@ -191,6 +191,7 @@ impl Hca {
         }
         let index = key >> 8;
         let k = self
+            .objects
             .mkeys
             .get(&index)
             .filter(|k| k.umr_en && pd.is_none_or(|p| p == k.pd))
@@ -206,7 +207,7 @@ impl Hca {
             _ => return Err(synd::LOCAL_QP_OP),
         }
         let pd = seg.get32(mkc::pd);
-        if mask & mkey_mask::PD != 0 && !self.pds.contains(&pd) {
+        if mask & mkey_mask::PD != 0 && !self.objects.pds.contains(&pd) {
             return Err(synd::LOCAL_PROT);
         }
         let log_page = seg.get32(mkc::log_page_size);
@@ -294,7 +295,7 @@ impl Hca {
         if mask & mkey_mask::FREE != 0 {
             k.free = bit(mkc::free);
         }
-        self.mkeys.insert(index, k);
+        self.objects.mkeys.insert(index, k);
         Ok(())
     }
 
@@ -416,6 +417,7 @@ impl Hca {
     /// PD is not checked against the QP's.
     fn read_through_key(&mut self, lkey: u32, addr: u64, len: usize) -> Result<Vec<u8>, u8> {
         let k = self
+            .objects
             .mkeys
             .get(&(lkey >> 8))
             .filter(|k| k.key == lkey && !k.free)
@@ -477,7 +479,7 @@ mod tests {
         let hal = SimHal::synchronous();
         hal.model().with(|h| {
             let index = 0x20;
-            h.mkeys.insert(
+            h.objects.mkeys.insert(
                 index,
                 Mkey {
                     key: index << 8,

@@ -231,8 +231,8 @@ impl Backend {
             "state={:?} pages_held={} eqs={} uars={} dma_faults={}",
             h.state(),
             h.pages_held(),
-            h.eqs.len(),
-            h.uars.len(),
+            h.objects.eqs.len(),
+            h.objects.uars.len(),
             h.dma_faults.recorded()
         )
     }

@@ -80,7 +80,7 @@ impl Hca {
             log::warn!("model: send doorbell of QP {qpn:#x} ignored: the device is halted");
             return;
         }
-        let Some(qp) = self.qps.get(&qpn) else {
+        let Some(qp) = self.objects.qps.get(&qpn) else {
             self.eth_sq_doorbell(uar, qpn);
             return;
         };
@@ -111,7 +111,7 @@ impl Hca {
         loop {
             // The QP is borrowed from the table while its WQE is read and its request built;
             // what the rest needs is copied (`Sender`) before the request goes out.
-            let Some(qp) = self.qps.get(&qpn) else {
+            let Some(qp) = self.objects.qps.get(&qpn) else {
                 return;
             };
             if matches!(qp.state, QpState::Sqer | QpState::Err) && !qp.no_sq {
@@ -206,12 +206,12 @@ impl Hca {
                     return;
                 }
                 Outcome::Flushed => {
-                    if let Some(q) = self.qps.get_mut(&qpn) {
+                    if let Some(q) = self.objects.qps.get_mut(&qpn) {
                         q.sq_consumed = q.sq_consumed.wrapping_add(w.bbs);
                     }
                 }
                 Outcome::Done(_) | Outcome::DoneInline(_) => {
-                    if let Some(q) = self.qps.get_mut(&qpn) {
+                    if let Some(q) = self.objects.qps.get_mut(&qpn) {
                         q.sq_consumed = q.sq_consumed.wrapping_add(w.bbs);
                         q.rnr_tries = 0;
                         q.retry_tries = 0;
@@ -243,7 +243,7 @@ impl Hca {
                     }
                 }
                 Outcome::Failed(e) => {
-                    if let Some(q) = self.qps.get_mut(&qpn) {
+                    if let Some(q) = self.objects.qps.get_mut(&qpn) {
                         q.sq_consumed = q.sq_consumed.wrapping_add(w.bbs);
                     }
                     if self.dci_stream_failed(&s, &w, e) {
@@ -424,7 +424,7 @@ mod tests {
         let hal = SimHal::synchronous();
         hal.model().with(|h| {
             let expected = 0xff_fffe;
-            h.qps.insert(0x100, rc_qp(0x100, expected));
+            h.objects.qps.insert(0x100, rc_qp(0x100, expected));
             let epsn = |h: &Hca| h.qp(0x100).map(|q| q.next_rcv_psn);
             // An RDMA READ longer than 2^31 bytes: remote invalid request, nothing accepted.
             let r = h.respond(&request(Kind::Read, expected, MAX_RDMA_LEN + 1));
@@ -432,7 +432,7 @@ mod tests {
             assert_eq!(epsn(h), Some(expected));
             // The responder went to ERR (IBA 9.9.3.1 class C); back to RTS for what follows.
             let rearm = |h: &mut Hca| {
-                let q = h.qps.get_mut(&0x100).unwrap();
+                let q = h.objects.qps.get_mut(&0x100).unwrap();
                 assert_eq!(q.state, QpState::Err);
                 q.state = QpState::Rts;
             };
@@ -457,7 +457,7 @@ mod tests {
             assert_eq!(epsn(h), Some(expected));
             rearm(h);
             // A QP without remote read: remote invalid request, not an access error.
-            if let Some(q) = h.qps.get_mut(&0x100) {
+            if let Some(q) = h.objects.qps.get_mut(&0x100) {
                 q.rre = false;
             }
             let r = h.respond(&request(Kind::Read, expected, 8));

@@ -61,13 +61,13 @@ impl Hca {
         if let Some(e) = self.eth.as_mut() {
             e.reset(&cfg);
         }
-        self.eqs.clear();
-        self.uars.clear();
-        self.pds.clear();
-        self.tds.clear();
-        self.mkeys.clear();
-        self.cqs.clear();
-        self.qps.clear();
+        self.objects.eqs.clear();
+        self.objects.uars.clear();
+        self.objects.pds.clear();
+        self.objects.tds.clear();
+        self.objects.mkeys.clear();
+        self.objects.cqs.clear();
+        self.objects.qps.clear();
     }
 
     pub(super) fn query_issi(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {

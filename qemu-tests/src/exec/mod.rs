@@ -113,12 +113,6 @@ impl Hca {
         )
     }
 
-    /// A fresh number for a PD or transport domain (24 bits, never 0).
-    pub(crate) fn next_object(&mut self) -> u32 {
-        self.next_object = (self.next_object % 0x00ff_fffe) + 1;
-        self.next_object
-    }
-
     pub(crate) fn require_enabled(&self) -> CmdResult {
         match self.state {
             HcaState::Disabled => Err(fail(CmdStatus::BadSystemState, syndrome::NOT_ENABLED)),
