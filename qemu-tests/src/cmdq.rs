@@ -11,6 +11,7 @@ use bareverbs_firmware_cmd::{CmdStatus, DeliveryStatus, Opcode};
 use crate::config::FaultAction;
 use crate::dma::AddressSpaceExt;
 use crate::hca::{Hca, Pending, LOG_CMDQ_SIZE, LOG_CMDQ_STRIDE};
+use crate::late::Held;
 use crate::trace::{ModelEvent, TraceEntry};
 
 /// Largest message the model accepts (a sane bound on a chain; real firmware has one too).
@@ -90,6 +91,33 @@ impl Hca {
                 Outcome::Done(delivery, out, opcode, op_mod) => {
                     self.pending.remove(i);
                     self.complete(p.slot, delivery, &out, opcode, op_mod, p.event);
+                }
+            }
+        }
+    }
+
+    /// Writes the CQEs and EQEs held back by injected faults (`late.rs`) that are due, in the
+    /// order they were produced.
+    pub(crate) fn release_late(&mut self) {
+        let now = self.now_ns();
+        while let Some(h) = self.late.pop_due(now) {
+            match h {
+                Held::Cqe {
+                    cqn,
+                    cqe,
+                    solicited,
+                    ..
+                } => {
+                    self.write_cqe(cqn, cqe, solicited);
+                }
+                Held::Eqe {
+                    eqn,
+                    ty,
+                    sub_type,
+                    data,
+                    ..
+                } => {
+                    self.write_eqe(eqn, ty, sub_type, data);
                 }
             }
         }

@@ -159,6 +159,25 @@ impl Fabric {
         }
     }
 
+    /// Joins the TAP interface `name` (created if it does not exist) to the wire. A thread
+    /// carries the kernel's frames onto the wire until the interface goes away or the fabric
+    /// is dropped.
+    ///
+    /// # Errors
+    /// Opening `/dev/net/tun` or creating the interface (root is needed).
+    pub fn attach_tap(self: &Arc<Self>, name: &str) -> io::Result<()> {
+        let fabric: Weak<Fabric> = Arc::downgrade(self);
+        let port = crate::tap::TapPort::open(name, move |id, frame| {
+            let Some(f) = fabric.upgrade() else {
+                return false;
+            };
+            f.send_frame(id, frame);
+            true
+        })?;
+        self.set_tap(Some(port));
+        Ok(())
+    }
+
     /// Sets the TAP interface on the wire.
     pub(crate) fn set_tap(&self, tap: Option<Arc<crate::tap::TapPort>>) {
         *self.tap.lock().unwrap_or_else(|e| e.into_inner()) = tap;

@@ -16,7 +16,9 @@ use crate::dma::{AddressSpace, DmaFault};
 use crate::eq::Eq;
 use crate::mkey::Mkey;
 use crate::objects::Objects;
+use crate::port::Port;
 use crate::qp::Qp;
+use crate::srq::Srq;
 use crate::trace::{ModelEvent, TraceEntry};
 
 /// Firmware life-cycle state.
@@ -64,15 +66,6 @@ pub(crate) struct Pending {
     pub event: bool,
     /// Held until firmware has this many pages.
     pub wait_pages: Option<usize>,
-}
-
-/// Per-port state.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Port {
-    pub up: bool,
-    pub lid: u16,
-    /// Traffic through the port, as the performance management agent reports it.
-    pub counters: crate::pma::PortCounters,
 }
 
 /// Callback that raises an MSI-X vector.
@@ -153,7 +146,7 @@ impl Hca {
             .map(|i| Port {
                 up: true,
                 lid: cfg.base_lid + (u16::from(i) << cfg.lmc.min(7)),
-                counters: crate::pma::PortCounters::default(),
+                counters: crate::port::PortCounters::default(),
             })
             .collect();
         let msix = vec![0u8; 0x2000];
@@ -293,6 +286,26 @@ impl Hca {
         self.offset_queues
     }
 
+    /// CQEs and EQEs held back by injected faults now (`late.rs`).
+    pub fn late_entries(&self) -> usize {
+        self.late.len()
+    }
+
+    /// The Ethernet objects that exist (None on an InfiniBand port).
+    pub fn eth_objects(&self) -> Option<crate::eth::EthObjects> {
+        self.eth.as_ref().map(crate::eth::Eth::objects)
+    }
+
+    /// What the Ethernet NIC did (None on an InfiniBand port).
+    pub fn eth_work(&self) -> Option<crate::eth::EthWork> {
+        self.eth.as_ref().map(|e| e.work)
+    }
+
+    /// Whether the Ethernet port passes traffic: the link up and the port administratively up.
+    pub(crate) fn eth_oper_up(&self) -> bool {
+        self.ports.first().is_some_and(|p| p.up) && self.eth.as_ref().is_some_and(|e| e.admin_up)
+    }
+
     /// Pages firmware holds.
     pub fn pages_held(&self) -> usize {
         self.pages.len()
@@ -311,6 +324,32 @@ impl Hca {
     /// Queue pair `qpn`, if it exists.
     pub fn qp(&self, qpn: u32) -> Option<&Qp> {
         self.objects.qps.get(&qpn)
+    }
+
+    /// QP `qpn`'s `req_e2e_credit_mode` (1: packet-based credits).
+    pub fn qp_e2e_credit_mode(&self, qpn: u32) -> Option<u8> {
+        self.objects.qps.get(&qpn).map(|q| q.e2e_credit_mode)
+    }
+
+    /// Transport retries QP `qpn` has made: retransmissions after no response or after a PSN
+    /// sequence error NAK, over the QP's life.
+    pub fn qp_retries(&self, qpn: u32) -> Option<u64> {
+        self.objects.qps.get(&qpn).map(|q| q.transport_retries)
+    }
+
+    /// A shared receive queue of any kind.
+    pub fn srq(&self, srqn: u32) -> Option<&Srq> {
+        self.objects.srq(srqn)
+    }
+
+    /// Whether `xrcd` is an allocated XRC domain.
+    pub fn xrcd_exists(&self, xrcd: u32) -> bool {
+        self.objects.xrcds.contains(&xrcd)
+    }
+
+    /// The shared receive queue (and XRC domain) a QP receives from, if it has one.
+    pub fn qp_srq(&self, qpn: u32) -> Option<(u32, u32)> {
+        self.objects.qp_srq(qpn)
     }
 
     /// Number of live PDs, memory keys and CQs.

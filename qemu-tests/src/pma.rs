@@ -13,32 +13,12 @@ use bareverbs_firmware_cmd::ifc::*;
 use bareverbs_firmware_cmd::layout::{View, ViewMut};
 
 use crate::hca::Hca;
+pub use crate::port::PortCounters;
+use crate::port::Traffic;
 use crate::sma::Discard;
 
 /// ClassPortInfo `resp_time_value` the agent reports.
 const RESP_TIME: u8 = 18;
-
-/// Traffic through one port since the device started (or since a Set cleared it).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PortCounters {
-    /// Payload octets sent.
-    pub xmit_bytes: u64,
-    /// Payload octets received.
-    pub rcv_bytes: u64,
-    /// Packets sent.
-    pub xmit_packets: u64,
-    /// Packets received.
-    pub rcv_packets: u64,
-}
-
-/// Which way traffic went through a port.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Traffic {
-    /// Sent.
-    Xmit,
-    /// Received.
-    Rcv,
-}
 
 /// A 64-bit count as a 32-bit PortCounters field: they stop at their maximum (IBA 16.1.3.5).
 fn sat32(v: u64) -> u32 {
@@ -53,17 +33,7 @@ impl Hca {
         let Some(p) = self.ports.iter_mut().find(|p| p.lid == lid & !path) else {
             return;
         };
-        let c = &mut p.counters;
-        match dir {
-            Traffic::Xmit => {
-                c.xmit_bytes = c.xmit_bytes.saturating_add(bytes);
-                c.xmit_packets = c.xmit_packets.saturating_add(u64::from(pkts));
-            }
-            Traffic::Rcv => {
-                c.rcv_bytes = c.rcv_bytes.saturating_add(bytes);
-                c.rcv_packets = c.rcv_packets.saturating_add(u64::from(pkts));
-            }
-        }
+        p.counters.count(dir, bytes, pkts);
     }
 
     /// Port `port`'s counters (1-based), or `None` when there is no such port.

@@ -8,10 +8,9 @@ use bareverbs_firmware_cmd::ifc::{qpc_scatter, wqe_opcode};
 
 use crate::cqe_write::synd;
 use crate::hca::Hca;
-use crate::pma::Traffic;
+use crate::port::Traffic;
 use crate::qp::{Qp, ServiceType};
 use crate::request::{packets, psn_add, Kind, Request, Response};
-use crate::wqe_exec::Outcome;
 use crate::wqe_parse::*;
 
 /// What the requester keeps of its QP once the request is built. The QP itself is borrowed
@@ -57,6 +56,21 @@ impl Sender {
     pub(crate) fn cqe_uidx(&self) -> u32 {
         crate::qp::cqe_srqn_uidx_of(self.user_index, None)
     }
+}
+
+/// What happened to a send WQE.
+pub(crate) enum Outcome {
+    /// Completed; `byte_cnt` for READ and atomics.
+    Done(u32),
+    /// A READ or atomic completed whose result goes in its CQE, not to memory (requester
+    /// scatter to CQE).
+    DoneInline(Vec<u8>),
+    /// Completed with an error syndrome.
+    Failed(u8),
+    /// Leave it queued (receiver not ready, retries left).
+    Wait,
+    /// Completed with WR_FLUSH_ERR already (a DCI stream in error): the queue goes on.
+    Flushed,
 }
 
 /// Why no request was built: the syndrome the WQE completes with, and the DMA fault behind it

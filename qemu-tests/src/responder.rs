@@ -13,7 +13,7 @@ use crate::dma::AddressSpaceExt;
 use crate::eq::qp_srq_event_data;
 use crate::hca::Hca;
 use crate::mkey::Pieces;
-use crate::pma::Traffic;
+use crate::port::Traffic;
 use crate::qp::{Qp, QpState, ServiceType, PSN_MASK};
 use crate::request::{packets, psn_add, Kind, Request, Response, MAX_RDMA_LEN};
 use crate::sge::SgeList;

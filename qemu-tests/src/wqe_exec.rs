@@ -49,23 +49,8 @@ use crate::cqe_write::{err_cqe, ok_cqe, synd, CqeFields};
 use crate::dma::AddressSpaceExt;
 use crate::hca::Hca;
 use crate::qp::{QpState, ServiceType};
-use crate::requester::Sender;
+use crate::requester::{Outcome, Sender};
 use crate::wqe_parse::*;
-
-/// What happened to a send WQE.
-pub(crate) enum Outcome {
-    /// Completed; `byte_cnt` for READ and atomics.
-    Done(u32),
-    /// A READ or atomic completed whose result goes in its CQE, not to memory (requester
-    /// scatter to CQE).
-    DoneInline(Vec<u8>),
-    /// Completed with an error syndrome.
-    Failed(u8),
-    /// Leave it queued (receiver not ready, retries left).
-    Wait,
-    /// Completed with WR_FLUSH_ERR already (a DCI stream in error): the queue goes on.
-    Flushed,
-}
 
 impl Hca {
     /// Send doorbell (BlueFlame register): the low dword carries `qpn << 8 | ds`.

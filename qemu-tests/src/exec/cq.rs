@@ -5,6 +5,7 @@ use bareverbs_firmware_cmd::{CmdStatus, View};
 
 use super::{bad_param, fail, input, output, syndrome, CmdResult};
 use crate::cq::{Arm, Cq, CQE_BYTES};
+use crate::dma::AddressSpaceExt;
 use crate::hca::Hca;
 use crate::page_list;
 
@@ -229,5 +230,19 @@ impl Hca {
             cq.page_offset = page_offset;
         }
         Ok(())
+    }
+
+    /// The consumer index in CQ `cq`'s doorbell record.
+    fn read_cq_ci(&mut self, cq: &Cq) -> Result<u32, super::Fail> {
+        match self.dma.read_be32(cq.dbr) {
+            Ok(v) => Ok(v & 0x00ff_ffff),
+            Err(f) => {
+                self.record_fault(f);
+                Err(super::Fail {
+                    status: bareverbs_firmware_cmd::CmdStatus::InternalError,
+                    syndrome: syndrome::DMA_FAULT,
+                })
+            }
+        }
     }
 }
