@@ -349,9 +349,7 @@ impl Hca {
         let Some(dev) = self.fabric.as_ref().and_then(|f| f.find(dlid)) else {
             return Some(unreachable);
         };
-        let mut remote = dev.try_lock()?;
-        let resp = remote.respond(req);
-        drop(remote);
+        let resp = dev.try_respond(req)?;
         dev.notify();
         Some(resp)
     }
@@ -375,7 +373,7 @@ impl Hca {
         };
         let mut locked = Vec::with_capacity(others.len());
         for dev in &others {
-            locked.push(dev.try_lock()?);
+            locked.push(dev.try_enter()?);
         }
         let copy = |qpn| Request {
             dst_qpn: qpn,
@@ -385,7 +383,7 @@ impl Hca {
             self.respond(&copy(qpn));
         }
         for remote in locked.iter_mut() {
-            for qpn in remote.objects.mcg_members(&mgid) {
+            for qpn in remote.mcg_members(&mgid) {
                 remote.respond(&copy(qpn));
             }
         }
