@@ -344,8 +344,8 @@ impl Hca {
             syndrome,
         };
         log::debug!("model: {t}");
-        self.trace.push(t);
-        self.events.push(ModelEvent::Command(t));
+        self.logs.trace.push(t);
+        self.logs.events.push(ModelEvent::Command(t));
         if event {
             let mut data = [0u8; 28];
             data[..4].copy_from_slice(&(1u32 << slot).to_be_bytes());

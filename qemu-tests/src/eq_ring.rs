@@ -72,7 +72,7 @@ impl Hca {
             eq.producer = eq.producer.wrapping_add(1);
             eq.armed = false;
         }
-        self.events.push(ModelEvent::Eqe {
+        self.logs.events.push(ModelEvent::Eqe {
             eqn,
             event_type: ty,
         });

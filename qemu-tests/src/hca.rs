@@ -15,11 +15,14 @@ use crate::cq::Cq;
 use crate::dma::{AddressSpace, DmaFault};
 use crate::eq::Eq;
 use crate::mkey::Mkey;
+use crate::msix::Msix;
+pub use crate::msix::{IrqSink, MSIX_PBA_OFFSET, MSIX_TABLE_OFFSET};
 use crate::objects::Objects;
 use crate::port::Port;
 use crate::qp::Qp;
 use crate::srq::Srq;
-use crate::trace::{ModelEvent, TraceEntry};
+use crate::trace::{Logs, ModelEvent};
+use crate::work_counters::WorkCounters;
 
 /// Firmware life-cycle state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,10 +42,6 @@ pub const LOG_CMDQ_STRIDE: u32 = 6;
 /// First UAR index handed out: past the initialization segment (pages 0–2) and the MSI-X
 /// table and PBA (pages 2–3).
 pub const FIRST_UAR: u32 = 8;
-/// MSI-X table offset in BAR0 (what ConnectX parts are commonly reported to use; RIG.md).
-pub const MSIX_TABLE_OFFSET: usize = 0x2000;
-/// MSI-X PBA offset in BAR0.
-pub const MSIX_PBA_OFFSET: usize = 0x3000;
 /// How often the health counter advances.
 const HEALTH_TICK_NS: u64 = 10_000_000;
 
@@ -68,15 +67,11 @@ pub(crate) struct Pending {
     pub wait_pages: Option<usize>,
 }
 
-/// Callback that raises an MSI-X vector.
-pub type IrqSink = Box<dyn FnMut(u16) + Send>;
-
 /// The device.
 pub struct Hca {
     pub(crate) cfg: ModelConfig,
     pub(crate) clock: Arc<SimClock>,
     pub(crate) dma: Arc<dyn AddressSpace>,
-    irq: Option<IrqSink>,
     reset_ns: u64,
     // Initialization segment.
     pub(crate) cmdq_addr: u64,
@@ -84,7 +79,7 @@ pub struct Hca {
     health_frozen_at: Option<u32>,
     pub(crate) health_synd: u8,
     pub(crate) health_rfr: bool,
-    msix: Vec<u8>,
+    msix: Msix,
     // Command engine.
     pub(crate) pending: Vec<Pending>,
     pub(crate) stalled: u32,
@@ -117,24 +112,14 @@ pub struct Hca {
     pub(crate) wqe_buf: Vec<u8>,
     /// CQEs and EQEs held back by injected faults (`late.rs`).
     pub(crate) late: crate::late::LateQueue,
-    /// UMR work requests executed, and refused with an error completion.
-    pub(crate) umrs: (u64, u64),
-    /// CQEs written with their data inside (scatter to CQE).
-    pub(crate) scattered_to_cqe: u64,
-    /// 8-byte words of WQEs written into BlueFlame registers after their doorbell word.
-    pub(crate) blueflame_words: u64,
-    /// Send WQEs executed with the initiator small fence (`fm_ce_se` fence mode 1).
-    pub(crate) small_fenced: u64,
-    /// QPs, CQs and SRQs created with a non-zero `page_offset`.
-    pub(crate) offset_queues: u64,
+    /// What the device counted of its work.
+    pub(crate) counters: WorkCounters,
     /// The fabric joining this HCA to others, if any.
     pub(crate) fabric: Option<std::sync::Arc<crate::fabric::Fabric>>,
     pub(crate) driver_version: Option<String>,
     pub(crate) ports: Vec<Port>,
-    // Observation.
-    pub(crate) trace: crate::trace::RecentLog<TraceEntry>,
-    pub(crate) events: crate::trace::RecentLog<ModelEvent>,
-    pub(crate) dma_faults: crate::trace::RecentLog<DmaFault>,
+    /// The command trace, the event log and the DMA faults.
+    pub(crate) logs: Logs,
 }
 
 impl Hca {
@@ -149,19 +134,17 @@ impl Hca {
                 counters: crate::port::PortCounters::default(),
             })
             .collect();
-        let msix = vec![0u8; 0x2000];
         let mut h = Hca {
             reset_ns: clock.now_ns(),
             cfg,
             clock,
             dma,
-            irq: None,
             cmdq_addr: 0,
             nic_interface: 0,
             health_frozen_at: None,
             health_synd: 0,
             health_rfr: false,
-            msix,
+            msix: Msix::new(),
             pending: Vec::new(),
             stalled: 0,
             fault_hits: Vec::new(),
@@ -183,17 +166,11 @@ impl Hca {
             payload_buf: Vec::new(),
             wqe_buf: Vec::new(),
             late: crate::late::LateQueue::default(),
-            umrs: (0, 0),
-            scattered_to_cqe: 0,
-            blueflame_words: 0,
-            small_fenced: 0,
-            offset_queues: 0,
+            counters: WorkCounters::default(),
             fabric: None,
             driver_version: None,
             ports,
-            trace: crate::trace::RecentLog::default(),
-            events: crate::trace::RecentLog::default(),
-            dma_faults: crate::trace::RecentLog::default(),
+            logs: Logs::default(),
         };
         h.fault_hits = vec![0; h.cfg.faults.commands.len()];
         if h.cfg.port_type_eth {
@@ -220,14 +197,14 @@ impl Hca {
 
     /// Sets the callback that raises MSI-X vectors.
     pub fn set_irq_sink(&mut self, sink: IrqSink) {
-        self.irq = Some(sink);
+        self.msix.set_sink(Some(sink));
     }
 
     /// Function-level reset: every firmware object and page is forgotten, as after a PCI reset.
     pub fn reset(&mut self) {
         let cfg = self.cfg.clone();
-        let irq = self.irq.take();
-        let trace = std::mem::take(&mut self.trace);
+        let irq = self.msix.take_sink();
+        let trace = std::mem::take(&mut self.logs.trace);
         let fabric = self.fabric.take();
         let mut eth = self.eth.take();
         *self = Hca::new(cfg, self.clock.clone(), self.dma.clone());
@@ -238,8 +215,8 @@ impl Hca {
         if eth.is_some() {
             self.eth = eth;
         }
-        self.irq = irq;
-        self.trace = trace;
+        self.msix.set_sink(irq);
+        self.logs.trace = trace;
         self.fabric = fabric;
     }
 
@@ -260,30 +237,30 @@ impl Hca {
 
     /// UMR work requests executed so far: (done, refused with an error completion).
     pub fn umr_counts(&self) -> (u64, u64) {
-        self.umrs
+        self.counters.umrs
     }
 
     /// 8-byte WQE words received through BlueFlame registers past each doorbell word (a
     /// BlueFlame post of a one-WQEBB WQE brings 7).
     pub fn blueflame_words(&self) -> u64 {
-        self.blueflame_words
+        self.counters.blueflame_words
     }
 
     /// CQEs written with the message (or READ/atomic result) inside them: scatter to CQE.
     pub fn scattered_to_cqe(&self) -> u64 {
-        self.scattered_to_cqe
+        self.counters.scattered_to_cqe
     }
 
     /// Send WQEs executed with the initiator small fence (what rdma-core puts on the request
     /// after a UMR).
     pub fn small_fenced(&self) -> u64 {
-        self.small_fenced
+        self.counters.small_fenced
     }
 
     /// How many QPs, CQs and SRQs were created with a non-zero `page_offset` (their buffer
     /// starting inside its first page).
     pub fn offset_queues(&self) -> u64 {
-        self.offset_queues
+        self.counters.offset_queues
     }
 
     /// CQEs and EQEs held back by injected faults now (`late.rs`).
@@ -371,16 +348,12 @@ impl Hca {
     }
 
     pub(crate) fn raise_irq(&mut self, vector: u16) {
-        self.events.push(ModelEvent::Interrupt(vector));
-        if let Some(irq) = self.irq.as_mut() {
-            irq(vector);
-        }
+        self.logs.events.push(ModelEvent::Interrupt(vector));
+        self.msix.raise(vector);
     }
 
     pub(crate) fn record_fault(&mut self, f: DmaFault) {
-        log::warn!("model: {f}");
-        self.dma_faults.push(f);
-        self.events.push(ModelEvent::DmaFault(f));
+        self.logs.dma_fault(f);
     }
 
     fn ready(&self) -> bool {
@@ -475,15 +448,7 @@ impl Hca {
                 hc::health_syndrome.set(0, self.health_synd.into()),
                 self.health_counter(),
             ),
-            o if (MSIX_TABLE_OFFSET..MSIX_TABLE_OFFSET + self.msix.len()).contains(&o) => {
-                let i = o - MSIX_TABLE_OFFSET;
-                u32::from_le_bytes([
-                    self.msix[i],
-                    self.msix[i + 1],
-                    self.msix[i + 2],
-                    self.msix[i + 3],
-                ])
-            }
+            o if self.msix.covers(o) => self.msix.read32(o),
             _ => 0,
         }
     }
@@ -493,7 +458,7 @@ impl Hca {
         if self.cfg.faults.removed {
             return;
         }
-        self.events.push(ModelEvent::MmioWrite {
+        self.logs.events.push(ModelEvent::MmioWrite {
             offset: off,
             value: val.into(),
             width: 4,
@@ -506,10 +471,7 @@ impl Hca {
                 self.nic_interface = init_seg::cmdq_addr_l_sz::nic_interface.get(val);
             }
             CMD_DBELL => self.ring(val),
-            o if (MSIX_TABLE_OFFSET..MSIX_TABLE_OFFSET + self.msix.len()).contains(&o) => {
-                let i = o - MSIX_TABLE_OFFSET;
-                self.msix[i..i + 4].copy_from_slice(&val.to_be_bytes());
-            }
+            o if self.msix.covers(o) => self.msix.write32(o, val),
             o if o >= FIRST_UAR as usize * UAR_PAGE_SIZE => {
                 let uar = (o / UAR_PAGE_SIZE) as u32;
                 match o % UAR_PAGE_SIZE {
@@ -590,7 +552,7 @@ impl Hca {
             // Register writes are recorded; a BlueFlame copy's WQE words are not (they would
             // multiply the record by the WQE's size).
             if !bf_data {
-                self.events.push(ModelEvent::MmioWrite {
+                self.logs.events.push(ModelEvent::MmioWrite {
                     offset: off,
                     value: val,
                     width: 8,
@@ -603,7 +565,7 @@ impl Hca {
                 // the send doorbell; the rest carry the WQE a BlueFlame post copies whole
                 // (rdma-core `mlx5_bf_copy`), which the model takes from memory instead,
                 // where the driver wrote it too.
-                _ if bf_data => self.blueflame_words += 1,
+                _ if bf_data => self.counters.blueflame_words += 1,
                 o if o >= uar_offset::BF => self.sq_doorbell(uar, val),
                 _ => {}
             }

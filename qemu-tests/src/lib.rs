@@ -28,6 +28,7 @@ mod key_access;
 mod late;
 pub mod memory;
 pub mod mkey;
+mod msix;
 mod num_table;
 mod objects;
 pub mod page_list;
@@ -52,6 +53,7 @@ pub mod trace;
 pub mod umr;
 pub mod vfio_user;
 pub mod vfio_user_gate;
+mod work_counters;
 pub mod wqe_exec;
 mod wqe_parse;
 

@@ -441,7 +441,7 @@ impl Hca {
         if let Some(d) = e.delivery {
             self.take_recv(qpn, d.srq);
             if d.inline {
-                self.scattered_to_cqe += 1;
+                self.counters.scattered_to_cqe += 1;
             }
             self.post_cqe(d.cqn, d.cqe, d.solicited);
             if d.failed {

@@ -250,7 +250,7 @@ impl Model {
 
     /// Commands executed so far: the most recent [`LOG_LIMIT`](crate::trace::LOG_LIMIT).
     pub fn trace(&self) -> Vec<TraceEntry> {
-        self.with(|h| h.trace.to_vec())
+        self.with(|h| h.logs.trace.to_vec())
     }
 
     /// The command trace, one line per command.
@@ -261,22 +261,22 @@ impl Model {
     /// What the model observed or did, in order: the most recent
     /// [`LOG_LIMIT`](crate::trace::LOG_LIMIT) events.
     pub fn events(&self) -> Vec<ModelEvent> {
-        self.with(|h| h.events.to_vec())
+        self.with(|h| h.logs.events.to_vec())
     }
 
     /// Events dropped from [`Self::events`] to keep it bounded (the oldest go first).
     pub fn events_dropped(&self) -> u64 {
-        self.with(|h| h.events.dropped())
+        self.with(|h| h.logs.events.dropped())
     }
 
     /// DMA faults seen so far: the most recent [`LOG_LIMIT`](crate::trace::LOG_LIMIT).
     pub fn dma_faults(&self) -> Vec<DmaFault> {
-        self.with(|h| h.dma_faults.to_vec())
+        self.with(|h| h.logs.dma_faults.to_vec())
     }
 
     /// DMA faults seen so far, those [`Self::dma_faults`] no longer holds included.
     pub fn dma_faults_recorded(&self) -> u64 {
-        self.with(|h| h.dma_faults.recorded())
+        self.with(|h| h.logs.dma_faults.recorded())
     }
 
     /// Pages firmware holds.

@@ -141,7 +141,7 @@ impl Hca {
         };
         match result {
             Ok(()) => {
-                self.umrs.0 += 1;
+                self.counters.umrs.0 += 1;
                 if signaled {
                     let c = crate::cqe_write::ok_cqe(
                         CqeOpcode::Req,
@@ -156,7 +156,7 @@ impl Hca {
                 true
             }
             Err(e) => {
-                self.umrs.1 += 1;
+                self.counters.umrs.1 += 1;
                 self.complete_send_error(&s, wqe_index, opcode, e);
                 false
             }

@@ -171,15 +171,15 @@ impl Backend {
         let (mut cmds, mut faults) = (0, 0);
         let engine = Engine::start(dev.clone(), move |h| {
             if let Some(f) = out.as_mut() {
-                for t in h.trace.since(cmds) {
+                for t in h.logs.trace.since(cmds) {
                     let _ = writeln!(f, "CMD {t}");
                 }
-                for d in h.dma_faults.since(faults) {
+                for d in h.logs.dma_faults.since(faults) {
                     let _ = writeln!(f, "DMA-FAULT {d}");
                 }
             }
-            cmds = h.trace.recorded();
-            faults = h.dma_faults.recorded();
+            cmds = h.logs.trace.recorded();
+            faults = h.logs.dma_faults.recorded();
         });
         Ok(Backend {
             pci: PciConfig::new(&cfg),
@@ -233,7 +233,7 @@ impl Backend {
             h.pages_held(),
             h.objects.eqs.len(),
             h.objects.uars.len(),
-            h.dma_faults.recorded()
+            h.logs.dma_faults.recorded()
         )
     }
 

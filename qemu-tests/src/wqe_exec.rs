@@ -172,7 +172,7 @@ impl Hca {
                 // initiator small fence (mode 1, what rdma-core puts after a UMR) is counted
                 // for tests.
                 if w.fence_mode == 1 {
-                    self.small_fenced += 1;
+                    self.counters.small_fenced += 1;
                 }
                 let payload = std::mem::take(&mut self.payload_buf);
                 match self.build_request(qp, &w, payload) {
@@ -207,7 +207,7 @@ impl Hca {
                     if w.signaled {
                         let (byte_cnt, inline) = match &outcome {
                             Outcome::DoneInline(data) => {
-                                self.scattered_to_cqe += 1;
+                                self.counters.scattered_to_cqe += 1;
                                 (data.len() as u32, Some(&data[..]))
                             }
                             Outcome::Done(bytes) => (*bytes, None),

@@ -55,7 +55,7 @@ impl Hca {
             .find(|n| !self.objects.cqs.contains_key(n))
             .ok_or(fail(CmdStatus::NoResources, syndrome::EXHAUSTED))?;
         if page_offset != 0 {
-            self.offset_queues += 1;
+            self.counters.offset_queues += 1;
         }
         self.objects.cqs.insert(
             cqn,

@@ -152,7 +152,7 @@ impl Hca {
             }
         }
         if qp.page_offset != 0 {
-            self.offset_queues += 1;
+            self.counters.offset_queues += 1;
         }
         self.objects.qps.insert(qpn, qp);
         self.attach_qp_srq(qpn, rq_srq);

@@ -99,7 +99,7 @@ impl Hca {
             cq.users += 1;
         }
         if srq.page_offset != 0 {
-            self.offset_queues += 1;
+            self.counters.offset_queues += 1;
         }
         self.objects.srqs.insert(srqn, srq);
         Ok(srqn)
