@@ -302,6 +302,11 @@ pub fn check_set_general(req: &[u8], cur: &[u8], max: &[u8]) -> Result<(), &'sta
     Ok(())
 }
 
+/// The current general capability `f` in `caps_cur` (`cmd_hca_cap` as firmware reports it).
+pub(crate) fn cap(caps_cur: &[u8], f: Field<CmdHcaCap>) -> u64 {
+    bareverbs_firmware_cmd::layout::get_bits(&caps_cur[..CAP_BYTES], f.bit, f.width)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

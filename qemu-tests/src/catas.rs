@@ -14,11 +14,11 @@
 
 use bareverbs_firmware_cmd::ifc::event_type;
 
+use crate::data_path::DataPath;
 use crate::eq::qp_srq_event_data;
-use crate::hca::Hca;
 use crate::qp::QpState;
 
-impl Hca {
+impl DataPath<'_> {
     /// QP `qpn` cannot go on: it moves to ERR (what is posted is flushed where its CQ still
     /// takes completions) and WQ_CATAS_ERROR names it. Once per stay out of ERR; a QP in RESET
     /// (or gone) raises nothing.

@@ -11,7 +11,6 @@ use bareverbs_firmware_cmd::{CmdStatus, DeliveryStatus, Opcode};
 use crate::config::FaultAction;
 use crate::dma::AddressSpaceExt;
 use crate::hca::{Hca, Pending, LOG_CMDQ_SIZE, LOG_CMDQ_STRIDE};
-use crate::late::Held;
 use crate::trace::{ModelEvent, TraceEntry};
 
 /// Largest message the model accepts (a sane bound on a chain; real firmware has one too).
@@ -59,14 +58,9 @@ impl Hca {
     /// Executes every pending command whose time has come.
     pub fn run_due(&mut self) {
         self.sync_faults();
-        // CQEs and EQEs held back by injected faults, once due.
-        self.release_late();
-        // Send queues that waited on a receiver or a busy HCA get another go.
-        for qpn in std::mem::take(&mut self.stalled_sqs) {
-            self.run_sq(qpn);
-        }
-        self.flush_err_rqs();
-        self.drain_eth_inbox();
+        // CQEs and EQEs held back by injected faults once due, send queues that waited,
+        // flushes, Ethernet frames that arrived while the HCA was busy.
+        self.data_path().round();
         let now = self.now_ns();
         let mut i = 0;
         while i < self.pending.len() {
@@ -91,33 +85,6 @@ impl Hca {
                 Outcome::Done(delivery, out, opcode, op_mod) => {
                     self.pending.remove(i);
                     self.complete(p.slot, delivery, &out, opcode, op_mod, p.event);
-                }
-            }
-        }
-    }
-
-    /// Writes the CQEs and EQEs held back by injected faults (`late.rs`) that are due, in the
-    /// order they were produced.
-    pub(crate) fn release_late(&mut self) {
-        let now = self.now_ns();
-        while let Some(h) = self.late.pop_due(now) {
-            match h {
-                Held::Cqe {
-                    cqn,
-                    cqe,
-                    solicited,
-                    ..
-                } => {
-                    self.write_cqe(cqn, cqe, solicited);
-                }
-                Held::Eqe {
-                    eqn,
-                    ty,
-                    sub_type,
-                    data,
-                    ..
-                } => {
-                    self.write_eqe(eqn, ty, sub_type, data);
                 }
             }
         }

@@ -5,10 +5,10 @@
 use bareverbs_firmware_cmd::ifc::event_type;
 
 use crate::cq::Arm;
+use crate::data_path::DataPath;
 use crate::dma::AddressSpaceExt;
-use crate::hca::Hca;
 
-impl Hca {
+impl DataPath<'_> {
     /// Writes `cqe` (64 bytes, `op_own` opcode in bits 7:4 of byte 63 already set) into CQ
     /// `cqn` with the owner bit of its pass, then raises a completion event if the CQ is armed
     /// for it. Returns false when the CQ is missing or full or the device is halted.
@@ -23,14 +23,14 @@ impl Hca {
         }
         if self
             .late
-            .hold_cqe(&mut self.cfg.faults, &self.clock, cqn, cqe, solicited)
+            .hold_cqe(&mut self.cfg.faults, self.clock, cqn, cqe, solicited)
         {
             return true;
         }
         self.write_cqe(cqn, cqe, solicited)
     }
 
-    /// [`Hca::post_cqe`] once no fault holds the CQE back: the overrun check, the write, the
+    /// [`DataPath::post_cqe`] once no fault holds the CQE back: the overrun check, the write, the
     /// event.
     pub(crate) fn write_cqe(&mut self, cqn: u32, cqe: [u8; 64], solicited: bool) -> bool {
         // What the write needs of the CQ, copied (the CQ is borrowed again to write).

@@ -28,7 +28,7 @@ pub(crate) struct CqeFields<'a> {
     pub sop_drop_qpn: u32,
     /// The WQE counter: a send WQE's index, or the receive's.
     pub wqe_counter: u16,
-    /// `srqn_uidx` (see `Hca::cqe_srqn_uidx`).
+    /// `srqn_uidx` (see `DataPath::cqe_srqn_uidx`).
     pub srqn_uidx: u32,
     pub byte_cnt: u32,
     /// Immediate data or the P_Key index (responder).

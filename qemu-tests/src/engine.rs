@@ -69,7 +69,7 @@ impl Station for Device {
         let Some(mut hca) = self.try_lock() else {
             return false;
         };
-        hca.eth_receive(frame, false);
+        hca.data_path().eth_receive(frame, false);
         true
     }
 
@@ -80,7 +80,7 @@ impl Station for Device {
 
 impl Responder for MutexGuard<'_, Hca> {
     fn respond(&mut self, req: &Request) -> Response {
-        Hca::respond(self, req)
+        self.data_path().respond(req)
     }
 
     fn mcg_members(&self, mgid: &[u8; 16]) -> Vec<u32> {

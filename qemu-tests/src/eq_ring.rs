@@ -2,10 +2,10 @@
 //! consumer-index and arm doorbells, and the interrupt an armed EQ raises (mlx5-reference 04
 //! §2–4). The EQ itself is `eq.rs`.
 
-use crate::hca::Hca;
+use crate::data_path::DataPath;
 use crate::trace::ModelEvent;
 
-impl Hca {
+impl DataPath<'_> {
     /// Delivers an event to the first EQ subscribed to its type; dropped if none is.
     pub(crate) fn post_event(&mut self, ty: u8, sub_type: u8, data: [u8; 28]) -> bool {
         let Some(eqn) = self
@@ -32,14 +32,14 @@ impl Hca {
         }
         if self
             .late
-            .hold_eqe(&mut self.cfg.faults, &self.clock, eqn, ty, sub_type, data)
+            .hold_eqe(&mut self.cfg.faults, self.clock, eqn, ty, sub_type, data)
         {
             return true;
         }
         self.write_eqe(eqn, ty, sub_type, data)
     }
 
-    /// [`Hca::post_eqe`] once no fault holds the EQE back: the overrun check, the write, the
+    /// [`DataPath::post_eqe`] once no fault holds the EQE back: the overrun check, the write, the
     /// interrupt.
     pub(crate) fn write_eqe(&mut self, eqn: u8, ty: u8, sub_type: u8, data: [u8; 28]) -> bool {
         let Some(eq) = self.objects.eqs.get(&eqn) else {

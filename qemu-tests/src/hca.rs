@@ -12,6 +12,7 @@ use crate::caps;
 use crate::clock::SimClock;
 use crate::config::ModelConfig;
 use crate::cq::Cq;
+use crate::data_path::DataPath;
 use crate::dma::{AddressSpace, DmaFault};
 use crate::eq::Eq;
 use crate::mkey::Mkey;
@@ -189,12 +190,6 @@ impl Hca {
         self.fabric = Some(fabric);
     }
 
-    /// Whether `lid` is one of this HCA's ports (any of its `2^lmc` LIDs).
-    pub(crate) fn owns_lid(&self, lid: u16) -> bool {
-        let path = (1u16 << self.cfg.lmc.min(7)) - 1;
-        self.ports.iter().any(|p| p.lid == lid & !path)
-    }
-
     /// Sets the callback that raises MSI-X vectors.
     pub fn set_irq_sink(&mut self, sink: IrqSink) {
         self.msix.set_sink(Some(sink));
@@ -343,13 +338,64 @@ impl Hca {
         self.objects.cqs.get(&cqn).map(|c| c.log_size)
     }
 
-    pub(crate) fn now_ns(&self) -> u64 {
-        self.clock.now_ns()
+    /// The parts of the device the data path works on, lent for one doorbell or one engine
+    /// round (`data_path.rs`).
+    pub(crate) fn data_path(&mut self) -> DataPath<'_> {
+        let halted = self.halted();
+        DataPath {
+            cfg: &mut self.cfg,
+            clock: &self.clock,
+            dma: &*self.dma,
+            objects: &mut self.objects,
+            ports: &mut self.ports,
+            eth: &mut self.eth,
+            fabric: &self.fabric,
+            late: &mut self.late,
+            logs: &mut self.logs,
+            msix: &mut self.msix,
+            counters: &mut self.counters,
+            caps_cur: &self.caps_cur,
+            atomic_caps_cur: &self.atomic_caps_cur,
+            host_endianness: self.host_endianness,
+            halted,
+            stalled_sqs: &mut self.stalled_sqs,
+            payload_buf: &mut self.payload_buf,
+            wqe_buf: &mut self.wqe_buf,
+        }
     }
 
-    pub(crate) fn raise_irq(&mut self, vector: u16) {
-        self.logs.events.push(ModelEvent::Interrupt(vector));
-        self.msix.raise(vector);
+    /// Writes `cqe` (64 bytes, `op_own` opcode in bits 7:4 of byte 63 already set) into CQ
+    /// `cqn` with the owner bit of its pass, then raises a completion event if the CQ is armed
+    /// for it. Returns false when the CQ is missing or full or the device is halted.
+    pub fn post_cqe(&mut self, cqn: u32, cqe: [u8; 64], solicited: bool) -> bool {
+        self.data_path().post_cqe(cqn, cqe, solicited)
+    }
+
+    /// Executes the QP's posted send WQEs in order, up to the doorbell record's counter.
+    pub fn run_sq(&mut self, qpn: u32) {
+        self.data_path().run_sq(qpn);
+    }
+
+    /// Moves QP `qpn` to ERR and completes every outstanding WQE, send and receive, with a
+    /// WR_FLUSH_ERR completion (what mlx5 hardware does when a QP enters the error state).
+    pub fn qp_to_error(&mut self, qpn: u32) {
+        self.data_path().qp_to_error(qpn);
+    }
+
+    /// Moves UC/UD QP `qpn` to SQE: every outstanding send WQE completes with WR_FLUSH_ERR,
+    /// the receive queue keeps working, and SQERR2RTS_QP resumes the send queue (see
+    /// `qp_flush.rs`).
+    pub fn qp_to_sqe(&mut self, qpn: u32) {
+        self.data_path().qp_to_sqe(qpn);
+    }
+
+    /// Delivers an event to the first EQ subscribed to its type; dropped if none is.
+    pub(crate) fn post_event(&mut self, ty: u8, sub_type: u8, data: [u8; 28]) -> bool {
+        self.data_path().post_event(ty, sub_type, data)
+    }
+
+    pub(crate) fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
     }
 
     pub(crate) fn record_fault(&mut self, f: DmaFault) {
@@ -475,8 +521,8 @@ impl Hca {
             o if o >= FIRST_UAR as usize * UAR_PAGE_SIZE => {
                 let uar = (o / UAR_PAGE_SIZE) as u32;
                 match o % UAR_PAGE_SIZE {
-                    uar_offset::EQ_DOORBELL_ARM => self.eq_doorbell(uar, val, true),
-                    uar_offset::EQ_DOORBELL_UPDATE => self.eq_doorbell(uar, val, false),
+                    uar_offset::EQ_DOORBELL_ARM => self.data_path().eq_doorbell(uar, val, true),
+                    uar_offset::EQ_DOORBELL_UPDATE => self.data_path().eq_doorbell(uar, val, false),
                     _ => {}
                 }
             }
@@ -559,14 +605,14 @@ impl Hca {
                 });
             }
             match o {
-                uar_offset::CQ_DOORBELL => self.cq_doorbell(uar, val),
+                uar_offset::CQ_DOORBELL => self.data_path().cq_doorbell(uar, val),
                 // A BlueFlame register is two halves of `bf_reg_size / 2` bytes, used in turn
                 // (rdma-core `bf->offset ^= bf->buf_size`): the first 8 bytes of a half ring
                 // the send doorbell; the rest carry the WQE a BlueFlame post copies whole
                 // (rdma-core `mlx5_bf_copy`), which the model takes from memory instead,
                 // where the driver wrote it too.
                 _ if bf_data => self.counters.blueflame_words += 1,
-                o if o >= uar_offset::BF => self.sq_doorbell(uar, val),
+                o if o >= uar_offset::BF => self.data_path().sq_doorbell(uar, val),
                 _ => {}
             }
             return;

@@ -3,11 +3,11 @@
 //! from or scattered to what it names.
 
 use crate::cqe_write::synd;
-use crate::hca::Hca;
+use crate::data_path::DataPath;
 use crate::mkey::{KeyFault, Pieces};
 use crate::sge::Sge;
 
-impl Hca {
+impl DataPath<'_> {
     /// Checks key `key` for PD `pd` and the rights `need` asks, and appends the device-address
     /// pieces of `len` bytes at `addr` through it to `out`.
     pub(crate) fn key_range(

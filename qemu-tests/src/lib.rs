@@ -14,6 +14,7 @@ pub mod config;
 pub mod cq;
 mod cq_ring;
 mod cqe_write;
+mod data_path;
 pub mod dma;
 pub mod engine;
 pub mod eq;

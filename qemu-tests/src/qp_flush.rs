@@ -5,11 +5,11 @@
 use bareverbs_firmware_cmd::ifc::{event_type, CqeOpcode};
 
 use crate::cqe_write::{err_cqe, synd};
+use crate::data_path::DataPath;
 use crate::dma::AddressSpaceExt;
-use crate::hca::Hca;
 use crate::qp::{Qp, QpState};
 
-impl Hca {
+impl DataPath<'_> {
     /// Moves QP `qpn` to ERR and completes every outstanding WQE, send and receive, with a
     /// WR_FLUSH_ERR completion (what mlx5 hardware does when a QP enters the error state).
     pub fn qp_to_error(&mut self, qpn: u32) {
@@ -25,7 +25,7 @@ impl Hca {
         // take no more (IBA 11.6.3.1 "Last WQE Reached"; Linux 6.12 mlx5_ib qp.c
         // `mlx5_ib_qp_event` maps MLX5_EVENT_TYPE_SRQ_LAST_WQE to
         // IB_EVENT_QP_LAST_WQE_REACHED; mlx5_core finds the QP from `qp_srq_n` and type 0, QP).
-        if !was_err && self.qp_srq(qpn).is_some() {
+        if !was_err && self.objects.qp_srq(qpn).is_some() {
             self.post_event(
                 event_type::SRQ_LAST_WQE,
                 0,

@@ -7,7 +7,7 @@
 use bareverbs_firmware_cmd::ifc::{qpc_scatter, wqe_opcode};
 
 use crate::cqe_write::synd;
-use crate::hca::Hca;
+use crate::data_path::DataPath;
 use crate::port::Traffic;
 use crate::qp::{Qp, ServiceType};
 use crate::request::{packets, psn_add, Kind, Request, Response};
@@ -29,7 +29,7 @@ pub(crate) struct Sender {
     pub(crate) ack_timeout: u8,
     pub(crate) cqn_snd: u32,
     pub(crate) user_index: u32,
-    /// Set by [`Hca::send_request`] once the request's packets are spent (RC, UC): the PSN the
+    /// Set by [`DataPath::send_request`] once the request's packets are spent (RC, UC): the PSN the
     /// next request starts at, stored with the WQE's completion.
     pub(crate) next_send_psn: Option<u32>,
 }
@@ -52,7 +52,7 @@ impl Sender {
         }
     }
 
-    /// What its send CQEs carry in `srqn_uidx` (see [`Hca::cqe_srqn_uidx`]: no SRQ).
+    /// What its send CQEs carry in `srqn_uidx` (see [`DataPath::cqe_srqn_uidx`]: no SRQ).
     pub(crate) fn cqe_uidx(&self) -> u32 {
         crate::qp::cqe_srqn_uidx_of(self.user_index, None)
     }
@@ -80,7 +80,7 @@ pub(crate) struct Unbuilt {
     pub(crate) fault: Option<crate::dma::DmaFault>,
 }
 
-impl Hca {
+impl DataPath<'_> {
     /// Whether DCI `qp`'s request `w` runs on a stream in error (then it is flushed:
     /// WR_FLUSH_ERR, and the send queue goes on).
     pub(crate) fn dci_stream_errored(qp: &Qp, w: &SendWqe<'_>) -> bool {
@@ -311,7 +311,7 @@ impl Hca {
             break out;
         };
         // The payload buffer serves the next request.
-        self.payload_buf = req.payload;
+        *self.payload_buf = req.payload;
         out
     }
 

@@ -9,9 +9,9 @@ use bareverbs_firmware_cmd::ifc::{
 use bareverbs_firmware_cmd::layout::{Layout, View};
 
 use crate::cqe_write::{err_cqe, ok_cqe, synd, CqeFields};
+use crate::data_path::DataPath;
 use crate::dma::AddressSpaceExt;
 use crate::eq::qp_srq_event_data;
-use crate::hca::Hca;
 use crate::mkey::Pieces;
 use crate::port::Traffic;
 use crate::qp::{Qp, QpState, ServiceType, PSN_MASK};
@@ -27,7 +27,7 @@ pub(crate) struct Recv {
     pub(crate) srq: Option<(u32, u16)>,
 }
 
-/// The XRC SRQ an XRC request is delivered through, found by [`Hca::xrc_target_srq`].
+/// The XRC SRQ an XRC request is delivered through, found by [`DataPath::xrc_target_srq`].
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct XrcTarget {
     pub(crate) srqn: u32,
@@ -60,7 +60,7 @@ pub(crate) struct Delivery {
 }
 
 /// What a request did at its responder QP, worked out while the QP was borrowed from the
-/// table (checks, keys, data moved, completions made) and committed by [`Hca::commit`] once
+/// table (checks, keys, data moved, completions made) and committed by [`DataPath::commit`] once
 /// it no longer is, in the order of these fields.
 pub(crate) struct Effects {
     qpn: u32,
@@ -94,7 +94,7 @@ impl Effects {
     }
 }
 
-impl Hca {
+impl DataPath<'_> {
     /// The receive WQE `rqp` takes next, if one is posted: the head of its RQ, or of the
     /// SRQ/RMP it receives from, or for an XRC request of the XRC SRQ `xrc` it names. Err: the
     /// queue cannot be read.
@@ -106,7 +106,7 @@ impl Hca {
         if let Some(x) = xrc {
             return self.next_srq_recv(x.srqn);
         }
-        if let Some((srqn, _)) = self.qp_srq(rqp.qpn) {
+        if let Some((srqn, _)) = self.objects.qp_srq(rqp.qpn) {
             return self.next_srq_recv(srqn);
         }
         // A zero-length RQ never receives.
@@ -140,7 +140,7 @@ impl Hca {
         &self,
         srqn: u32,
     ) -> Result<Option<Recv>, (crate::dma::DmaFault, Unreadable)> {
-        let Some(srq) = self.srq(srqn).filter(|s| s.good) else {
+        let Some(srq) = self.objects.srq(srqn).filter(|s| s.good) else {
             return Ok(None);
         };
         let (dbr, head, taken) = (srq.dbr, srq.hw_head, srq.taken);
@@ -201,8 +201,8 @@ impl Hca {
     /// The XRC SRQ `srqn` named by a request to XRC target QP `r`, if it is an XRC SRQ of the
     /// QP's XRC domain (`qpc.xrcd`, Linux 6.12 qp.c `create_xrc_tgt_qp`; `xrc_srqc.xrcd`).
     pub(crate) fn xrc_target_srq(&self, r: &Qp, srqn: u32) -> Option<XrcTarget> {
-        let (_, xrcd) = self.qp_srq(r.qpn)?;
-        let s = self.srq(srqn)?;
+        let (_, xrcd) = self.objects.qp_srq(r.qpn)?;
+        let s = self.objects.srq(srqn)?;
         if s.kind != crate::srq::SrqKind::XrcSrq || s.xrcd != Some(xrcd) {
             return None;
         }
@@ -223,7 +223,7 @@ impl Hca {
     /// non-zero means an SRQ; Linux mlx5_ib cq.c `handle_responder` reads `cqe->srqn` for XRC;
     /// the rule itself is `qp::cqe_srqn_uidx_of`).
     pub(crate) fn cqe_srqn_uidx(&self, qp: &Qp, srqn: Option<u32>) -> u32 {
-        let srq = srqn.and_then(|n| self.srq(n));
+        let srq = srqn.and_then(|n| self.objects.srq(n));
         let uidx = match srq {
             Some(s) if s.kind == crate::srq::SrqKind::XrcSrq => s.user_index,
             _ => qp.user_index,
@@ -628,7 +628,7 @@ impl Hca {
     pub(crate) fn atomic_little_endian(&self) -> bool {
         use bareverbs_firmware_cmd::ifc::{atomic, atomic_caps, HOST_ENDIANNESS_BIG};
         let f = atomic_caps::atomic_req_8b_endianness_mode;
-        let mode = bareverbs_firmware_cmd::layout::get_bits(&self.atomic_caps_cur, f.bit, f.width);
+        let mode = bareverbs_firmware_cmd::layout::get_bits(self.atomic_caps_cur, f.bit, f.width);
         mode == u64::from(atomic::REQ_MODE_HOST_ENDIANNESS)
             && self.host_endianness != Some(HOST_ENDIANNESS_BIG)
     }

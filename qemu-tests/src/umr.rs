@@ -24,8 +24,8 @@ use bareverbs_firmware_cmd::ifc::{wqe_ctrl_seg, wqe_data_seg};
 use bareverbs_firmware_cmd::layout::{Layout, View};
 
 use crate::cqe_write::synd;
+use crate::data_path::DataPath;
 use crate::dma::{AddressSpaceExt, DmaFault};
-use crate::hca::Hca;
 use crate::mkey::{Klm, RepeatEnt, Translation, NOT_PRESENT};
 use crate::qp::{Qp, ServiceType};
 use crate::requester::Sender;
@@ -72,7 +72,7 @@ struct UmrCtrl {
     key: u32,
 }
 
-impl Hca {
+impl DataPath<'_> {
     /// The UMR WQE at the head of `qp`'s send queue, read while the QP is borrowed: its
     /// control segment, its WQEBBs' bytes (at least the first's 64), and a fault that cut it
     /// short (recorded by the caller). Err: its first WQEBB cannot be read.
@@ -499,7 +499,7 @@ mod tests {
             // Octoword 0x10000 = entries 0x20000 and 0x20001; the second lacks the present
             // bits (a zapped entry).
             let w = inline_umr(index << 8, 0x1_0000, &[0x5000 | mtt_perm::RW, 0x6000]);
-            assert_eq!(h.execute_umr(index << 8, &w), Ok(()));
+            assert_eq!(h.data_path().execute_umr(index << 8, &w), Ok(()));
             let Some(Translation::Mtt { pages, .. }) = h.mkey(index).map(|k| &k.translation) else {
                 panic!("an MTT key");
             };
@@ -509,14 +509,20 @@ mod tests {
             // The table holds whole 64-byte units: 0x10001 octowords are 0x10004; the last
             // octoword of that unit takes entries, the next one is past the table.
             let w = inline_umr(index << 8, 0x1_0003, &[0x8000 | mtt_perm::RW]);
-            assert_eq!(h.execute_umr(index << 8, &w), Ok(()));
+            assert_eq!(h.data_path().execute_umr(index << 8, &w), Ok(()));
             let w = inline_umr(index << 8, 0x1_0004, &[0x7000 | mtt_perm::RW]);
-            assert_eq!(h.execute_umr(index << 8, &w), Err(synd::LOCAL_QP_OP));
+            assert_eq!(
+                h.data_path().execute_umr(index << 8, &w),
+                Err(synd::LOCAL_QP_OP)
+            );
             // Without the capability the high offset bits are refused.
             let f = cmd_hca_cap::umr_extended_translation_offset;
             set_bits(&mut h.caps_cur, f.bit, f.width, 0);
             let w = inline_umr(index << 8, 0x1_0000, &[0x7000 | mtt_perm::RW]);
-            assert_eq!(h.execute_umr(index << 8, &w), Err(synd::LOCAL_QP_OP));
+            assert_eq!(
+                h.data_path().execute_umr(index << 8, &w),
+                Err(synd::LOCAL_QP_OP)
+            );
             let Some(Translation::Mtt { pages, .. }) = h.mkey(index).map(|k| &k.translation) else {
                 panic!("an MTT key");
             };

@@ -11,7 +11,7 @@
 //! Receives on a QP with `rq_type` SRQ take the WQEs of its SRQ/RMP in linked-list order
 //! (rdma-core 56 providers/mlx5/srq.c), with the WQE's index as the CQE's `wqe_counter`, and
 //! may raise the SRQ limit event. Every CQE carries `srqn_uidx` as CQE version 1 defines it
-//! (`Hca::cqe_srqn_uidx`).
+//! (`DataPath::cqe_srqn_uidx`).
 //!
 //! Transport (RC, and UC for sequence numbers only). Messages are whole: no packet is lost,
 //! reordered or split, so what follows is about a requester and a responder whose PSNs or
@@ -32,7 +32,7 @@
 //!   to back (there is no ACK timer): after `retry_count` retries the request completes with
 //!   RETRY_EXC_ERR. With `ack_timeout` 0 (infinite) a request without response is sent again
 //!   once per engine round for ever: no completion, the QP stays in RTS and can be destroyed.
-//!   [`Hca::qp_retries`] counts the retries.
+//!   [`Hca::qp_retries`](crate::Hca::qp_retries) counts the retries.
 //! - Remote invalid request (RC): an operation the responder QP does not enable (rwe, rre, rae;
 //!   mlx5 clears rre and rae for `max_dest_rd_atomic` 0), an RDMA longer than 2^31 bytes, a
 //!   misaligned atomic, a receive too small. Remote access error: the rkey, its rights or
@@ -46,13 +46,13 @@
 use bareverbs_firmware_cmd::ifc::CqeOpcode;
 
 use crate::cqe_write::{err_cqe, ok_cqe, synd, CqeFields};
+use crate::data_path::DataPath;
 use crate::dma::AddressSpaceExt;
-use crate::hca::Hca;
 use crate::qp::{QpState, ServiceType};
 use crate::requester::{Outcome, Sender};
 use crate::wqe_parse::*;
 
-impl Hca {
+impl DataPath<'_> {
     /// Send doorbell (BlueFlame register): the low dword carries `qpn << 8 | ds`.
     pub(crate) fn sq_doorbell(&mut self, uar: u32, val: u64) {
         if self.cfg.faults.lose_doorbells > 0 {
@@ -83,10 +83,10 @@ impl Hca {
     pub fn run_sq(&mut self, qpn: u32) {
         // The WQE bytes are read into a buffer the HCA keeps (taken here, so the parsed WQE can
         // borrow it while the HCA executes it); a nested run of another queue makes its own.
-        let mut buf = std::mem::take(&mut self.wqe_buf);
+        let mut buf = std::mem::take(&mut *self.wqe_buf);
         buf.resize(MAX_SEND_WQE, 0);
         self.run_sq_with(qpn, &mut buf);
-        self.wqe_buf = buf;
+        *self.wqe_buf = buf;
     }
 
     fn run_sq_with(&mut self, qpn: u32, buf: &mut [u8]) {
@@ -174,7 +174,7 @@ impl Hca {
                 if w.fence_mode == 1 {
                     self.counters.small_fenced += 1;
                 }
-                let payload = std::mem::take(&mut self.payload_buf);
+                let payload = std::mem::take(&mut *self.payload_buf);
                 match self.build_request(qp, &w, payload) {
                     Ok(req) => self.send_request(&mut s, req, &w),
                     Err(u) => {
@@ -397,11 +397,11 @@ mod tests {
         raw[3] = wqe_opcode::RDMA_WRITE;
         raw[7] = 6; // control, address vector (3 x 16 bytes), remote address, data
         raw[9..11].copy_from_slice(&5u16.to_be_bytes());
-        let w = Hca::parse_send_wqe(&qp, &raw, 2);
+        let w = DataPath::parse_send_wqe(&qp, &raw, 2);
         assert_eq!(w.map(|w| w.dci_stream), Some(1));
         // A `ds` that leaves no room for the remote address segment: malformed, no panic.
         raw[7] = 4;
-        assert!(Hca::parse_send_wqe(&qp, &raw, 2).is_none());
+        assert!(DataPath::parse_send_wqe(&qp, &raw, 2).is_none());
     }
 
     #[test]
@@ -410,13 +410,15 @@ mod tests {
         hal.model().with(|h| {
             let expected = 0xff_fffe;
             h.objects.qps.insert(0x100, rc_qp(0x100, expected));
-            let epsn = |h: &Hca| h.qp(0x100).map(|q| q.next_rcv_psn);
+            let epsn = |h: &crate::Hca| h.qp(0x100).map(|q| q.next_rcv_psn);
             // An RDMA READ longer than 2^31 bytes: remote invalid request, nothing accepted.
-            let r = h.respond(&request(Kind::Read, expected, MAX_RDMA_LEN + 1));
+            let r = h
+                .data_path()
+                .respond(&request(Kind::Read, expected, MAX_RDMA_LEN + 1));
             assert!(matches!(r, Response::Nak(synd::REMOTE_INVAL_REQ)));
             assert_eq!(epsn(h), Some(expected));
             // The responder went to ERR (IBA 9.9.3.1 class C); back to RTS for what follows.
-            let rearm = |h: &mut Hca| {
+            let rearm = |h: &mut crate::Hca| {
                 let q = h.objects.qps.get_mut(&0x100).unwrap();
                 assert_eq!(q.state, QpState::Err);
                 q.state = QpState::Rts;
@@ -424,12 +426,12 @@ mod tests {
             rearm(h);
             // Ahead (across the wrap), up to half the PSN space: sequence error NAK.
             for psn in [0, psn_add(expected, (1 << 23) - 1)] {
-                let r = h.respond(&request(Kind::Write, psn, 4));
+                let r = h.data_path().respond(&request(Kind::Write, psn, 4));
                 assert!(matches!(r, Response::NakSeq), "psn {psn:#x}");
             }
             // Behind, down to half the PSN space: a duplicate WRITE, acknowledged unexecuted.
             for psn in [expected - 1, psn_add(expected, 1 << 23)] {
-                let r = h.respond(&request(Kind::Write, psn, 4));
+                let r = h.data_path().respond(&request(Kind::Write, psn, 4));
                 assert!(
                     matches!(r, Response::Ack(ref d) if d.is_empty()),
                     "psn {psn:#x}"
@@ -437,7 +439,7 @@ mod tests {
             }
             assert_eq!(epsn(h), Some(expected));
             // The expected PSN is executed (here: refused for its rkey) and does not advance.
-            let r = h.respond(&request(Kind::Write, expected, 4));
+            let r = h.data_path().respond(&request(Kind::Write, expected, 4));
             assert!(matches!(r, Response::Nak(synd::REMOTE_ACCESS)));
             assert_eq!(epsn(h), Some(expected));
             rearm(h);
@@ -445,7 +447,7 @@ mod tests {
             if let Some(q) = h.objects.qps.get_mut(&0x100) {
                 q.rre = false;
             }
-            let r = h.respond(&request(Kind::Read, expected, 8));
+            let r = h.data_path().respond(&request(Kind::Read, expected, 8));
             assert!(matches!(r, Response::Nak(synd::REMOTE_INVAL_REQ)));
         });
     }

@@ -221,7 +221,8 @@ impl Hca {
         }
         let mut marker = [0u8; 64];
         marker[63] = make_op_own(u8::from(CqeOpcode::ResizeCq), 0);
-        self.write_cqe_at(cqn, marker)
+        self.data_path()
+            .write_cqe_at(cqn, marker)
             .map_err(|()| fail(CmdStatus::InternalError, syndrome::DMA_FAULT))?;
         if let Some(cq) = self.objects.cqs.get_mut(&cqn) {
             cq.log_size = log_size;

@@ -106,11 +106,7 @@ impl Hca {
         &self,
         f: bareverbs_firmware_cmd::layout::Field<bareverbs_firmware_cmd::ifc::CmdHcaCap>,
     ) -> u64 {
-        bareverbs_firmware_cmd::layout::get_bits(
-            &self.caps_cur[..crate::caps::CAP_BYTES],
-            f.bit,
-            f.width,
-        )
+        crate::caps::cap(&self.caps_cur, f)
     }
 
     pub(crate) fn require_enabled(&self) -> CmdResult {

@@ -150,7 +150,7 @@ impl Hca {
         sq.state = to;
         if run {
             // WQEs posted before the SQ was ready go now.
-            self.run_eth_sq(sqn);
+            self.data_path().run_eth_sq(sqn);
         }
         Ok(())
     }
