@@ -10,7 +10,8 @@ use bareverbs_firmware_cmd::{CmdStatus, DeliveryStatus, Opcode};
 
 use crate::config::FaultAction;
 use crate::dma::AddressSpaceExt;
-use crate::hca::{Hca, Pending, LOG_CMDQ_SIZE, LOG_CMDQ_STRIDE};
+use crate::hca::{Hca, Pending};
+use crate::init_segment::{LOG_CMDQ_SIZE, LOG_CMDQ_STRIDE};
 use crate::trace::{ModelEvent, TraceEntry};
 
 /// Largest message the model accepts (a sane bound on a chain; real firmware has one too).
@@ -91,7 +92,7 @@ impl Hca {
     }
 
     fn entry_iova(&self, slot: u32) -> u64 {
-        self.cmdq_addr + (u64::from(slot) << LOG_CMDQ_STRIDE)
+        self.init_seg.cmdq_addr + (u64::from(slot) << LOG_CMDQ_STRIDE)
     }
 
     fn execute_slot(&mut self, slot: u32, resumed: bool) -> Outcome {

@@ -1,12 +1,13 @@
-//! The modelled HCA: its firmware state and BAR0 as the driver sees it — the initialization
-//! segment, the health buffer and counter, the timer and the UAR doorbell pages
-//! (mlx5-reference 01 §3, 06 §2, 07 §1).
+//! The modelled HCA: BAR0 as the driver sees it — each access sent to the part that owns the
+//! register (the initialization segment, `init_segment.rs`; the command doorbell, `cmdq.rs`;
+//! the MSI-X table, `msix.rs`; the UAR doorbell pages, the data path) — its firmware state,
+//! and the parts it is made of: the object tables (`objects.rs`), the ports, the logs, and the
+//! data path (`data_path.rs`), lent those it works on (mlx5-reference 01 §3, 06 §2, 07 §1).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use bareverbs_firmware_cmd::ifc::{uar_offset, CMD_IF_REV, UAR_PAGE_SIZE};
-use bareverbs_firmware_cmd::init_seg::{self, HEALTH_BUFFER_OFFSET};
+use bareverbs_firmware_cmd::ifc::{uar_offset, UAR_PAGE_SIZE};
 
 use crate::caps;
 use crate::clock::SimClock;
@@ -15,6 +16,8 @@ use crate::cq::Cq;
 use crate::data_path::DataPath;
 use crate::dma::{AddressSpace, DmaFault};
 use crate::eq::Eq;
+use crate::init_segment::{InitSegment, CMD_DBELL};
+pub use crate::init_segment::{LOG_CMDQ_SIZE, LOG_CMDQ_STRIDE};
 use crate::mkey::Mkey;
 use crate::msix::Msix;
 pub use crate::msix::{IrqSink, MSIX_PBA_OFFSET, MSIX_TABLE_OFFSET};
@@ -36,27 +39,9 @@ pub enum HcaState {
     Initialized,
 }
 
-/// log2 of the number of command slots the model offers.
-pub const LOG_CMDQ_SIZE: u32 = 5;
-/// log2 of the command entry stride.
-pub const LOG_CMDQ_STRIDE: u32 = 6;
 /// First UAR index handed out: past the initialization segment (pages 0–2) and the MSI-X
 /// table and PBA (pages 2–3).
 pub const FIRST_UAR: u32 = 8;
-/// How often the health counter advances.
-const HEALTH_TICK_NS: u64 = 10_000_000;
-
-// The initialization segment's registers, at the offsets `init_seg` names.
-const FW_REV: usize = init_seg::fw_rev::OFFSET.0;
-const CMDIF_REV: usize = init_seg::cmdif_rev_fw_sub::OFFSET.0;
-const CMDQ_ADDR_H: usize = init_seg::cmdq_addr_h::OFFSET.0;
-const CMDQ_ADDR_L_SZ: usize = init_seg::cmdq_addr_l_sz::OFFSET.0;
-const CMD_DBELL: usize = init_seg::cmd_dbell::OFFSET.0;
-const INITIALIZING: usize = init_seg::initializing::OFFSET.0;
-const TIMER_H: usize = init_seg::internal_timer_h::OFFSET.0;
-const TIMER_L: usize = init_seg::internal_timer_l::OFFSET.0;
-const HEALTH_COUNTER: usize = init_seg::health_counter::OFFSET.0;
-
 /// A command waiting in a slot.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Pending {
@@ -73,13 +58,8 @@ pub struct Hca {
     pub(crate) cfg: ModelConfig,
     pub(crate) clock: Arc<SimClock>,
     pub(crate) dma: Arc<dyn AddressSpace>,
-    reset_ns: u64,
-    // Initialization segment.
-    pub(crate) cmdq_addr: u64,
-    pub(crate) nic_interface: u32,
-    health_frozen_at: Option<u32>,
-    pub(crate) health_synd: u8,
-    pub(crate) health_rfr: bool,
+    /// BAR0's initialization segment.
+    pub(crate) init_seg: InitSegment,
     msix: Msix,
     // Command engine.
     pub(crate) pending: Vec<Pending>,
@@ -136,15 +116,10 @@ impl Hca {
             })
             .collect();
         let mut h = Hca {
-            reset_ns: clock.now_ns(),
+            init_seg: InitSegment::new(clock.now_ns()),
             cfg,
             clock,
             dma,
-            cmdq_addr: 0,
-            nic_interface: 0,
-            health_frozen_at: None,
-            health_synd: 0,
-            health_rfr: false,
             msix: Msix::new(),
             pending: Vec::new(),
             stalled: 0,
@@ -402,100 +377,30 @@ impl Hca {
         self.logs.dma_fault(f);
     }
 
-    fn ready(&self) -> bool {
-        !self.cfg.faults.never_ready
-            && self.now_ns().saturating_sub(self.reset_ns)
-                >= u64::try_from(self.cfg.ready_after.as_nanos()).unwrap_or(u64::MAX)
-    }
-
-    fn health_counter(&self) -> u32 {
-        if let Some(v) = self.health_frozen_at {
-            return v;
-        }
-        ((self.now_ns() / HEALTH_TICK_NS) as u32) & 0x00ff_ffff
-    }
-
-    fn timer(&self) -> u64 {
-        // Ticks at device_frequency_khz (156.25 MHz).
-        (u128::from(self.now_ns()) * 156_250 / 1_000_000) as u64
-    }
-
     /// Applies runtime fault switches that affect registers.
     pub(crate) fn sync_faults(&mut self) {
-        if self.cfg.faults.health_stalled && self.health_frozen_at.is_none() {
-            self.health_frozen_at = Some(self.health_counter());
-        } else if !self.cfg.faults.health_stalled {
-            self.health_frozen_at = None;
-        }
+        self.init_seg.sync_faults(&self.cfg.faults, &self.clock);
     }
 
-    /// Firmware asked for a reset with a syndrome (`rfr` and `synd`, what Linux's health
-    /// poll takes as fatal): the device has stopped, so it executes no more work and writes no
-    /// more completions until it is reset.
+    /// Firmware asked for a reset with a syndrome: the device executes no more work and
+    /// writes no more completions until it is reset (`InitSegment::halted`).
     pub(crate) fn halted(&self) -> bool {
-        self.health_rfr && self.health_synd != 0
-    }
-
-    /// The dword at `off` of the health buffer (`init_seg::HealthBuffer`).
-    fn health_dword(&self, off: usize) -> u32 {
-        use bareverbs_firmware_cmd::init_seg::{health_buffer as hb, HealthBuffer};
-        use bareverbs_firmware_cmd::layout::{Layout, ViewMut};
-        let mut b = [0u8; HealthBuffer::BYTES];
-        if let Ok(mut v) = ViewMut::<HealthBuffer>::new_checked(&mut b) {
-            v.set(hb::fw_version, self.fw_rev_dword())
-                .set(hb::rfr, self.health_rfr)
-                .set(hb::synd, self.health_synd);
-        }
-        b.get(off..off + 4)
-            .map_or(0, |d| u32::from_be_bytes([d[0], d[1], d[2], d[3]]))
-    }
-
-    fn fw_rev_dword(&self) -> u32 {
-        use init_seg::fw_rev;
-        let (maj, min, _) = self.cfg.fw_version;
-        fw_rev::fw_rev_major.set(fw_rev::fw_rev_minor.set(0, min.into()), maj.into())
+        self.init_seg.halted()
     }
 
     /// A 32-bit BAR0 read, in host order.
     pub fn mmio_read32(&mut self, off: usize) -> u32 {
-        use init_seg::{
-            cmd_dbell, cmdif_rev_fw_sub as rev, cmdq_addr_h, cmdq_addr_l_sz as l,
-            health_counter as hc, initializing as ini, internal_timer_h, internal_timer_l,
-        };
+        use bareverbs_firmware_cmd::init_seg::cmd_dbell;
         if self.cfg.faults.removed {
             return u32::MAX;
         }
-        let (_, _, sub) = self.cfg.fw_version;
         match off {
-            FW_REV => self.fw_rev_dword(),
-            CMDIF_REV => {
-                let r = self.cfg.faults.cmdif_rev.unwrap_or(CMD_IF_REV as u16);
-                rev::fw_rev_subminor.set(rev::cmd_interface_rev.set(0, r.into()), sub.into())
-            }
-            CMDQ_ADDR_H => cmdq_addr_h::cmdq_phy_addr_63_32.set(0, (self.cmdq_addr >> 32) as u32),
-            CMDQ_ADDR_L_SZ => {
-                let v = l::cmdq_phy_addr_31_12.set(0, (self.cmdq_addr as u32) >> 12);
-                let v = l::nic_interface.set(v, self.nic_interface);
-                l::log_cmdq_stride.set(l::log_cmdq_size.set(v, LOG_CMDQ_SIZE), LOG_CMDQ_STRIDE)
-            }
             CMD_DBELL => cmd_dbell::command_doorbell_vector.set(
                 0,
                 self.pending.iter().fold(0, |m, p| m | 1 << p.slot) | self.stalled,
             ),
-            INITIALIZING => {
-                ini::fw_reset_supported.set(ini::initializing.set(0, u32::from(!self.ready())), 1)
-            }
-            o if (HEALTH_BUFFER_OFFSET..HEALTH_BUFFER_OFFSET + 64).contains(&o) => {
-                self.health_dword(o - HEALTH_BUFFER_OFFSET)
-            }
-            TIMER_H => internal_timer_h::value.set(0, (self.timer() >> 32) as u32),
-            TIMER_L => internal_timer_l::value.set(0, self.timer() as u32),
-            HEALTH_COUNTER => hc::health_counter.set(
-                hc::health_syndrome.set(0, self.health_synd.into()),
-                self.health_counter(),
-            ),
             o if self.msix.covers(o) => self.msix.read32(o),
-            _ => 0,
+            o => self.init_seg.read32(o, &self.cfg, &self.clock),
         }
     }
 
@@ -510,12 +415,6 @@ impl Hca {
             width: 4,
         });
         match off {
-            CMDQ_ADDR_H => self.cmdq_addr = (u64::from(val) << 32) | (self.cmdq_addr & 0xffff_ffff),
-            CMDQ_ADDR_L_SZ => {
-                let low = init_seg::cmdq_addr_l_sz::cmdq_phy_addr_31_12.get(val) << 12;
-                self.cmdq_addr = (self.cmdq_addr & !0xffff_ffff) | u64::from(low);
-                self.nic_interface = init_seg::cmdq_addr_l_sz::nic_interface.get(val);
-            }
             CMD_DBELL => self.ring(val),
             o if self.msix.covers(o) => self.msix.write32(o, val),
             o if o >= FIRST_UAR as usize * UAR_PAGE_SIZE => {
@@ -526,7 +425,7 @@ impl Hca {
                     _ => {}
                 }
             }
-            _ => {}
+            o => self.init_seg.write32(o, val),
         }
     }
 

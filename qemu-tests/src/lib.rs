@@ -2,9 +2,12 @@
 //! the Linux `mlx5_core` driver, and [`SimHal`], which runs the bareverbs driver against it in
 //! process.
 //!
-//! Where things are: BAR0 registers in [`hca`], the command queue engine in [`cmdq`], command
-//! handlers in `exec/`, event queues in [`eq`], capabilities in [`caps`], the DMA address space
-//! in [`dma`] and [`memory`], the platform glue in [`sim_hal`].
+//! Where things are: the device and its BAR0 in [`hca`] (the initialization segment in
+//! `init_segment.rs`, the MSI-X table in `msix.rs`), the command queue engine in [`cmdq`],
+//! command handlers in `exec/`, the object tables in `objects.rs`, the data path (requester,
+//! responder, WQE execution, CQ and EQ rings) over `data_path.rs`, event queues in [`eq`],
+//! capabilities in [`caps`], the DMA address space in [`dma`] and [`memory`], the platform
+//! glue in [`sim_hal`].
 
 pub mod caps;
 mod catas;
@@ -25,6 +28,7 @@ pub mod fabric;
 pub mod guest_memory;
 pub mod hca;
 mod ib_wire;
+mod init_segment;
 mod key_access;
 mod late;
 pub mod memory;

@@ -317,8 +317,8 @@ impl Model {
     /// Sets the health syndrome and the "reset requested" bit.
     pub fn set_health(&self, synd: u8, rfr: bool) {
         self.with(|h| {
-            h.health_synd = synd;
-            h.health_rfr = rfr;
+            h.init_seg.health_synd = synd;
+            h.init_seg.health_rfr = rfr;
         });
     }
 
