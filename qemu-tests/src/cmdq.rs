@@ -8,9 +8,10 @@ use bareverbs_firmware_cmd::ifc::{
 use bareverbs_firmware_cmd::layout::{Layout, View};
 use bareverbs_firmware_cmd::{CmdStatus, DeliveryStatus, Opcode};
 
+use crate::cmdq_state::Pending;
 use crate::config::FaultAction;
 use crate::dma::AddressSpaceExt;
-use crate::hca::{Hca, Pending};
+use crate::hca::Hca;
 use crate::init_segment::{LOG_CMDQ_SIZE, LOG_CMDQ_STRIDE};
 use crate::trace::{ModelEvent, TraceEntry};
 
@@ -43,9 +44,9 @@ impl Hca {
             .values()
             .any(|e| e.subscribed(event_type::CMD));
         for slot in 0..(1u32 << LOG_CMDQ_SIZE) {
-            if bits & (1 << slot) != 0 && !self.pending.iter().any(|p| p.slot == slot) {
-                self.stalled &= !(1 << slot);
-                self.pending.push(Pending {
+            if bits & (1 << slot) != 0 && !self.cmdq.pending.iter().any(|p| p.slot == slot) {
+                self.cmdq.stalled &= !(1 << slot);
+                self.cmdq.pending.push(Pending {
                     slot,
                     due_ns: due,
                     wait_pages: None,
@@ -64,8 +65,8 @@ impl Hca {
         self.data_path().round();
         let now = self.now_ns();
         let mut i = 0;
-        while i < self.pending.len() {
-            let p = self.pending[i];
+        while i < self.cmdq.pending.len() {
+            let p = self.cmdq.pending[i];
             let ready = p.due_ns <= now && p.wait_pages.is_none_or(|n| self.pages.len() >= n);
             if !ready {
                 i += 1;
@@ -73,18 +74,18 @@ impl Hca {
             }
             match self.execute_slot(p.slot, p.wait_pages.is_some()) {
                 Outcome::Hold(wait) => {
-                    self.pending[i].wait_pages = wait;
+                    self.cmdq.pending[i].wait_pages = wait;
                     i += 1;
                 }
                 Outcome::Stall => {
-                    self.stalled |= 1 << p.slot;
-                    self.pending.remove(i);
+                    self.cmdq.stalled |= 1 << p.slot;
+                    self.cmdq.pending.remove(i);
                 }
                 Outcome::Drop => {
-                    self.pending.remove(i);
+                    self.cmdq.pending.remove(i);
                 }
                 Outcome::Done(delivery, out, opcode, op_mod) => {
-                    self.pending.remove(i);
+                    self.cmdq.pending.remove(i);
                     self.complete(p.slot, delivery, &out, opcode, op_mod, p.event);
                 }
             }
@@ -153,8 +154,8 @@ impl Hca {
                 }
             }
             if let Some((op, n)) = self.cfg.faults.pages_before {
-                if op == opcode && !self.pages_before_done {
-                    self.pages_before_done = true;
+                if op == opcode && !self.cmdq.pages_before_done {
+                    self.cmdq.pages_before_done = true;
                     self.request_pages(n);
                     if n > 0 {
                         return Outcome::Hold(Some(self.pages.len() + n as usize));
@@ -181,11 +182,11 @@ impl Hca {
             if f.opcode != opcode || f.op_mod.is_some_and(|m| m != op_mod) {
                 continue;
             }
-            if self.fault_hits.len() <= i {
-                self.fault_hits.resize(i + 1, 0);
+            if self.cmdq.fault_hits.len() <= i {
+                self.cmdq.fault_hits.resize(i + 1, 0);
             }
-            self.fault_hits[i] += 1;
-            let hit = self.fault_hits[i];
+            self.cmdq.fault_hits[i] += 1;
+            let hit = self.cmdq.fault_hits[i];
             if hit > f.skip && f.times.is_none_or(|t| hit <= f.skip + t) {
                 return Some(f.action);
             }

@@ -29,6 +29,22 @@ use crate::port::{Port, Traffic};
 use crate::trace::{Logs, ModelEvent};
 use crate::work_counters::WorkCounters;
 
+/// What the data path keeps between doorbells: send queues waiting to run again, entries held
+/// back, and the buffers a send WQE is read and its message gathered into.
+#[derive(Default)]
+pub(crate) struct DataPathState {
+    /// Send queues waiting to be run again (receiver not ready, or its HCA busy).
+    pub(crate) stalled_sqs: BTreeSet<u32>,
+    /// The message buffer a send request is gathered into, kept between requests so the
+    /// data path does not allocate per WQE.
+    pub(crate) payload_buf: Vec<u8>,
+    /// The bytes of the send WQE being executed (`wqe_exec.rs`, `wqe_parse.rs`), kept for the
+    /// same reason.
+    pub(crate) wqe_buf: Vec<u8>,
+    /// CQEs and EQEs held back by injected faults (`late.rs`).
+    pub(crate) late: LateQueue,
+}
+
 /// The parts of one device the data path works on, borrowed from it.
 pub(crate) struct DataPath<'a> {
     /// The model's configuration; the data path takes the faults it injects (lost, late and

@@ -11,9 +11,10 @@ use bareverbs_firmware_cmd::ifc::{uar_offset, UAR_PAGE_SIZE};
 
 use crate::caps;
 use crate::clock::SimClock;
+use crate::cmdq_state::CmdqState;
 use crate::config::ModelConfig;
 use crate::cq::Cq;
-use crate::data_path::DataPath;
+use crate::data_path::{DataPath, DataPathState};
 use crate::dma::{AddressSpace, DmaFault};
 use crate::eq::Eq;
 use crate::init_segment::{InitSegment, CMD_DBELL};
@@ -42,17 +43,6 @@ pub enum HcaState {
 /// First UAR index handed out: past the initialization segment (pages 0–2) and the MSI-X
 /// table and PBA (pages 2–3).
 pub const FIRST_UAR: u32 = 8;
-/// A command waiting in a slot.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Pending {
-    pub slot: u32,
-    pub due_ns: u64,
-    /// A command-completion EQ existed when the doorbell rang: report completion with an EQE.
-    pub event: bool,
-    /// Held until firmware has this many pages.
-    pub wait_pages: Option<usize>,
-}
-
 /// The device.
 pub struct Hca {
     pub(crate) cfg: ModelConfig,
@@ -61,11 +51,8 @@ pub struct Hca {
     /// BAR0's initialization segment.
     pub(crate) init_seg: InitSegment,
     msix: Msix,
-    // Command engine.
-    pub(crate) pending: Vec<Pending>,
-    pub(crate) stalled: u32,
-    pub(crate) fault_hits: Vec<u32>,
-    pub(crate) pages_before_done: bool,
+    /// The command queue engine's state.
+    pub(crate) cmdq: CmdqState,
     // Firmware objects.
     pub(crate) state: HcaState,
     pub(crate) issi: u16,
@@ -84,15 +71,8 @@ pub struct Hca {
     pub(crate) pkeys: BTreeMap<(u8, u16), u16>,
     /// Alias GUIDs an SM assigned: (port, GID index) → GUID (`subnet.rs`).
     pub(crate) alias_guids: BTreeMap<(u8, u16), u64>,
-    /// Send queues waiting to be run again (receiver not ready, or its HCA busy).
-    pub(crate) stalled_sqs: BTreeSet<u32>,
-    /// The message buffer a send request is gathered into, kept between requests so the
-    /// data path does not allocate per WQE.
-    pub(crate) payload_buf: Vec<u8>,
-    /// The bytes of the send WQE being executed (`wqe_exec.rs`, `wqe_parse.rs`), kept for the same reason.
-    pub(crate) wqe_buf: Vec<u8>,
-    /// CQEs and EQEs held back by injected faults (`late.rs`).
-    pub(crate) late: crate::late::LateQueue,
+    /// What the data path keeps between doorbells.
+    pub(crate) data_path_state: DataPathState,
     /// What the device counted of its work.
     pub(crate) counters: WorkCounters,
     /// The fabric joining this HCA to others, if any.
@@ -121,10 +101,7 @@ impl Hca {
             clock,
             dma,
             msix: Msix::new(),
-            pending: Vec::new(),
-            stalled: 0,
-            fault_hits: Vec::new(),
-            pages_before_done: false,
+            cmdq: CmdqState::default(),
             state: HcaState::Disabled,
             issi: 0,
             pages: BTreeSet::new(),
@@ -138,17 +115,14 @@ impl Hca {
             objects: Objects::default(),
             pkeys: BTreeMap::new(),
             alias_guids: BTreeMap::new(),
-            stalled_sqs: BTreeSet::new(),
-            payload_buf: Vec::new(),
-            wqe_buf: Vec::new(),
-            late: crate::late::LateQueue::default(),
+            data_path_state: DataPathState::default(),
             counters: WorkCounters::default(),
             fabric: None,
             driver_version: None,
             ports,
             logs: Logs::default(),
         };
-        h.fault_hits = vec![0; h.cfg.faults.commands.len()];
+        h.cmdq.fault_hits = vec![0; h.cfg.faults.commands.len()];
         if h.cfg.port_type_eth {
             let mac = crate::eth::mac_of_guid(h.cfg.node_guid);
             h.eth = Some(crate::eth::Eth::new(
@@ -235,7 +209,7 @@ impl Hca {
 
     /// CQEs and EQEs held back by injected faults now (`late.rs`).
     pub fn late_entries(&self) -> usize {
-        self.late.len()
+        self.data_path_state.late.len()
     }
 
     /// The Ethernet objects that exist (None on an InfiniBand port).
@@ -317,6 +291,7 @@ impl Hca {
     /// round (`data_path.rs`).
     pub(crate) fn data_path(&mut self) -> DataPath<'_> {
         let halted = self.halted();
+        let state = &mut self.data_path_state;
         DataPath {
             cfg: &mut self.cfg,
             clock: &self.clock,
@@ -325,7 +300,7 @@ impl Hca {
             ports: &mut self.ports,
             eth: &mut self.eth,
             fabric: &self.fabric,
-            late: &mut self.late,
+            late: &mut state.late,
             logs: &mut self.logs,
             msix: &mut self.msix,
             counters: &mut self.counters,
@@ -333,9 +308,9 @@ impl Hca {
             atomic_caps_cur: &self.atomic_caps_cur,
             host_endianness: self.host_endianness,
             halted,
-            stalled_sqs: &mut self.stalled_sqs,
-            payload_buf: &mut self.payload_buf,
-            wqe_buf: &mut self.wqe_buf,
+            stalled_sqs: &mut state.stalled_sqs,
+            payload_buf: &mut state.payload_buf,
+            wqe_buf: &mut state.wqe_buf,
         }
     }
 
@@ -397,7 +372,7 @@ impl Hca {
         match off {
             CMD_DBELL => cmd_dbell::command_doorbell_vector.set(
                 0,
-                self.pending.iter().fold(0, |m, p| m | 1 << p.slot) | self.stalled,
+                self.cmdq.pending.iter().fold(0, |m, p| m | 1 << p.slot) | self.cmdq.stalled,
             ),
             o if self.msix.covers(o) => self.msix.read32(o),
             o => self.init_seg.read32(o, &self.cfg, &self.clock),

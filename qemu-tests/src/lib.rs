@@ -13,6 +13,7 @@ pub mod caps;
 mod catas;
 pub mod clock;
 pub mod cmdq;
+mod cmdq_state;
 pub mod config;
 pub mod cq;
 mod cq_ring;

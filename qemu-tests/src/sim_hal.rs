@@ -243,7 +243,7 @@ impl Model {
     pub fn set_faults(&self, f: impl FnOnce(&mut Faults)) {
         self.with(|h| {
             f(&mut h.cfg.faults);
-            h.fault_hits.clear();
+            h.cmdq.fault_hits.clear();
             h.sync_faults();
         });
     }

@@ -49,7 +49,7 @@ impl Hca {
         self.state = HcaState::Disabled;
         self.issi = 0;
         self.regular_pages = 0;
-        self.pages_before_done = false;
+        self.cmdq.pages_before_done = false;
         let (_, cur) = crate::caps::general_caps(&self.cfg);
         self.caps_cur = cur;
         self.atomic_caps_cur = crate::caps::atomic_caps(&self.cfg).1;
