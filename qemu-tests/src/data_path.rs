@@ -17,6 +17,7 @@ use std::sync::Arc;
 use bareverbs_firmware_cmd::ifc::CmdHcaCap;
 use bareverbs_firmware_cmd::layout::Field;
 
+use crate::caps::Caps;
 use crate::clock::SimClock;
 use crate::config::ModelConfig;
 use crate::dma::{AddressSpace, DmaFault};
@@ -64,10 +65,8 @@ pub(crate) struct DataPath<'a> {
     pub(crate) logs: &'a mut Logs,
     pub(crate) msix: &'a mut Msix,
     pub(crate) counters: &'a mut WorkCounters,
-    /// The current general capabilities (`cmd_hca_cap`).
-    pub(crate) caps_cur: &'a [u8],
-    /// The current atomic capabilities.
-    pub(crate) atomic_caps_cur: &'a [u8],
+    /// The capabilities firmware reports.
+    pub(crate) caps: &'a Caps,
     /// What the driver wrote into the HOST_ENDIANNESS register.
     pub(crate) host_endianness: Option<u8>,
     /// The device has stopped (see [`DataPath::halted`]).
@@ -135,7 +134,7 @@ impl DataPath<'_> {
 
     /// A current general capability.
     pub(crate) fn cap(&self, f: Field<CmdHcaCap>) -> u64 {
-        crate::caps::cap(self.caps_cur, f)
+        crate::caps::cap(&self.caps.cur, f)
     }
 
     /// Records a DMA fault.

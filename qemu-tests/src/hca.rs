@@ -59,10 +59,8 @@ pub struct Hca {
     pub(crate) pages: BTreeSet<u64>,
     pub(crate) regular_pages: usize,
     pub(crate) host_endianness: Option<u8>,
-    pub(crate) caps_max: Vec<u8>,
-    pub(crate) caps_cur: Vec<u8>,
-    pub(crate) atomic_caps_max: Vec<u8>,
-    pub(crate) atomic_caps_cur: Vec<u8>,
+    /// The capabilities firmware reports.
+    pub(crate) caps: caps::Caps,
     /// The Ethernet NIC (`eth/`), present when the port type is Ethernet.
     pub(crate) eth: Option<crate::eth::Eth>,
     /// The object tables.
@@ -86,8 +84,7 @@ pub struct Hca {
 impl Hca {
     /// A device in its power-on state.
     pub(crate) fn new(cfg: ModelConfig, clock: Arc<SimClock>, dma: Arc<dyn AddressSpace>) -> Self {
-        let (caps_max, caps_cur) = caps::general_caps(&cfg);
-        let (atomic_caps_max, atomic_caps_cur) = caps::atomic_caps(&cfg);
+        let caps = caps::Caps::new(&cfg);
         let ports = (0..cfg.num_ports)
             .map(|i| Port {
                 up: true,
@@ -107,10 +104,7 @@ impl Hca {
             pages: BTreeSet::new(),
             regular_pages: 0,
             host_endianness: None,
-            caps_max,
-            caps_cur,
-            atomic_caps_max,
-            atomic_caps_cur,
+            caps,
             eth: None,
             objects: Objects::default(),
             pkeys: BTreeMap::new(),
@@ -304,8 +298,7 @@ impl Hca {
             logs: &mut self.logs,
             msix: &mut self.msix,
             counters: &mut self.counters,
-            caps_cur: &self.caps_cur,
-            atomic_caps_cur: &self.atomic_caps_cur,
+            caps: &self.caps,
             host_endianness: self.host_endianness,
             halted,
             stalled_sqs: &mut state.stalled_sqs,

@@ -628,7 +628,7 @@ impl DataPath<'_> {
     pub(crate) fn atomic_little_endian(&self) -> bool {
         use bareverbs_firmware_cmd::ifc::{atomic, atomic_caps, HOST_ENDIANNESS_BIG};
         let f = atomic_caps::atomic_req_8b_endianness_mode;
-        let mode = bareverbs_firmware_cmd::layout::get_bits(self.atomic_caps_cur, f.bit, f.width);
+        let mode = bareverbs_firmware_cmd::layout::get_bits(&self.caps.atomic_cur, f.bit, f.width);
         mode == u64::from(atomic::REQ_MODE_HOST_ENDIANNESS)
             && self.host_endianness != Some(HOST_ENDIANNESS_BIG)
     }

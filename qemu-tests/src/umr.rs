@@ -517,7 +517,7 @@ mod tests {
             );
             // Without the capability the high offset bits are refused.
             let f = cmd_hca_cap::umr_extended_translation_offset;
-            set_bits(&mut h.caps_cur, f.bit, f.width, 0);
+            set_bits(&mut h.caps.cur, f.bit, f.width, 0);
             let w = inline_umr(index << 8, 0x1_0000, &[0x7000 | mtt_perm::RW]);
             assert_eq!(
                 h.data_path().execute_umr(index << 8, &w),

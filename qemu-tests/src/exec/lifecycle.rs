@@ -51,8 +51,8 @@ impl Hca {
         self.regular_pages = 0;
         self.cmdq.pages_before_done = false;
         let (_, cur) = crate::caps::general_caps(&self.cfg);
-        self.caps_cur = cur;
-        self.atomic_caps_cur = crate::caps::atomic_caps(&self.cfg).1;
+        self.caps.cur = cur;
+        self.caps.atomic_cur = crate::caps::atomic_caps(&self.cfg).1;
         Ok(())
     }
 

@@ -106,7 +106,7 @@ impl Hca {
         &self,
         f: bareverbs_firmware_cmd::layout::Field<bareverbs_firmware_cmd::ifc::CmdHcaCap>,
     ) -> u64 {
-        crate::caps::cap(&self.caps_cur, f)
+        crate::caps::cap(&self.caps.cur, f)
     }
 
     pub(crate) fn require_enabled(&self) -> CmdResult {
