@@ -14,6 +14,9 @@ rustup target add x86_64-unknown-none x86_64-unknown-linux-musl >/dev/null
 step "format"
 cargo fmt --all -- --check
 
+step "floors: the driver's import graph by floor, the import loops the README states"
+python3 qemu-tests/check-floors.py
+
 step "lints"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 

@@ -432,3 +432,39 @@ fn the_request_after_a_umr_is_fenced_in_its_batch_or_the_next() {
     assert_eq!(fenced(), 2);
     let _ = &b;
 }
+
+#[test]
+fn a_list_longer_than_a_umr_wqe_holds_is_refused_not_written_past_it() {
+    // The largest inline room a 1024-byte send WQE leaves (892 bytes: 56 entries by
+    // rdma-core's count) is more than a UMR WQE's 6-bit size can carry after its 128-byte
+    // head: 52 entries, padded to 64-byte units, make the most that fit in 63 units.
+    let hal = SimHal::synchronous();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(64).unwrap();
+    let init = QpInitAttr::new(QpType::Rc, &cq, &cq, common::cap_with(4, 2, 892));
+    let mut a = pd
+        .create_qp_dv(&init, &ops(DvSendOpsFlags::MR_LIST))
+        .unwrap()
+        .into_qp()
+        .unwrap();
+    let mut b = pd.create_qp(&init).unwrap();
+    connect_pair(&mut a, &mut b, all_access(), Mtu::Mtu1024);
+    let m = region(&hal, &pd, 4096, all_access());
+    let key = pd.create_mkey(&indirect(56)).unwrap();
+    let one = sge(&m, 0, 8);
+    a.send_batch(|bt| {
+        for n in [53, 55, 56] {
+            assert_eq!(
+                bt.mr_list(1, SendFlags::empty(), &key, all_access(), &vec![one; n]),
+                Err(Error::InvalidArgument {
+                    what: Invalid::TooManySge
+                }),
+                "{n} entries"
+            );
+        }
+        bt.mr_list(1, SendFlags::empty(), &key, all_access(), &[one; 52])
+    })
+    .unwrap()
+    .unwrap();
+}

@@ -172,11 +172,14 @@ impl UmrQp {
         xlt: Option<(u32, u64, u32)>,
         inline: &[u64],
     ) {
-        let mut w = vec![0u8; 16 + WqeUmrCtrlSeg::BYTES + Mkc::BYTES + 16 + 8 * inline.len()];
-        let ds = (w.len() - if xlt.is_none() { 16 } else { 0 }).div_ceil(16);
-        w.truncate(ds * 16);
-        ViewMut::<WqeCtrlSeg>::zeroed(&mut w[..16])
-            .unwrap()
+        // Control, UMR control and mkey segments, then the data segment or the entries.
+        let xlt_bytes = if xlt.is_some() { WqeDataSeg::BYTES } else { 0 };
+        let xlt_bytes = xlt_bytes.max(Mtt::BYTES * inline.len());
+        let ds = (UmrWqe::BYTES + xlt_bytes).div_ceil(SEND_WQE_DS);
+        let mut w = vec![0u8; ds * SEND_WQE_DS];
+        let (head, tail) = w.split_at_mut(UmrWqe::BYTES);
+        let mut v = ViewMut::<UmrWqe>::zeroed(head).unwrap();
+        v.sub(umr_wqe::ctrl_seg)
             .set(wqe_ctrl_seg::wqe_index, self.pi)
             .set(wqe_ctrl_seg::opcode, wqe_opcode::UMR)
             .set(wqe_ctrl_seg::qpn, self.qpn)
@@ -186,27 +189,30 @@ impl UmrQp {
                 fm_ce_se::CQ_UPDATE | fm_ce_se::FENCE_MODE_INITIATOR_SMALL,
             )
             .set(wqe_ctrl_seg::imm, key);
-        ViewMut::<WqeUmrCtrlSeg>::zeroed(&mut w[16..64])
-            .unwrap()
+        v.sub(umr_wqe::umr_ctrl_seg)
             .set(wqe_umr_ctrl_seg::flags, flags)
             .set(wqe_umr_ctrl_seg::xlt_octowords, octowords)
             .set(wqe_umr_ctrl_seg::xlt_offset, offset as u16)
             .set(wqe_umr_ctrl_seg::mkey_mask, mask)
             .set(wqe_umr_ctrl_seg::xlt_offset_47_16, (offset >> 16) as u32);
         {
-            let mut m = ViewMut::<Mkc>::zeroed(&mut w[64..128]).unwrap();
+            let mut m = v.sub(umr_wqe::mkey_seg);
             m.set(mkc::qpn, MKC_QPN_NONE).set(mkc::mkey_7_0, key as u8);
             seg(&mut m);
         }
         if let Some((lkey, addr, bytes)) = xlt {
-            ViewMut::<WqeDataSeg>::zeroed(&mut w[128..144])
+            ViewMut::<WqeDataSeg>::new_checked(tail)
                 .unwrap()
                 .set(wqe_data_seg::byte_count, bytes)
                 .set(wqe_data_seg::lkey, lkey)
                 .set(wqe_data_seg::addr, addr);
         }
-        for (k, e) in inline.iter().enumerate() {
-            w[128 + 8 * k..136 + 8 * k].copy_from_slice(&e.to_be_bytes());
+        // Entries as mlx5_ib writes them: the page address | MLX5_IB_MTT_PRESENT.
+        for (&e, m) in inline.iter().zip(tail.chunks_exact_mut(Mtt::BYTES)) {
+            let mut m = ViewMut::<Mtt>::new_checked(m).unwrap();
+            set_mtt_ptag(&mut m, e);
+            m.set(mtt::rd_en, u8::from(e & mtt_perm::READ != 0))
+                .set(mtt::wr_en, u8::from(e & mtt_perm::WRITE != 0));
         }
         let bbs = w.len().div_ceil(64) as u16;
         w.resize(usize::from(bbs) * 64, 0);

@@ -12,6 +12,7 @@
 mod macros;
 
 pub mod commands;
+pub mod cqe_repr;
 pub mod handles;
 pub mod ifc;
 pub mod init_seg;

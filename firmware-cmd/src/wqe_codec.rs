@@ -230,6 +230,16 @@ pub mod cqe {
     pub const SYNDROME: Word = Word::of(err_cqe::syndrome);
     /// Vendor syndrome (error CQEs).
     pub const VENDOR_ERR_SYND: Word = Word::of(err_cqe::vendor_err_synd);
+    /// RSS hash (Ethernet receive).
+    pub const RSS_HASH_RESULT: Word = Word::of(cqe64::rss_hash_result);
+    /// RSS hash type (Ethernet receive).
+    pub const RSS_HASH_TYPE: Word = Word::of(cqe64::rss_hash_type);
+    /// Checksum-OK bits (Ethernet receive).
+    pub const HDS_IP_EXT: Word = Word::of(cqe64::hds_ip_ext);
+    /// L4/L3 header types and VLAN present (Ethernet receive).
+    pub const L4_L3_HDR_TYPE: Word = Word::of(cqe64::l4_l3_hdr_type);
+    /// The stripped VLAN tag (Ethernet receive).
+    pub const VLAN_INFO: Word = Word::of(cqe64::vlan_info);
 
     /// Word 7 (bytes 56–63) of a CQE: QPN word, WQE counter, signature 0, `op_own`.
     #[inline(always)]

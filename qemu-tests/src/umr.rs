@@ -17,11 +17,14 @@
 //! the key's table, a translation for a key without an MTT) as a local QP operation error.
 
 use bareverbs_firmware_cmd::ifc::{
-    cmd_hca_cap, fm_ce_se, mkc, mkey_mask, mtt_perm, umr_flags, wqe_opcode, wqe_umr_ctrl_seg,
-    CqeOpcode, Mkc, WqeCtrlSeg, WqeDataSeg, WqeUmrCtrlSeg, UMR_OCTOWORD,
+    cmd_hca_cap, fm_ce_se, klm, mkc, mkey_mask, mtt, mtt_ptag, umr_flags, umr_wqe, wqe_opcode,
+    wqe_umr_ctrl_seg, wqe_umr_repeat_block_seg, wqe_umr_repeat_ent_seg, CqeOpcode, Mtt, UmrWqe,
+    WqeCtrlSeg, WqeDataSeg, WqeUmrCtrlSeg, WqeUmrRepeatBlockSeg, WqeUmrRepeatEntSeg,
+    SEND_WQEBB_NUM_DS, SEND_WQE_BB, SEND_WQE_DS, UMR_MTT_ALIGNMENT, UMR_OCTOWORD,
+    UMR_REPEAT_BLOCK_OP,
 };
 use bareverbs_firmware_cmd::ifc::{wqe_ctrl_seg, wqe_data_seg};
-use bareverbs_firmware_cmd::layout::{Layout, View};
+use bareverbs_firmware_cmd::layout::{Layout, TooShort, View};
 
 use crate::cqe_write::synd;
 use crate::data_path::DataPath;
@@ -45,19 +48,8 @@ const SUPPORTED_MASK: u64 = mkey_mask::LEN
     | mkey_mask::A
     | mkey_mask::FREE;
 
-/// `op` of a UMR repeat block (rdma-core 56 qp.c `umr_strided_seg_create`).
-const REPEAT_BLOCK_OP: u32 = 0x400;
-
 /// Octowords in the 64-byte unit UMR copies translations in (`MLX5_UMR_MTT_ALIGNMENT`).
-const UMR_UNIT_OCTOWORDS: usize = 4;
-
-/// Bytes of an MTT entry (`struct mlx5_mtt`).
-const MTT_BYTES: usize = 8;
-
-/// Offset of the mkey segment and of what follows it in a UMR WQE.
-const UMR_CTRL_AT: usize = WqeCtrlSeg::BYTES;
-const MKEY_SEG_AT: usize = UMR_CTRL_AT + WqeUmrCtrlSeg::BYTES;
-const XLT_AT: usize = MKEY_SEG_AT + Mkc::BYTES;
+const UMR_UNIT_OCTOWORDS: usize = UMR_MTT_ALIGNMENT / UMR_OCTOWORD;
 
 /// A UMR WQE's control segment, as its execution needs it.
 struct UmrCtrl {
@@ -78,13 +70,16 @@ impl DataPath<'_> {
     /// short (recorded by the caller). Err: its first WQEBB cannot be read.
     fn read_umr_wqe(&self, qp: &Qp) -> Result<(UmrCtrl, Vec<u8>, Option<DmaFault>), ()> {
         let mask = (1u16 << qp.log_sq_size) - 1;
-        let bb = |i: u16| qp.buf_iova(qp.sq_offset() + u64::from(i & mask) * 64);
-        let mut raw = self.dma.read_vec(bb(qp.sq_consumed), 64).map_err(|_| ())?;
-        let c = View::<WqeCtrlSeg>::new_checked(&raw[..WqeCtrlSeg::BYTES]).map_err(|_| ())?;
+        let bb = |i: u16| qp.buf_iova(qp.sq_offset() + u64::from(i & mask) * SEND_WQE_BB as u64);
+        let mut raw = self
+            .dma
+            .read_vec(bb(qp.sq_consumed), SEND_WQE_BB)
+            .map_err(|_| ())?;
+        let c = View::<WqeCtrlSeg>::new_checked(&raw).map_err(|_| ())?;
         let ds = c.get(wqe_ctrl_seg::ds) as u16;
         let ctrl = UmrCtrl {
             ds,
-            bbs: ds.div_ceil(4).max(1),
+            bbs: ds.div_ceil(SEND_WQEBB_NUM_DS as u16).max(1),
             opcode: c.get(wqe_ctrl_seg::opcode) as u8,
             wqe_index: c.get(wqe_ctrl_seg::wqe_index) as u16,
             signaled: c.get(wqe_ctrl_seg::fm_ce_se) as u8 & fm_ce_se::CQ_UPDATE != 0,
@@ -92,7 +87,10 @@ impl DataPath<'_> {
         };
         let mut fault = None;
         for k in 1..ctrl.bbs {
-            match self.dma.read_vec(bb(qp.sq_consumed.wrapping_add(k)), 64) {
+            match self
+                .dma
+                .read_vec(bb(qp.sq_consumed.wrapping_add(k)), SEND_WQE_BB)
+            {
                 Ok(v) => raw.extend(v),
                 Err(f) => {
                     fault = Some(f);
@@ -128,7 +126,7 @@ impl DataPath<'_> {
             signaled,
             key,
         } = ctrl;
-        raw.truncate(usize::from(ds) * 16);
+        raw.truncate(usize::from(ds) * SEND_WQE_DS);
         if let Some(q) = self.objects.qps.get_mut(&qpn) {
             q.sq_consumed = q.sq_consumed.wrapping_add(bbs);
         }
@@ -172,14 +170,11 @@ impl DataPath<'_> {
     /// A UMR WQE's key update (`execute_umr` in tests) from a QP of PD `pd` (`None`: the
     /// kernel's REG_UMR QP).
     fn execute_umr_for(&mut self, key: u32, raw: &[u8], pd: Option<u32>) -> Result<(), u8> {
-        let (Some(u), Some(m)) = (
-            raw.get(UMR_CTRL_AT..MKEY_SEG_AT),
-            raw.get(MKEY_SEG_AT..XLT_AT),
-        ) else {
-            return Err(synd::LOCAL_QP_OP);
-        };
-        let u = View::<WqeUmrCtrlSeg>::new_checked(u).map_err(|_| synd::LOCAL_QP_OP)?;
-        let seg = View::<Mkc>::new_checked(m).map_err(|_| synd::LOCAL_QP_OP)?;
+        // The control, UMR control and mkey segments, then the translation.
+        let head = View::<UmrWqe>::new_checked(raw).map_err(|_| synd::LOCAL_QP_OP)?;
+        let u = head.sub(umr_wqe::umr_ctrl_seg);
+        let seg = head.sub(umr_wqe::mkey_seg);
+        let xlt = raw.get(UmrWqe::BYTES..).ok_or(synd::LOCAL_QP_OP)?;
         let flags = u.get(wqe_umr_ctrl_seg::flags) as u8;
         let mask = u.get(wqe_umr_ctrl_seg::mkey_mask);
         if mask & !SUPPORTED_MASK != 0
@@ -220,12 +215,12 @@ impl DataPath<'_> {
             Translation::Klm(_) | Translation::Interleaved { .. }
         );
         let entries = if indirect {
-            if let Some(t) = Self::indirect_entries(&u, raw, flags, k.xlt_octowords)? {
+            if let Some(t) = Self::indirect_entries(&u, xlt, flags, k.xlt_octowords)? {
                 k.translation = t;
             }
             None
         } else {
-            self.umr_entries(&u, raw, flags)?
+            self.umr_entries(&u, xlt, flags)?
         };
         if let Some((at, list)) = entries {
             let Translation::Mtt { pages, .. } = &mut k.translation else {
@@ -239,19 +234,14 @@ impl DataPath<'_> {
             let units = (k.xlt_octowords as usize).next_multiple_of(UMR_UNIT_OCTOWORDS);
             // `at` comes from the WQE: any value.
             let end = at.checked_add(list.len()).ok_or(synd::LOCAL_QP_OP)?;
-            if end > units * (UMR_OCTOWORD / MTT_BYTES) {
+            if end > units * (UMR_OCTOWORD / Mtt::BYTES) {
                 return Err(synd::LOCAL_QP_OP);
             }
             if pages.len() < end {
                 pages.resize(end, NOT_PRESENT);
             }
             for (slot, e) in pages[at..].iter_mut().zip(list) {
-                // Linux mlx5_ib: MLX5_IB_MTT_PRESENT = read | write in the entry's low bits.
-                *slot = if e & mtt_perm::RW != 0 {
-                    e & !mtt_perm::RW
-                } else {
-                    NOT_PRESENT
-                };
+                *slot = e;
             }
         }
         if mask & mkey_mask::START_ADDR != 0 {
@@ -299,15 +289,15 @@ impl DataPath<'_> {
         Ok(())
     }
 
-    /// An indirect key's new entries from a UMR's inline data, if it carries any: a KLM list
-    /// (`struct mlx5_wqe_umr_klm_seg`: byte count, key, address; zero entries pad the list to
-    /// 64 bytes, rdma-core 56 qp.c `umr_sg_list_create`) or a repeat block (`op` 0x400, then
-    /// `num_ent` `struct mlx5_wqe_umr_repeat_ent_seg`, `umr_strided_seg_create`). At most the
-    /// key's `translations_octword_size` entries, one octoword each (the repeat block's
-    /// header counting as one).
+    /// An indirect key's new entries from a UMR's inline translation `xlt`, if it carries any:
+    /// a KLM list (`struct mlx5_klm`; zero entries pad the list to 64 bytes, rdma-core 56 qp.c
+    /// `umr_sg_list_create`) or a repeat block (`op` [`UMR_REPEAT_BLOCK_OP`], then `num_ent`
+    /// `struct mlx5_wqe_umr_repeat_ent_seg`, `umr_strided_seg_create`). At most the key's
+    /// `translations_octword_size` entries, one octoword each (the repeat block's header
+    /// counting as one).
     fn indirect_entries(
         u: &View<'_, WqeUmrCtrlSeg>,
-        raw: &[u8],
+        xlt: &[u8],
         flags: u8,
         room: u32,
     ) -> Result<Option<Translation>, u8> {
@@ -318,45 +308,55 @@ impl DataPath<'_> {
         if flags & umr_flags::INLINE == 0 || flags & umr_flags::TRANSLATION_OFFSET_EN != 0 {
             return Err(synd::LOCAL_QP_OP);
         }
-        let data = raw
-            .get(XLT_AT..XLT_AT + octowords * UMR_OCTOWORD)
+        let data = xlt
+            .get(..octowords * UMR_OCTOWORD)
             .ok_or(synd::LOCAL_QP_OP)?;
-        let be16 = |o: usize| u16::from_be_bytes([data[o], data[o + 1]]);
-        let be32 = |o: usize| u32::from_be_bytes([data[o], data[o + 1], data[o + 2], data[o + 3]]);
-        let be64 = |o: usize| (u64::from(be32(o)) << 32) | u64::from(be32(o + 4));
-        let (used, t) = if be32(4) == REPEAT_BLOCK_OP {
-            let n = usize::from(be16(14));
+        let block =
+            View::<WqeUmrRepeatBlockSeg>::new_checked(data).map_err(|_| synd::LOCAL_QP_OP)?;
+        // A KLM's key sits where a repeat block has its `op`.
+        let (used, t) = if block.get32(wqe_umr_repeat_block_seg::op) == UMR_REPEAT_BLOCK_OP {
+            let n = block.get(wqe_umr_repeat_block_seg::num_ent) as usize;
             if n == 0 || n + 1 > octowords {
                 return Err(synd::LOCAL_QP_OP);
             }
-            let entries = (1..=n)
-                .map(|k| RepeatEnt {
-                    stride: be16(16 * k),
-                    byte_count: be16(16 * k + 2),
-                    key: be32(16 * k + 4),
-                    va: be64(16 * k + 8),
+            let entries = data[WqeUmrRepeatBlockSeg::BYTES..]
+                .chunks_exact(WqeUmrRepeatEntSeg::BYTES)
+                .take(n)
+                .map(|e| {
+                    let e = View::<WqeUmrRepeatEntSeg>::new_checked(e)?;
+                    Ok(RepeatEnt {
+                        stride: e.get(wqe_umr_repeat_ent_seg::stride) as u16,
+                        byte_count: e.get(wqe_umr_repeat_ent_seg::byte_count) as u16,
+                        key: e.get32(wqe_umr_repeat_ent_seg::memkey),
+                        va: e.get(wqe_umr_repeat_ent_seg::va),
+                    })
                 })
-                .collect();
+                .collect::<Result<Vec<_>, TooShort>>()
+                .map_err(|_| synd::LOCAL_QP_OP)?;
             let t = Translation::Interleaved {
-                repeat_count: be32(8),
+                repeat_count: block.get32(wqe_umr_repeat_block_seg::repeat_count),
                 entries,
             };
             (n + 1, t)
         } else {
-            let list: Vec<Klm> = (0..octowords)
-                .map(|k| Klm {
-                    len: be32(16 * k),
-                    key: be32(16 * k + 4),
-                    addr: be64(16 * k + 8),
+            let list = data
+                .chunks_exact(bareverbs_firmware_cmd::ifc::Klm::BYTES)
+                .map(|e| {
+                    let e = View::<bareverbs_firmware_cmd::ifc::Klm>::new_checked(e)?;
+                    Ok(Klm {
+                        len: e.get32(klm::byte_count),
+                        key: e.get32(klm::mkey),
+                        addr: e.get(klm::address),
+                    })
                 })
-                .take_while(|e| {
-                    *e != Klm {
-                        len: 0,
-                        key: 0,
-                        addr: 0,
-                    }
-                })
-                .collect();
+                .collect::<Result<Vec<Klm>, TooShort>>()
+                .map_err(|_| synd::LOCAL_QP_OP)?;
+            let zero = Klm {
+                len: 0,
+                key: 0,
+                addr: 0,
+            };
+            let list: Vec<Klm> = list.into_iter().take_while(|e| *e != zero).collect();
             (list.len(), Translation::Klm(list))
         };
         if used as u64 > u64::from(room) {
@@ -365,11 +365,13 @@ impl DataPath<'_> {
         Ok(Some(t))
     }
 
-    /// The translation entries a UMR carries and the table index of the first, if any.
+    /// The translation entries a UMR carries (its inline translation, or the list its data
+    /// segment points at, `xlt` either way) as the pages they give ([`NOT_PRESENT`] for an
+    /// entry without its present bits), and the table index of the first, if any.
     fn umr_entries(
         &mut self,
         u: &View<'_, WqeUmrCtrlSeg>,
-        raw: &[u8],
+        xlt: &[u8],
         flags: u8,
     ) -> Result<Option<(usize, Vec<u64>)>, u8> {
         let bytes = u.get(wqe_umr_ctrl_seg::xlt_octowords) as usize * UMR_OCTOWORD;
@@ -385,14 +387,9 @@ impl DataPath<'_> {
             at = (high << 16) | u.get(wqe_umr_ctrl_seg::xlt_offset);
         }
         let data = if flags & umr_flags::INLINE != 0 {
-            raw.get(XLT_AT..XLT_AT + bytes)
-                .ok_or(synd::LOCAL_QP_OP)?
-                .to_vec()
+            xlt.get(..bytes).ok_or(synd::LOCAL_QP_OP)?.to_vec()
         } else {
-            let d = raw
-                .get(XLT_AT..XLT_AT + WqeDataSeg::BYTES)
-                .ok_or(synd::LOCAL_QP_OP)?;
-            let d = View::<WqeDataSeg>::new_checked(d).map_err(|_| synd::LOCAL_QP_OP)?;
+            let d = View::<WqeDataSeg>::new_checked(xlt).map_err(|_| synd::LOCAL_QP_OP)?;
             let lkey = d.get32(wqe_data_seg::lkey);
             let addr = d.get(wqe_data_seg::addr);
             if (d.get32(wqe_data_seg::byte_count) as usize) < bytes {
@@ -400,13 +397,22 @@ impl DataPath<'_> {
             }
             self.read_through_key(lkey, addr, bytes)?
         };
+        // Linux mlx5_ib: MLX5_IB_MTT_PRESENT = read | write, the entry's `rd_en` and `wr_en`.
         let list = data
-            .chunks_exact(MTT_BYTES)
-            .map(|e| u64::from_be_bytes(e.try_into().unwrap_or([0; 8])))
-            .collect();
+            .chunks_exact(Mtt::BYTES)
+            .map(|e| {
+                let m = View::<Mtt>::new_checked(e)?;
+                Ok(if m.get(mtt::rd_en) | m.get(mtt::wr_en) != 0 {
+                    mtt_ptag(&m)
+                } else {
+                    NOT_PRESENT
+                })
+            })
+            .collect::<Result<Vec<u64>, TooShort>>()
+            .map_err(|_| synd::LOCAL_QP_OP)?;
         // Octowords hold two MTT entries each.
         let first = at
-            .checked_mul((UMR_OCTOWORD / MTT_BYTES) as u64)
+            .checked_mul((UMR_OCTOWORD / Mtt::BYTES) as u64)
             .and_then(|n| usize::try_from(n).ok())
             .ok_or(synd::LOCAL_QP_OP)?;
         Ok(Some((first, list)))
@@ -444,30 +450,33 @@ mod tests {
     use super::*;
     use crate::mkey::{Mkey, Rights};
     use crate::SimHal;
+    use bareverbs_firmware_cmd::ifc::{mtt_perm, set_mtt_ptag};
     use bareverbs_firmware_cmd::layout::{set_bits, ViewMut};
 
-    /// A UMR WQE for `key` carrying `entries` inline at octoword `offset`.
+    /// A UMR WQE for `key` carrying `entries` inline at octoword `offset`; each entry is
+    /// written as mlx5_ib writes it, the page address with its [`mtt_perm`] bits.
     fn inline_umr(key: u32, offset: u64, entries: &[u64]) -> Vec<u8> {
         // Inline entries fill whole octowords.
-        let mut w = vec![0u8; XLT_AT + 16 * entries.len().div_ceil(2)];
-        ViewMut::<WqeCtrlSeg>::zeroed(&mut w[..UMR_CTRL_AT])
-            .unwrap()
+        let octowords = entries.len().div_ceil(UMR_OCTOWORD / Mtt::BYTES);
+        let mut w = vec![0u8; UmrWqe::BYTES + octowords * UMR_OCTOWORD];
+        let (head, xlt) = w.split_at_mut(UmrWqe::BYTES);
+        let mut v = ViewMut::<UmrWqe>::zeroed(head).unwrap();
+        v.sub(umr_wqe::ctrl_seg)
             .set(wqe_ctrl_seg::opcode, wqe_opcode::UMR)
             .set(wqe_ctrl_seg::imm, key);
-        ViewMut::<WqeUmrCtrlSeg>::zeroed(&mut w[UMR_CTRL_AT..MKEY_SEG_AT])
-            .unwrap()
+        v.sub(umr_wqe::umr_ctrl_seg)
             .set(
                 wqe_umr_ctrl_seg::flags,
                 umr_flags::INLINE | umr_flags::TRANSLATION_OFFSET_EN,
             )
-            .set(
-                wqe_umr_ctrl_seg::xlt_octowords,
-                entries.len().div_ceil(2) as u16,
-            )
+            .set(wqe_umr_ctrl_seg::xlt_octowords, octowords as u16)
             .set(wqe_umr_ctrl_seg::xlt_offset, offset as u16)
             .set(wqe_umr_ctrl_seg::xlt_offset_47_16, (offset >> 16) as u32);
-        for (k, e) in entries.iter().enumerate() {
-            w[XLT_AT + 8 * k..XLT_AT + 8 * k + 8].copy_from_slice(&e.to_be_bytes());
+        for (&e, m) in entries.iter().zip(xlt.chunks_exact_mut(Mtt::BYTES)) {
+            let mut m = ViewMut::<Mtt>::new_checked(m).unwrap();
+            set_mtt_ptag(&mut m, e);
+            m.set(mtt::rd_en, u8::from(e & mtt_perm::READ != 0))
+                .set(mtt::wr_en, u8::from(e & mtt_perm::WRITE != 0));
         }
         w
     }
@@ -527,6 +536,48 @@ mod tests {
                 panic!("an MTT key");
             };
             assert_eq!(pages[0x2_0000], 0x5000, "a refused UMR changes nothing");
+        });
+    }
+
+    #[test]
+    fn an_mtt_entry_gives_its_ptag_when_either_present_bit_is_set() {
+        // mlx5_ifc `mtt`: ptag_63_32, ptag_31_8, 6 reserved bits, wr_en, rd_en. Bits 7:2 are
+        // not address (an earlier parse kept them in the page address).
+        let hal = SimHal::synchronous();
+        hal.model().with(|h| {
+            let index = 0x21;
+            h.objects.mkeys.insert(
+                index,
+                Mkey {
+                    key: index << 8,
+                    pd: 0,
+                    start: 0,
+                    len: 0,
+                    rights: Rights::default(),
+                    translation: Translation::Mtt {
+                        log_page: 12,
+                        pages: Vec::new(),
+                    },
+                    free: true,
+                    umr_en: true,
+                    xlt_octowords: 2,
+                },
+            );
+            let entries = [
+                0x1_0000_5000 | mtt_perm::READ,
+                0x6000 | mtt_perm::WRITE,
+                0x7000,
+            ];
+            let mut w = inline_umr(index << 8, 0, &entries);
+            for m in w[UmrWqe::BYTES..].chunks_exact_mut(Mtt::BYTES) {
+                // The last byte holds the reserved bits 7:2 and the present bits 1:0.
+                m[Mtt::BYTES - 1] |= 0xfc;
+            }
+            assert_eq!(h.data_path().execute_umr(index << 8, &w), Ok(()));
+            let Some(Translation::Mtt { pages, .. }) = h.mkey(index).map(|k| &k.translation) else {
+                panic!("an MTT key");
+            };
+            assert_eq!(pages[..3], [0x1_0000_5000, 0x6000, NOT_PRESENT]);
         });
     }
 }

@@ -4,7 +4,7 @@
 
 use bareverbs_firmware_cmd::ifc::{
     fm_ce_se, wqe_data_seg, wqe_opcode, WqeAtomicSeg, WqeCtrlSeg, WqeDataSeg, WqeDatagramSeg,
-    WqeInlineSeg, WqeRaddrSeg, WqeXrcSeg, INLINE_SEG,
+    WqeInlineSeg, WqeRaddrSeg, WqeXrcSeg, INLINE_SEG, SEND_WQEBB_NUM_DS, SEND_WQE_BB,
 };
 use bareverbs_firmware_cmd::layout::{Layout, View};
 use bareverbs_firmware_cmd::wqe_codec::{self as codec, ctrl, datagram, inline, raddr, xrc};
@@ -106,23 +106,27 @@ impl DataPath<'_> {
         w: &mut SendWqe<'a>,
     ) -> Result<(), WqeFault> {
         let mask = (1u16 << qp.log_sq_size) - 1;
-        let bb = |i: u16| qp.buf_iova(qp.sq_offset() + u64::from(i & mask) * 64);
-        self.dma.read(bb(qp.sq_consumed), &mut buf[..64])?;
-        if buf[3] == wqe_opcode::UMR {
+        let bb = |i: u16| qp.buf_iova(qp.sq_offset() + u64::from(i & mask) * SEND_WQE_BB as u64);
+        self.dma.read(bb(qp.sq_consumed), &mut buf[..SEND_WQE_BB])?;
+        // The control segment's opcode and size, through the codec as the parse below.
+        let w0 = codec::load(buf, ctrl::OPCODE.byte()).ok_or(WqeFault::Malformed)?;
+        if ctrl::OPCODE.get(w0) as u8 == wqe_opcode::UMR {
             return Err(WqeFault::Umr);
         }
-        let ds = u16::from(buf[7] & 0x3f);
+        let ds = ctrl::DS.get(w0) as u16;
         if ds == 0 {
             return Err(WqeFault::Malformed);
         }
-        let bbs = ds.div_ceil(4);
+        let bbs = ds.div_ceil(SEND_WQEBB_NUM_DS as u16);
         for k in 1..bbs {
-            let at = usize::from(k) * 64;
-            self.dma
-                .read(bb(qp.sq_consumed.wrapping_add(k)), &mut buf[at..at + 64])?;
+            let at = usize::from(k) * SEND_WQE_BB;
+            self.dma.read(
+                bb(qp.sq_consumed.wrapping_add(k)),
+                &mut buf[at..at + SEND_WQE_BB],
+            )?;
         }
         let raw: &'a [u8] = buf
-            .get(..usize::from(bbs) * 64)
+            .get(..usize::from(bbs) * SEND_WQE_BB)
             .ok_or(WqeFault::Malformed)?;
         Self::parse_send_wqe_into(qp, raw, bbs, w).ok_or(WqeFault::Malformed)
     }

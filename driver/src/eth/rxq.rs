@@ -6,9 +6,8 @@
 
 use bareverbs_firmware_cmd::commands::{CreateRq, CreateTir, DestroyRq, DestroyTir, ModifyRq};
 use bareverbs_firmware_cmd::ifc::*;
-use bareverbs_firmware_cmd::wqe_codec::data;
 use bareverbs_firmware_cmd::{Layout, View};
-use bareverbs_hal::{dma_wmb, Hal, SharedDma};
+use bareverbs_hal::{Hal, SharedDma};
 
 use crate::cmdq::MAX_MESSAGE;
 use crate::device::input;
@@ -16,10 +15,11 @@ use crate::error::{Error, Limit};
 use crate::eth::cq::EthCq;
 use crate::eth::pool::{owner, Pkt, PktFlags, PktPool};
 use crate::eth::port::EthPort;
+use crate::wq::recv_queue::{publish_recv, write_recv_wqe, RECV_UNIT};
 use crate::wq::ring_pages::alloc_ring;
 
 /// Bytes of a receive WQE: one data segment.
-const RX_WQE: usize = 16;
+const RX_WQE: usize = RECV_UNIT;
 /// Buffers taken from the pool at once by a receive burst.
 const RX_CHUNK: usize = 32;
 /// Most entries of an Ethernet queue.
@@ -109,7 +109,7 @@ impl<'p, 'd, H: Hal> RxQueue<'p, 'd, H> {
             })?;
             q.post(index);
         }
-        q.dbr.write32(qp_dbr::RCV, u32::from(q.pi));
+        publish_recv(&q.dbr, q.pi);
         let ilen = CreateRqIn::BYTES + 8 * pages.count;
         if ilen > MAX_MESSAGE {
             return Err(Error::ExceedsLimit {
@@ -159,12 +159,12 @@ impl<'p, 'd, H: Hal> RxQueue<'p, 'd, H> {
             return;
         };
         let at = usize::from(self.pi);
-        let wqe = ring.slot(at);
-        wqe.write64(
-            0,
-            data::word0(self.pool.buf_size() as u32, self.pool.lkey()),
+        let seg = (
+            self.pool.iova(index),
+            self.pool.buf_size() as u32,
+            self.pool.lkey(),
         );
-        wqe.write64(data::ADDR.byte(), self.pool.iova(index));
+        write_recv_wqe(&ring, at, 1, core::iter::once(seg));
         slots.slot(at).write64(0, u64::from(index));
         self.pi = self.pi.wrapping_add(1);
     }
@@ -245,9 +245,7 @@ impl<'p, 'd, H: Hal> RxQueue<'p, 'd, H> {
         }
         if n > 0 || self.last_syndrome.is_some() {
             self.cq.commit();
-            // ORDERING: the new WQEs before the record that posts them.
-            dma_wmb();
-            self.dbr.write32(qp_dbr::RCV, u32::from(self.pi));
+            publish_recv(&self.dbr, self.pi);
         }
         n
     }
@@ -264,7 +262,7 @@ impl<'p, 'd, H: Hal> RxQueue<'p, 'd, H> {
         ) else {
             return 0;
         };
-        let seg = data::word0(self.pool.buf_size() as u32, self.pool.lkey());
+        let (len, lkey) = (self.pool.buf_size() as u32, self.pool.lkey());
         let mut n = 0;
         while n < fresh.len() {
             let Some(c) = self.cq.next() else {
@@ -289,19 +287,22 @@ impl<'p, 'd, H: Hal> RxQueue<'p, 'd, H> {
             if c.l4_l3_hdr_type & 1 != 0 {
                 flags |= PktFlags::VLAN_STRIPPED;
             }
-            if c.hash_type != 0 {
+            if c.rss_hash_type != 0 {
                 flags |= PktFlags::RSS_HASH;
             }
             let mut p = self.pool.handle(index, c.byte_cnt);
             p.flags = flags;
-            p.hash = c.hash;
+            p.hash = c.rss_hash_result;
             p.vlan = c.vlan_info;
             pkts[n] = p;
-            // The fresh buffer goes into WQE `pi`.
+            // The fresh buffer goes into WQE `pi` (one data segment fills it).
             let at = usize::from(self.pi);
-            ring.slot(at).write64(0, seg);
-            ring.slot(at)
-                .write64(data::ADDR.byte(), self.pool.iova(fresh[n]));
+            write_recv_wqe(
+                &ring,
+                at,
+                1,
+                core::iter::once((self.pool.iova(fresh[n]), len, lkey)),
+            );
             slots.slot(at).write64(0, u64::from(fresh[n]));
             self.pi = self.pi.wrapping_add(1);
             n += 1;
@@ -332,8 +333,7 @@ impl<'p, 'd, H: Hal> RxQueue<'p, 'd, H> {
             let index = self.slot_buffer(k);
             self.post(index);
         }
-        dma_wmb();
-        self.dbr.write32(qp_dbr::RCV, u32::from(self.pi));
+        publish_recv(&self.dbr, self.pi);
         self.modify(wq_state::RST, wq_state::RDY)?;
         self.last_syndrome = None;
         Ok(())

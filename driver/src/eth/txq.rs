@@ -7,9 +7,9 @@
 
 use bareverbs_firmware_cmd::commands::{CreateSq, DestroySq, ModifySq};
 use bareverbs_firmware_cmd::ifc::*;
-use bareverbs_firmware_cmd::wqe_codec::{self as codec, ctrl, data, eth};
+use bareverbs_firmware_cmd::wqe_codec::{ctrl, data, eth};
 use bareverbs_firmware_cmd::{Layout, View};
-use bareverbs_hal::{dma_wmb, wmb, BarOffset, Hal, Mmio, SharedDma};
+use bareverbs_hal::{Hal, SharedDma};
 
 use crate::cmdq::MAX_MESSAGE;
 use crate::device::input;
@@ -19,11 +19,9 @@ use crate::eth::pool::{owner, Pkt, PktFlags, PktPool};
 use crate::eth::port::EthPort;
 use crate::eth::rxq::MAX_QUEUE_ENTRIES;
 use crate::wq::ring_pages::alloc_ring;
+use crate::wq::send_queue::{SqDoorbell, WQEBB};
+use crate::wq::send_wqe::{write_eth, write_eth_one_bb, EthSeg};
 
-/// Bytes of a send WQE basic block.
-const WQEBB: usize = 64;
-/// Where the Ethernet segment starts: after the control segment.
-const ETH_SEG: usize = WqeCtrlSeg::BYTES;
 /// Most header bytes a WQE inlines (L2 + VLAN + IPv6 + TCP with options fit).
 const MAX_INLINE: usize = 160;
 /// A completion is asked for at least this often (and at the end of each burst).
@@ -57,12 +55,12 @@ pub struct TxQueue<'p, 'd, H: Hal> {
     /// 32–47).
     slots: SharedDma<H::Dma>,
     log_size: u8,
+    /// WQEBBs written (the doorbell's producer counts what was published).
     pi: u16,
     ci: u16,
     since_completion: u16,
-    bf_register: usize,
-    bf_offset: usize,
-    bf_half: usize,
+    /// The doorbell record and register this queue rings, the verbs send queue's own kind.
+    doorbell: SqDoorbell,
     refused: Option<Error>,
     stopped: Option<u8>,
     sent: u64,
@@ -147,13 +145,14 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
             pi: 0,
             ci: 0,
             since_completion: 0,
-            bf_register: uar.bf_register(),
-            bf_offset: 0,
-            bf_half: if caps.bf {
-                (1usize << caps.log_bf_reg_size) / 2
-            } else {
-                0
-            },
+            doorbell: SqDoorbell::new(
+                uar.bf_register(),
+                if caps.bf {
+                    1usize << caps.log_bf_reg_size
+                } else {
+                    0
+                },
+            ),
             refused: None,
             stopped: None,
             sent: 0,
@@ -210,7 +209,10 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
     /// Takes the device's completions: every WQE up to the one completed goes back to its
     /// pool. Returns the packets freed.
     pub fn reclaim(&mut self) -> usize {
-        let mask = (1usize << self.log_size) - 1;
+        // The per-WQE slots, viewed once (indices masked into the ring).
+        let Ok(slots) = self.slots.slots::<8>(0, 1 << self.log_size) else {
+            return 0;
+        };
         let mut freed = 0;
         let mut done = [0u32; 64];
         let mut k = 0;
@@ -219,12 +221,12 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
                 self.stopped = Some(c.syndrome);
             }
             let end = {
-                let s = self.slots.read64(8 * (usize::from(c.wqe_counter) & mask));
+                let s = slots.slot(usize::from(c.wqe_counter)).read64(0);
                 c.wqe_counter.wrapping_add((s >> 32) as u16)
             };
             // Completions arrive in order: everything before `end` is done.
             while self.ci != end && self.pi != self.ci {
-                let s = self.slots.read64(8 * (usize::from(self.ci) & mask));
+                let s = slots.slot(usize::from(self.ci)).read64(0);
                 done[k] = s as u32;
                 k += 1;
                 if k == done.len() {
@@ -347,73 +349,34 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
                             .put(u64::from(u16::from_be_bytes([head[0], head[1]])))
                 }
             };
+            let seg = EthSeg {
+                cs_flags: cs,
+                hdr_word,
+            };
             if inline <= 18 {
                 // One WQEBB: control, Ethernet segment with the first two header bytes, the
                 // other sixteen, the data segment — eight word stores.
-                let mut h = [0u8; 18];
-                h[..inline].copy_from_slice(&head[..inline]);
-                let word = |at: usize| {
-                    u64::from_be_bytes([
-                        h[at],
-                        h[at + 1],
-                        h[at + 2],
-                        h[at + 3],
-                        h[at + 4],
-                        h[at + 5],
-                        h[at + 6],
-                        h[at + 7],
-                    ])
-                };
-                let bb = ring.slot(usize::from(self.pi));
-                bb.write64(ctrl::OPCODE.byte(), ctrl);
-                bb.write64(ctrl::FM_CE_SE.byte(), ctrl::FM_CE_SE.put(u64::from(ce)));
-                bb.write64(
-                    ETH_SEG + eth::CS_FLAGS.byte(),
-                    eth::CS_FLAGS.put(u64::from(cs)),
+                write_eth_one_bb(
+                    ring.slot(usize::from(self.pi)),
+                    ctrl,
+                    ce,
+                    seg,
+                    &head,
+                    inline,
+                    data,
                 );
-                bb.write64(ETH_SEG + eth::INLINE_HDR_SZ.byte(), hdr_word);
-                if inline_units == 0 {
-                    // Nothing inlined past the segment: the data segment follows it.
-                    bb.write64(32, data.0);
-                    bb.write64(40, data.1);
-                    bb.write64(48, 0);
-                    bb.write64(56, 0);
-                } else {
-                    bb.write64(32, word(2));
-                    bb.write64(40, word(10));
-                    bb.write64(48, data.0);
-                    bb.write64(56, data.1);
-                }
             } else {
-                wqe[..bbs * WQEBB].fill(0);
-                codec::store(&mut wqe, ctrl::OPCODE.byte(), ctrl);
-                codec::store(
+                write_eth(
+                    &ring,
+                    usize::from(self.pi),
+                    bbs,
                     &mut wqe,
-                    ctrl::FM_CE_SE.byte(),
-                    ctrl::FM_CE_SE.put(u64::from(ce)),
+                    ctrl,
+                    ce,
+                    seg,
+                    &head[..inline],
+                    (rest > 0).then_some(data),
                 );
-                codec::store(
-                    &mut wqe,
-                    ETH_SEG + eth::CS_FLAGS.byte(),
-                    eth::CS_FLAGS.put(u64::from(cs)),
-                );
-                codec::store(&mut wqe, ETH_SEG + eth::INLINE_HDR_SZ.byte(), hdr_word);
-                let hdr = ETH_SEG + wqe_eth_seg::inline_hdr_start.bit / 8;
-                wqe[hdr..hdr + inline].copy_from_slice(&head[..inline]);
-                if rest > 0 {
-                    let at = ETH_SEG + WqeEthSeg::BYTES + 16 * inline_units;
-                    codec::store(&mut wqe, at + data::BYTE_COUNT.byte(), data.0);
-                    codec::store(&mut wqe, at + data::ADDR.byte(), data.1);
-                }
-                // Word stores into the ring, one WQEBB at a time (a WQE may wrap).
-                for k in 0..bbs {
-                    let bb = ring.slot(usize::from(self.pi) + k);
-                    for (w, chunk) in wqe[k * WQEBB..(k + 1) * WQEBB].chunks_exact(8).enumerate() {
-                        let mut b = [0u8; 8];
-                        b.copy_from_slice(chunk);
-                        bb.write64(8 * w, u64::from_be_bytes(b));
-                    }
-                }
             }
             self.pool.set_owner(p.index, owner::DEVICE);
             slots
@@ -427,30 +390,23 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
             if self.since_completion != 0 {
                 // The burst ended on the ring being full mid-way: its last WQE asks for a
                 // completion too, or the ring would never drain.
-                self.force_completion(last_ctrl);
+                // The last WQE asks for a completion (its `fm_ce_se`, control byte 11).
+                ring.slot(ctrl::WQE_INDEX.get(last_ctrl) as usize)
+                    .write8(wqe_ctrl_seg::fm_ce_se.bit / 8, fm_ce_se::CQ_UPDATE);
+                self.since_completion = 0;
             }
-            // ORDERING: the WQEs before the record, the record before the doorbell.
-            dma_wmb();
-            self.dbr.write32(qp_dbr::SND, u32::from(self.pi));
-            wmb();
-            self.port
-                .dev
-                .hal
-                .bar0()
-                .write64(BarOffset(self.bf_register + self.bf_offset), last_ctrl);
-            self.bf_offset ^= self.bf_half;
+            // The doorbell record, then the doorbell's first 8 bytes (no BlueFlame copy:
+            // the PMD's `mlx5_tx_dbrec`).
+            self.doorbell.publish(
+                self.port.dev.hal.bar0(),
+                &self.dbr,
+                &ring,
+                self.pi,
+                last_ctrl,
+                false,
+            );
         }
         n
-    }
-
-    /// Sets CQ_UPDATE on the WQE whose control segment starts with `ctrl`.
-    fn force_completion(&mut self, ctrl: u64) {
-        let mask = (1usize << self.log_size) - 1;
-        let first = ((ctrl >> 40) & 0xffff) as usize & mask;
-        let _ = self
-            .ring
-            .write_bytes(first * WQEBB + 11, &[fm_ce_se::CQ_UPDATE]);
-        self.since_completion = 0;
     }
 
     /// Restarts a stopped queue: the packets not sent go back to the pool, the SQ goes
@@ -481,6 +437,7 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
         self.pi = 0;
         self.ci = 0;
         self.since_completion = 0;
+        self.doorbell.reset();
     }
 }
 

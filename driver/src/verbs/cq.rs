@@ -18,19 +18,17 @@ use crate::verbs::comp_channel::{cq_count, CompChannel, CHANNEL_CQS};
 use crate::verbs::cq_scatter;
 use crate::verbs::wc::{Wc, WcFlags, WcOpcode, WcStatus};
 use crate::wq::book::{Book, BookView};
+use crate::wq::cq_ring::{init_entries, is_sw_cqe, set_ci, sw_owned};
 use crate::wq::cq_tables::CqEvents;
 use crate::wq::cq_tables::{before, Purges};
 use crate::wq::ring_pages::{alloc_ring, RingPages, MAX_PAGE};
 use crate::wq::srq_ring::SrqBook;
 
-/// Size of a CQE.
-pub const CQE_BYTES: usize = 64;
+pub use crate::wq::cq_ring::CQE_BYTES;
 /// CQs without a channel a device keeps event counts for (inline table; unbounded with
 /// `alloc`).
 /// Most buffer pages one CREATE_CQ carries (so at most 63 488 CQEs).
 const MAX_CQ_PAGES: usize = (MAX_MESSAGE - CreateCqIn::BYTES) / 8;
-/// `op_own` of an empty entry: opcode INVALID, owner 0 (mlx5_ib's initial value).
-const OP_OWN_INIT: u8 = 0xf0;
 /// Byte offset of the QPN word (`sop_drop_qpn`; `s_wqe_opcode_qpn` of error CQEs, the same
 /// place).
 const SOP_DROP_QPN: usize = cqe64::sop_drop_qpn.bit / 8;
@@ -235,9 +233,7 @@ impl<H: Hal> Device<H> {
                 max: (MAX_CQ_PAGES * pages.page / CQE_BYTES - 1) as u64,
             });
         }
-        for e in ring.as_mut_slice().chunks_mut(CQE_BYTES) {
-            e[CQE_BYTES - 1] = OP_OWN_INIT;
-        }
+        init_entries(ring.as_mut_slice());
         Ok((ring.share(), pages))
     }
 }
@@ -479,18 +475,14 @@ impl<H: Hal> Cq<'_, H> {
     /// forgets purges the consumer index has passed.
     fn skip_purged(&mut self) {
         let start = self.ci;
-        loop {
-            let at = ((self.ci & ((1 << self.log_size) - 1)) as usize) * CQE_BYTES;
-            let ring = self.ring();
-            let op_own = ring.read8(at + CQE_BYTES - 1);
-            if get_cqe_opcode(op_own) == u8::from(CqeOpcode::Invalid)
-                || !cqe_is_sw_owned(op_own, self.ci, self.log_size)
-            {
-                break;
-            }
-            // ORDERING: the owner bit before the body.
-            dma_rmb();
-            let qpn = cqe_qpn(ring.read32(at + SOP_DROP_QPN));
+        while let Some(e) = self
+            .buf
+            .as_ref()
+            .and_then(|b| b.slots_of(&self.shape))
+            .map(|ring| ring.slot(self.ci as usize))
+            .filter(|&e| sw_owned(e, self.ci, self.log_size).is_some())
+        {
+            let qpn = cqe_qpn(e.read32(SOP_DROP_QPN));
             let ci = self.ci;
             if !self
                 .purges
@@ -504,9 +496,9 @@ impl<H: Hal> Cq<'_, H> {
         let ci = self.ci;
         self.purges.retain(|&(_, until)| before(ci, until));
         if self.ci != start {
-            // ORDERING: the CQEs are read before the device may reuse them.
-            dma_wmb();
-            self.dbr().write32(cq_dbr::SET_CI, cq_set_ci_word(self.ci));
+            if let Some(d) = self.dbr.as_ref().and_then(|d| d.slots_of(&self.dbr_shape)) {
+                set_ci(d.slot(0), ci);
+            }
         }
     }
 
@@ -556,9 +548,7 @@ impl<H: Hal> Cq<'_, H> {
             while n < wc.len() {
                 let cqe = ring.slot(ci as usize);
                 let op_own = cqe.read8(CQE_BYTES - 1);
-                if get_cqe_opcode(op_own) == u8::from(CqeOpcode::Invalid)
-                    || !cqe_is_sw_owned(op_own, ci, log_size)
-                {
+                if !is_sw_cqe(op_own, ci, log_size) {
                     break 'runs;
                 }
                 // ORDERING: the owner bit said the CQE is complete; read its body only after
@@ -591,10 +581,8 @@ impl<H: Hal> Cq<'_, H> {
         }
         self.ci = ci;
         if ci != start {
-            // ORDERING: the CQEs are read before the device is told it may reuse them.
-            dma_wmb();
             if let Some(d) = self.dbr.as_ref().and_then(|d| d.slots_of(&self.dbr_shape)) {
-                d.slot(0).write32(cq_dbr::SET_CI, cq_set_ci_word(ci));
+                set_ci(d.slot(0), ci);
             }
         }
         n

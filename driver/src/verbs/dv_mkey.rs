@@ -18,7 +18,7 @@
 
 use bareverbs_firmware_cmd::commands::{CreateMkey, DestroyMkey};
 use bareverbs_firmware_cmd::ifc::*;
-use bareverbs_firmware_cmd::{Layout, View};
+use bareverbs_firmware_cmd::{Layout, View, ViewMut};
 use bareverbs_hal::Hal;
 use bitflags::bitflags;
 
@@ -247,38 +247,42 @@ impl<H: Hal> Drop for DvMkey<'_, '_, H> {
 
 /// The UMR WQE of `mkey_configure`, built apart from the ring (it is written with one copy):
 /// its bytes and its length in 16-byte units.
-pub(crate) struct UmrWqe {
+pub(crate) struct UmrWqeBytes {
     pub(crate) bytes: [u8; MAX_UMR_WQE],
     pub(crate) units: usize,
 }
 
 /// Largest UMR WQE: what the 6-bit DS count of a control segment can say (63 units).
-pub(crate) const MAX_UMR_WQE: usize = 63 * 16;
-
-/// Offsets in the WQE: UMR control segment, mkey context, entries.
-const UMR_CTRL: usize = 16;
-const MKEY_SEG: usize = UMR_CTRL + 48;
-const ENTRIES: usize = MKEY_SEG + 64;
-
-/// `op` of a repeat block (rdma-core 56 qp.c `umr_strided_seg_create`).
-const REPEAT_BLOCK_OP: u32 = 0x400;
+pub(crate) const MAX_UMR_WQE: usize = wqe_ctrl_seg::ds.max() as usize * SEND_WQE_DS;
 
 /// Builds the UMR WQE that gives `key` what `conf` says; the control segment's first 8 bytes
 /// (opcode, index, QPN, DS) and `fm_ce_se` are the caller's. `max_entries` bounds the layout
-/// (the key's and the QP's inline room, as rdma-core bounds it).
-pub(crate) fn build(key: u32, conf: &MkeyConf<'_>, max_entries: usize) -> Result<UmrWqe, Error> {
+/// (the key's and the QP's inline room, as rdma-core bounds it); a layout the WQE cannot hold
+/// is refused too.
+///
+/// Every byte goes through the `firmware-cmd` layouts: [`UmrWqe`] (control, UMR control and
+/// mkey segments), then [`Klm`] entries or a [`WqeUmrRepeatBlockSeg`] and its
+/// [`WqeUmrRepeatEntSeg`]s, zeros up to a whole [`UMR_MTT_ALIGNMENT`].
+pub(crate) fn build(
+    key: u32,
+    conf: &MkeyConf<'_>,
+    max_entries: usize,
+) -> Result<UmrWqeBytes, Error> {
     let too_many = || Error::InvalidArgument {
         what: Invalid::TooManySge,
     };
-    let mut w = UmrWqe {
+    let mut w = UmrWqeBytes {
         bytes: [0u8; MAX_UMR_WQE],
-        units: ENTRIES / 16,
+        units: UmrWqe::BYTES / SEND_WQE_DS,
     };
-    let b = &mut w.bytes;
-    b[12..16].copy_from_slice(&key.to_be_bytes());
+    let (head, xlt) = w.bytes.split_at_mut(UmrWqe::BYTES);
+    let mut v = ViewMut::<UmrWqe>::new_checked(head)?;
+    v.sub(umr_wqe::ctrl_seg).set(wqe_ctrl_seg::imm, key);
     let mut mask = mkey_mask::FREE | mkey_mask::KEY;
     // The mkey context: free 0 (enabled), the key's tag, rights, length.
-    b[MKEY_SEG + 4..MKEY_SEG + 8].copy_from_slice(&(0xffff_ff00 | (key & 0xff)).to_be_bytes());
+    v.sub(umr_wqe::mkey_seg)
+        .set(mkc::qpn, MKC_QPN_NONE)
+        .set(mkc::mkey_7_0, key as u8);
     if let Some(a) = conf.access {
         let known = AccessFlags::LOCAL_WRITE
             | AccessFlags::REMOTE_WRITE
@@ -290,13 +294,18 @@ pub(crate) fn build(key: u32, conf: &MkeyConf<'_>, max_entries: usize) -> Result
             });
         }
         mask |= mkey_mask::LW | mkey_mask::RR | mkey_mask::RW | mkey_mask::A;
-        let bit = |f, v: u8| if a.contains(f) { v } else { 0 };
-        b[MKEY_SEG + 2] = bit(AccessFlags::REMOTE_ATOMIC, 1 << 6)
-            | bit(AccessFlags::REMOTE_WRITE, 1 << 5)
-            | bit(AccessFlags::REMOTE_READ, 1 << 4)
-            | bit(AccessFlags::LOCAL_WRITE, 1 << 3);
+        let bit = |f| u8::from(a.contains(f));
+        v.sub(umr_wqe::mkey_seg)
+            .set(mkc::a, bit(AccessFlags::REMOTE_ATOMIC))
+            .set(mkc::rw, bit(AccessFlags::REMOTE_WRITE))
+            .set(mkc::rr, bit(AccessFlags::REMOTE_READ))
+            .set(mkc::lw, bit(AccessFlags::LOCAL_WRITE));
     }
-    let (len, entries_bytes) = match conf.layout {
+    // The entries fill whole 64-byte units (zeros after the last): `n` octowords must leave
+    // the WQE within its 63 units. Checked after the entries themselves, so a bad entry is
+    // named first.
+    let fits = |n: usize| (n * UMR_OCTOWORD).next_multiple_of(UMR_MTT_ALIGNMENT) <= xlt.len();
+    let (len, octowords) = match conf.layout {
         MkeyLayout::Unchanged => (None, 0),
         MkeyLayout::List(sges) => {
             if sges.is_empty() {
@@ -307,20 +316,22 @@ pub(crate) fn build(key: u32, conf: &MkeyConf<'_>, max_entries: usize) -> Result
             if sges.len() > max_entries {
                 return Err(too_many());
             }
-            let mut total = 0u64;
-            for (k, s) in sges.iter().enumerate() {
-                if (s.length as i32) < 0 {
-                    return Err(Error::InvalidArgument {
-                        what: Invalid::SgeLength,
-                    });
-                }
-                let at = ENTRIES + 16 * k;
-                b[at..at + 4].copy_from_slice(&s.length.to_be_bytes());
-                b[at + 4..at + 8].copy_from_slice(&s.lkey.raw().to_be_bytes());
-                b[at + 8..at + 16].copy_from_slice(&s.addr.to_be_bytes());
-                total += u64::from(s.length);
+            if sges.iter().any(|s| (s.length as i32) < 0) {
+                return Err(Error::InvalidArgument {
+                    what: Invalid::SgeLength,
+                });
             }
-            (Some(total), 16 * sges.len())
+            if !fits(sges.len()) {
+                return Err(too_many());
+            }
+            for (s, e) in sges.iter().zip(xlt.chunks_exact_mut(Klm::BYTES)) {
+                ViewMut::<Klm>::new_checked(e)?
+                    .set(klm::byte_count, s.length)
+                    .set(klm::mkey, s.lkey.raw())
+                    .set(klm::address, s.addr);
+            }
+            let total = sges.iter().map(|s| u64::from(s.length)).sum();
+            (Some(total), sges.len())
         }
         MkeyLayout::Interleaved {
             repeat_count,
@@ -334,51 +345,56 @@ pub(crate) fn build(key: u32, conf: &MkeyConf<'_>, max_entries: usize) -> Result
             if entries.len() + 1 > max_entries {
                 return Err(too_many());
             }
-            let mut round = 0u64;
-            for (k, e) in entries.iter().enumerate() {
-                // The entry's byte count and stride are 16-bit fields.
-                let stride = e.bytes_count.checked_add(e.bytes_skip);
-                let (Ok(count), Some(Ok(stride))) =
-                    (u16::try_from(e.bytes_count), stride.map(u16::try_from))
-                else {
-                    return Err(Error::InvalidArgument {
-                        what: Invalid::SgeLength,
-                    });
-                };
-                let at = ENTRIES + 16 * (k + 1);
-                b[at..at + 2].copy_from_slice(&stride.to_be_bytes());
-                b[at + 2..at + 4].copy_from_slice(&count.to_be_bytes());
-                b[at + 4..at + 8].copy_from_slice(&e.lkey.raw().to_be_bytes());
-                b[at + 8..at + 16].copy_from_slice(&e.addr.to_be_bytes());
-                round += u64::from(e.bytes_count);
-            }
-            let Ok(round32) = u32::try_from(round) else {
-                return Err(Error::InvalidArgument {
-                    what: Invalid::SgeLength,
-                });
+            let bad_length = || Error::InvalidArgument {
+                what: Invalid::SgeLength,
             };
-            b[ENTRIES..ENTRIES + 4].copy_from_slice(&round32.to_be_bytes());
-            b[ENTRIES + 4..ENTRIES + 8].copy_from_slice(&REPEAT_BLOCK_OP.to_be_bytes());
-            b[ENTRIES + 8..ENTRIES + 12].copy_from_slice(&repeat_count.to_be_bytes());
-            b[ENTRIES + 14..ENTRIES + 16].copy_from_slice(&(entries.len() as u16).to_be_bytes());
-            (
-                Some(round * u64::from(repeat_count)),
-                16 * (entries.len() + 1),
-            )
+            // The entry's byte count and stride are 16-bit fields, a round's bytes 32 bits.
+            let fields = |e: &MrInterleaved| {
+                let stride = e.bytes_count.checked_add(e.bytes_skip)?;
+                Some((
+                    u16::try_from(e.bytes_count).ok()?,
+                    u16::try_from(stride).ok()?,
+                ))
+            };
+            if entries.iter().any(|e| fields(e).is_none()) {
+                return Err(bad_length());
+            }
+            let round: u64 = entries.iter().map(|e| u64::from(e.bytes_count)).sum();
+            let round32 = u32::try_from(round).map_err(|_| bad_length())?;
+            if !fits(entries.len() + 1) {
+                return Err(too_many());
+            }
+            let (block, ents) = xlt.split_at_mut(WqeUmrRepeatBlockSeg::BYTES);
+            for (e, seg) in entries
+                .iter()
+                .zip(ents.chunks_exact_mut(WqeUmrRepeatEntSeg::BYTES))
+            {
+                let (count, stride) = fields(e).ok_or_else(bad_length)?;
+                ViewMut::<WqeUmrRepeatEntSeg>::new_checked(seg)?
+                    .set(wqe_umr_repeat_ent_seg::stride, stride)
+                    .set(wqe_umr_repeat_ent_seg::byte_count, count)
+                    .set(wqe_umr_repeat_ent_seg::memkey, e.lkey.raw())
+                    .set(wqe_umr_repeat_ent_seg::va, e.addr);
+            }
+            ViewMut::<WqeUmrRepeatBlockSeg>::new_checked(block)?
+                .set(wqe_umr_repeat_block_seg::byte_count, round32)
+                .set(wqe_umr_repeat_block_seg::op, UMR_REPEAT_BLOCK_OP)
+                .set(wqe_umr_repeat_block_seg::repeat_count, repeat_count)
+                .set(wqe_umr_repeat_block_seg::num_ent, entries.len() as u16);
+            (Some(round * u64::from(repeat_count)), entries.len() + 1)
         }
     };
+    let mut xlt_octowords = 0;
     if let Some(len) = len {
         mask |= mkey_mask::LEN;
-        b[MKEY_SEG + 24..MKEY_SEG + 32].copy_from_slice(&len.to_be_bytes());
-        // The entries fill whole 64-byte units (zeros after the last).
-        let padded = entries_bytes.next_multiple_of(64);
-        b[UMR_CTRL + 4..UMR_CTRL + 6].copy_from_slice(&((padded / 16) as u16).to_be_bytes());
-        w.units += padded / 16;
+        v.sub(umr_wqe::mkey_seg).set(mkc::len, len);
+        let padded = (octowords * UMR_OCTOWORD).next_multiple_of(UMR_MTT_ALIGNMENT);
+        xlt_octowords = padded / UMR_OCTOWORD;
+        w.units += padded / SEND_WQE_DS;
     }
-    b[UMR_CTRL] = umr_flags::INLINE;
-    b[UMR_CTRL + 8..UMR_CTRL + 16].copy_from_slice(&mask.to_be_bytes());
-    if w.units > 63 {
-        return Err(too_many());
-    }
+    v.sub(umr_wqe::umr_ctrl_seg)
+        .set(wqe_umr_ctrl_seg::flags, umr_flags::INLINE)
+        .set(wqe_umr_ctrl_seg::xlt_octowords, xlt_octowords as u16)
+        .set(wqe_umr_ctrl_seg::mkey_mask, mask);
     Ok(w)
 }

@@ -61,7 +61,6 @@ pub mod post;
 pub mod qp;
 pub(crate) mod qp_attr_check;
 pub mod qp_state;
-pub(crate) mod recv_queue;
 pub mod send_batch;
 pub mod srq;
 pub mod srq_ring;

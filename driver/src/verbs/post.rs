@@ -5,15 +5,14 @@
 
 use core::sync::atomic::Ordering;
 
-use bareverbs_firmware_cmd::ifc::{qp_dbr, INVALID_LKEY};
-use bareverbs_firmware_cmd::wqe_codec::data;
-use bareverbs_hal::{dma_wmb, Hal};
+use bareverbs_hal::Hal;
 use bitflags::bitflags;
 
 use crate::error::{Error, Invalid};
 use crate::verbs::mr::Lkey;
 use crate::verbs::qp::{AhAttr, Qp};
 use crate::verbs::qp_state::{QpState, QpType};
+use crate::wq::recv_queue::{publish_recv, write_recv_wqe};
 
 /// One scatter/gather entry (`struct ibv_sge`): `addr` is a registered region's address
 /// (its IOVA, [`Mr::addr`](crate::verbs::Mr::addr)).
@@ -307,25 +306,17 @@ impl<H: Hal> Qp<'_, '_, H> {
                     break;
                 }
             }
-            let first = usize::from(head) << units_log;
-            for (k, s) in wr.sg_list.iter().enumerate() {
-                let u = rq.slot(first + k);
-                u.write64(data::LKEY.byte(), data::word0(s.length, s.lkey.raw()));
-                u.write64(data::ADDR.byte(), s.addr);
-            }
-            // A short list ends with an entry of the invalid lkey.
-            if wr.sg_list.len() < stride_units {
-                let u = rq.slot(first + wr.sg_list.len());
-                u.write64(data::LKEY.byte(), data::word0(0, INVALID_LKEY));
-                u.write64(data::ADDR.byte(), 0);
-            }
+            write_recv_wqe(
+                &rq,
+                usize::from(head) << units_log,
+                stride_units,
+                wr.sg_list.iter().map(|s| (s.addr, s.length, s.lkey.raw())),
+            );
             ids.slot(usize::from(head)).write_ne64(0, wr.wr_id);
             head = head.wrapping_add(1);
         }
         if head != self.rq.head() {
-            // ORDERING: the receive WQEs before the doorbell record that publishes them.
-            dma_wmb();
-            dbr.write32(qp_dbr::RCV, u32::from(head));
+            publish_recv(dbr, head);
             self.rq.advance(head);
             // What a software flush completes up to, should the device fail.
             entry.rq_head.store(head, Ordering::Release);

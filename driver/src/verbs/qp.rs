@@ -16,8 +16,8 @@ use crate::verbs::cq::Cq;
 use crate::verbs::mr::AccessFlags;
 use crate::verbs::pd::Pd;
 use crate::verbs::qp_state::{check_modify, next_state, QpAttrMask, QpState, QpType};
-use crate::verbs::recv_queue::RecvQueue;
 use crate::wq::book::{Book, BookSlot, INLINE_QPS};
+use crate::wq::recv_queue::RecvQueue;
 use crate::wq::ring_pages::{alloc_ring, RingPages};
 use crate::wq::send_queue::{BatchState, SendQueue};
 
@@ -1100,8 +1100,8 @@ impl<'d, H: Hal> Qp<'_, 'd, H> {
                 b.reset();
             }
             if let Some(d) = &self.dbr {
-                d.write32(0, 0);
-                d.write32(4, 0);
+                d.write32(bareverbs_firmware_cmd::ifc::qp_dbr::RCV, 0);
+                d.write32(bareverbs_firmware_cmd::ifc::qp_dbr::SND, 0);
             }
         }
         Ok(())

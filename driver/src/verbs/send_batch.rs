@@ -3,14 +3,11 @@
 //! 05 §3–5) and rings one doorbell at its end — rdma-core's `ibv_wr_start` …
 //! `ibv_wr_complete`. [`Qp::post_send`] is a batch over a list of requests.
 
-use core::sync::atomic::{AtomicU16, Ordering};
+use core::sync::atomic::Ordering;
 
-use bareverbs_firmware_cmd::ifc::{
-    av_grh_gid_fl, wqe_opcode, WqeCtrlSeg, WqeRaddrSeg, EXTENDED_UD_AV, INLINE_SEG,
-};
-use bareverbs_firmware_cmd::wqe_codec::{self as codec, ctrl, datagram, inline, raddr, xrc};
-use bareverbs_firmware_cmd::Layout;
-use bareverbs_hal::{Hal, Slot, Slots, SlotsMut};
+use bareverbs_firmware_cmd::ifc::wqe_opcode;
+use bareverbs_firmware_cmd::wqe_codec::{self as codec, ctrl, datagram};
+use bareverbs_hal::{Hal, Slot};
 
 use crate::error::{Error, Invalid};
 use crate::verbs::dv_mkey::{DvMkey, MkeyConf, MkeyLayout, MrInterleaved};
@@ -18,7 +15,11 @@ use crate::verbs::mr::AccessFlags;
 use crate::verbs::post::{sge_refused_lengths, DcDest, SendFlags, SendOp, SendWr, Sge, UdDest};
 use crate::verbs::qp::Qp;
 use crate::verbs::qp_state::{QpState, QpType};
-use crate::wq::send_queue::{BatchState, WQEBB};
+use crate::wq::send_queue::{BatchState, SendRing, WQEBB};
+use crate::wq::send_wqe::{
+    av_words, write_atomic, write_av, write_ctrl, write_data, write_data_list, write_inline,
+    write_raddr, write_xrc, AvDest, AvGrh, RADDR_SEG,
+};
 
 // The send queue's `fm_ce_se` table is indexed by these bits.
 const _: () = assert!(
@@ -26,10 +27,6 @@ const _: () = assert!(
         && SendFlags::SIGNALED.bits() == crate::wq::send_queue::FLAG_SIGNALED
         && SendFlags::SOLICITED.bits() == crate::wq::send_queue::FLAG_SOLICITED
 );
-
-/// Bytes of the control segment, and of the remote address segment.
-const CTRL_SEG: usize = WqeCtrlSeg::BYTES;
-const RADDR_SEG: usize = WqeRaddrSeg::BYTES;
 
 fn invalid(what: Invalid) -> Error {
     Error::InvalidArgument { what }
@@ -40,17 +37,8 @@ fn invalid(what: Invalid) -> Error {
 /// a DC initiator's ([`Qp::send_batch_dc`]): every WQE carries the address vector of its DC
 /// target. Both are decided at compile time so other QPs' requests pay nothing for them.
 pub struct SendBatch<'b, const XRC: bool = false, const DC: bool = false> {
-    /// The send queue, borrowed exclusively from the QP (`&mut Qp`).
-    sq: SlotsMut<'b, WQEBB>,
-    /// Per WQEBB: the request's `wr_id` at 0 and the WQEBB counter after it at 8.
-    book: Slots<'b, 16>,
-    /// WQEBB counter up to which the device has completed requests.
-    tail: &'b AtomicU16,
-    /// WQEBBs posted (the doorbell record's counter).
-    cur: u16,
-    /// WQEBBs known to be free; refreshed from `tail` when a request needs more.
-    room: u16,
-    size: u16,
+    /// The send ring, borrowed exclusively from the QP (`&mut Qp`), with its book.
+    ring: SendRing<'b>,
     /// The QPN in its place in the control segment's first word.
     qpn_word: u64,
     /// The control segment's `fm_ce_se` byte for each combination of FENCE, SIGNALED and
@@ -64,9 +52,6 @@ pub struct SendBatch<'b, const XRC: bool = false, const DC: bool = false> {
     refuse: u8,
     max_inline: usize,
     max_sge: usize,
-    /// First 8 bytes of the last control segment (the doorbell's value); 0 while nothing is
-    /// written (a control word holds the QPN and a DS count of at least 1).
-    last_ctrl: u64,
     /// With `XRC`: the XRC segment's remote SRQ number ([`NO_SRQN`] until set).
     xrc_srqn: u32,
     /// What the QP keeps for batches (DC destination, DCI streams, mlx5 send operations):
@@ -178,7 +163,7 @@ impl SendBatch<'_, false, true> {
     /// are refused until it is set.
     #[inline]
     pub fn set_dc_addr(&mut self, dest: &DcDest) {
-        self.st.dc_av = av_words(&dest.ah, dest.dc_key, dest.dctn);
+        self.st.dc_av = av_words(&av_dest(&dest.ah), dest.dc_key, dest.dctn);
         self.st.dc_stream = 0;
         self.st.dc_set = true;
     }
@@ -195,7 +180,7 @@ impl SendBatch<'_, false, true> {
         if u32::from(stream_id) >= self.st.dci_streams {
             return Err(invalid(Invalid::DciStream));
         }
-        self.st.dc_av = av_words(&dest.ah, dest.dc_key, dest.dctn);
+        self.st.dc_av = av_words(&av_dest(&dest.ah), dest.dc_key, dest.dctn);
         // Bytes 9–10 of the control segment (rdma-core 56 mlx5dv.h `dci_stream_channel_id`).
         self.st.dc_stream = ctrl::STREAM.put(u64::from(stream_id));
         self.st.dc_set = true;
@@ -213,7 +198,7 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
     /// more SGEs than `max_send_sge`, an atomic without one 8-byte SGE or on a device without
     /// IB atomics ([`Invalid::AtomicsUnsupported`]); [`Error::QueueFull`] when the send queue
     /// has no room.
-    #[inline]
+    #[inline(always)]
     pub fn post(&mut self, wr: &SendWr<'_>) -> Result<(), Error> {
         let inline = wr.flags.contains(SendFlags::INLINE);
         let base = |opcode| Req {
@@ -443,32 +428,24 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
         let ds = 1 + addr_units + data_units;
         // WQEBBs of 4 units (`(ds + 3) / 4`; div_ceil costs a remainder test here).
         let bbs = ((ds + 3) >> 2) as u16;
-        self.reserve(bbs)?;
+        self.ring.reserve(bbs)?;
 
-        let cur = self.cur;
-        let s0 = self.sq.slot(usize::from(cur));
+        let cur = self.ring.cur();
+        let s0 = self.ring.slot(0);
         let fm_ce_se = (self.fm_ce_se >> ((r.flags.bits() & 7) * 8)) as u8;
         let ctrl = ctrl::word0(cur, r.opcode, ds as u8) | self.qpn_word;
-        s0.write64(ctrl::OPCODE.byte(), ctrl);
         // A DCI's stream sits in bytes 9–10 of the control segment.
         let stream = if DC { self.st.dc_stream } else { 0 };
-        s0.write64(
-            ctrl::IMM.byte(),
+        write_ctrl(
+            s0,
+            ctrl,
             stream | ctrl::FM_CE_SE.put(u64::from(fm_ce_se)) | ctrl::IMM.put(u64::from(r.imm)),
         );
-        // rdma-core 56 qp.c `_mlx5_post_send` (IBV_QPT_XRC_SEND): the XRC segment
-        // (`xrc_srqn`, 12 reserved bytes) right after the control segment.
         if XRC {
-            s0.write64(
-                CTRL_SEG + xrc::XRC_SRQN.byte(),
-                xrc::XRC_SRQN.put(u64::from(self.xrc_srqn)),
-            );
-            s0.write64(CTRL_SEG + 8, 0);
+            write_xrc(s0, self.xrc_srqn);
         }
         if DC {
-            for (k, w) in self.st.dc_av.iter().enumerate() {
-                s0.write64(CTRL_SEG + 8 * k, *w);
-            }
+            write_av(s0, &self.st.dc_av);
         }
         if let Some(ud) = r.ud {
             write_datagram(s0, ud);
@@ -476,47 +453,25 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
             // After a DCI's address vector the first WQEBB is full: RC's segments open the
             // second.
             let (seg, at) = if DC {
-                (self.sq.slot(usize::from(cur.wrapping_add(1))), 0)
+                (self.ring.slot(1), 0)
             } else {
                 (s0, 16 + x)
             };
-            seg.write64(at + raddr::RADDR.byte(), raddr::RADDR.put(r.raddr));
-            seg.write64(at + raddr::RKEY.byte(), raddr::RKEY.put(u64::from(r.rkey)));
+            write_raddr(seg, at, r.raddr, r.rkey);
             if CLASS == ATOMIC {
-                let at = at + RADDR_SEG;
-                seg.write64(at + codec::atomic::SWAP_ADD.byte(), r.operands.0);
-                seg.write64(at + codec::atomic::COMPARE.byte(), r.operands.1);
+                write_atomic(seg, at + RADDR_SEG, r.operands.0, r.operands.1);
             }
         }
         let data = 16 * (1 + addr_units);
         if INLINE {
-            self.write_inline(cur, data, r.data);
+            write_inline(self.ring.slots(), usize::from(cur), data, r.data);
             self.st.inlined = true;
         } else {
             // A refusal here leaves only unposted slots behind: nothing is published before
-            // `self.cur` moves.
+            // the ring's producer moves.
             self.write_sges(cur, data, r.sges)?;
         }
-        let next = cur.wrapping_add(bbs);
-        let b = self.book.slot(usize::from(cur));
-        b.write_ne64(0, r.wr_id);
-        b.write_ne16(8, next);
-        self.cur = next;
-        self.room -= bbs;
-        self.last_ctrl = ctrl;
-        Ok(())
-    }
-
-    /// Makes sure `bbs` WQEBBs are free.
-    #[inline(always)]
-    fn reserve(&mut self, bbs: u16) -> Result<(), Error> {
-        if bbs > self.room {
-            let tail = self.tail.load(Ordering::Acquire);
-            self.room = self.size.saturating_sub(self.cur.wrapping_sub(tail));
-            if bbs > self.room {
-                return Err(Error::QueueFull);
-            }
-        }
+        self.ring.commit(r.wr_id, bbs, ctrl);
         Ok(())
     }
 
@@ -529,7 +484,7 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
             if (s.length as i32) < 0 {
                 return Err(sge_length_refused());
             }
-            write_data_seg(self.sq.slot(usize::from(cur)), at, s);
+            write_data_seg(self.ring.slots().slot(usize::from(cur)), at, s);
             return Ok(());
         }
         // A DCI's one SGE, in the second WQEBB (after the address vector); `at` is a multiple
@@ -538,53 +493,24 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
             if (s.length as i32) < 0 {
                 return Err(sge_length_refused());
             }
-            write_data_seg(self.sq.slot(usize::from(cur) + at / WQEBB), at % WQEBB, s);
+            write_data_seg(
+                self.ring.slots().slot(usize::from(cur) + at / WQEBB),
+                at % WQEBB,
+                s,
+            );
             return Ok(());
         }
         if sges.iter().fold(0, |l, s| l | s.length) as i32 >= 0 {
-            self.sq.write_be_units(
-                usize::from(cur) + at / WQEBB,
-                at % WQEBB,
+            write_data_list(
+                self.ring.slots(),
+                usize::from(cur),
+                at,
                 sges.iter()
                     .map(|s| (codec::data::word0(s.length, s.lkey.raw()), s.addr)),
             );
             return Ok(());
         }
         Err(sge_length_refused())
-    }
-
-    /// The inline segment (4-byte header, then the bytes) from byte `at` of the WQE at WQEBB
-    /// `cur` on. Bytes after the data up to the segment's 16-byte end keep what they held: the
-    /// device reads the header's byte count (rdma-core leaves them too).
-    #[inline(always)]
-    fn write_inline(&self, cur: u16, at: usize, data: &[u8]) {
-        let cur = usize::from(cur) + at / WQEBB;
-        let at = at % WQEBB;
-        // The header shares its word with the first four bytes (little-endian arithmetic on
-        // the word's bytes: the header's big-endian bytes first, then the data; the layout
-        // puts the header in the word's first four bytes, checked at compile time below).
-        const _: () =
-            assert!(inline::BYTE_COUNT.byte() == 0 && inline::BYTE_COUNT.put(1) == 1 << 32);
-        let hdr = u64::from(u32::from_le_bytes(
-            (INLINE_SEG | data.len() as u32).to_be_bytes(),
-        ));
-        let s0 = self.sq.slot(cur);
-        if let Some((head, rest)) = data.split_first_chunk::<4>() {
-            s0.write_bytes8(
-                at,
-                (hdr | u64::from(u32::from_le_bytes(*head)) << 32).to_le_bytes(),
-            );
-            let pos = at + 8;
-            // Send-queue slots past the last doorbell: the device reads them only after this
-            // batch's barrier and doorbell.
-            self.sq.copy_in(cur + pos / WQEBB, pos % WQEBB, rest);
-        } else {
-            let head = data
-                .iter()
-                .enumerate()
-                .fold(0, |v, (i, &x)| v | (u64::from(x) << (8 * i)));
-            s0.write_bytes8(at, (hdr | head << 32).to_le_bytes());
-        }
     }
 }
 
@@ -593,47 +519,30 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
 /// pin the batch in memory.
 fn write_datagram(s0: Slot<'_, WQEBB>, ud: &UdDest) {
     let key = datagram::QKEY.put(u64::from(ud.remote_qkey));
-    for (k, w) in av_words(&ud.ah, key, ud.remote_qpn).iter().enumerate() {
-        s0.write64(CTRL_SEG + 8 * k, *w);
-    }
+    write_av(s0, &av_words(&av_dest(&ud.ah), key, ud.remote_qpn));
 }
 
-/// The address vector (`struct mlx5_wqe_av`) to `ah` as the six 8-byte words of WQE bytes
-/// 16–63 (written big-endian): `key` in its first word (UD: the Q_Key and 4 reserved bytes;
-/// DC: the access key), `qpn` in `dqp_dct` with the extended-AV flag, the SL, path bits and
-/// LID; the RoCE MAC word zero; the traffic class, hop limit, GRH flag, SGID index and flow
-/// label; the DGID.
-fn av_words(ah: &crate::verbs::qp::AhAttr, key: u64, qpn: u32) -> [u64; 6] {
-    let dest = datagram::DQP_DCT.put(u64::from(EXTENDED_UD_AV | qpn))
-        | datagram::STAT_RATE_SL.put(u64::from(ah.sl & 0xf))
-        | datagram::FL_MLID.put(u64::from(ah.src_path_bits & 0x7f))
-        | datagram::RLID.put(u64::from(ah.dlid));
-    let (mut grh, mut gid) = (0u64, [0u8; 16]);
-    if ah.is_global {
-        let g = &ah.grh;
-        grh = datagram::TCLASS.put(u64::from(g.traffic_class))
-            | datagram::HOP_LIMIT.put(u64::from(g.hop_limit))
-            | datagram::GRH_GID_FL.put(u64::from(av_grh_gid_fl(true, g.sgid_index, g.flow_label)));
-        gid = g.dgid;
+/// The address-vector fields of `ah`.
+#[inline(always)]
+pub(crate) fn av_dest(ah: &crate::verbs::qp::AhAttr) -> AvDest {
+    AvDest {
+        sl: ah.sl,
+        src_path_bits: ah.src_path_bits,
+        dlid: ah.dlid,
+        grh: ah.is_global.then_some(AvGrh {
+            traffic_class: ah.grh.traffic_class,
+            hop_limit: ah.grh.hop_limit,
+            sgid_index: ah.grh.sgid_index,
+            flow_label: ah.grh.flow_label,
+            dgid: ah.grh.dgid,
+        }),
     }
-    let (hi, lo) = gid.split_at(8);
-    let mut w = [0u64; 6];
-    w[datagram::QKEY.byte() / 8] = key;
-    w[datagram::RLID.byte() / 8] = dest;
-    w[datagram::GRH_GID_FL.byte() / 8] = grh;
-    w[datagram::RGID_BYTE / 8] = u64::from_be_bytes(hi.try_into().unwrap_or([0; 8]));
-    w[datagram::RGID_BYTE / 8 + 1] = u64::from_be_bytes(lo.try_into().unwrap_or([0; 8]));
-    w
 }
 
 /// A data segment for `s` at byte `at` of slot `slot` (16-byte aligned, so in one WQEBB).
 #[inline(always)]
 fn write_data_seg(slot: Slot<'_, WQEBB>, at: usize, s: &Sge) {
-    slot.write64(
-        at + codec::data::BYTE_COUNT.byte(),
-        codec::data::word0(s.length, s.lkey.raw()),
-    );
-    slot.write64(at + codec::data::ADDR.byte(), s.addr);
+    write_data(slot, at, s.addr, s.length, s.lkey.raw());
 }
 
 /// `fm_ce_se` of the request after a UMR: fenced behind it
@@ -651,12 +560,13 @@ fn fence_after_umr(fm_ce_se: u8) -> u8 {
 /// [`SendBatch::fence_at`] when nothing waits for a fence.
 const NO_FENCE: u32 = u32::MAX;
 
-/// Fences the request whose first WQEBB is `s` behind the UMR before it (its `fm_ce_se`,
-/// byte 11).
+/// Fences the request whose first WQEBB is `s` behind the UMR before it (its control
+/// segment's `fm_ce_se` byte).
 #[cold]
 #[inline(never)]
 fn fence_wqe(s: Slot<'_, WQEBB>) {
-    s.write8(11, fence_after_umr(s.read8(11)));
+    const AT: usize = bareverbs_firmware_cmd::ifc::wqe_ctrl_seg::fm_ce_se.bit / 8;
+    s.write8(AT, fence_after_umr(s.read8(AT)));
 }
 
 /// The fence-mode bits of `fm_ce_se` (7:5) and rdma-core's `MLX5_WQE_CTRL_INITIATOR_SMALL_FENCE`.
@@ -772,8 +682,8 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
         let max = room.min(usize::from(mkey.max_entries()));
         let mut w = crate::verbs::dv_mkey::build(mkey.rkey(), conf, max)?;
         let bbs = w.units.div_ceil(4) as u16;
-        self.reserve(bbs)?;
-        let cur = self.cur;
+        self.ring.reserve(bbs)?;
+        let cur = self.ring.cur();
         let mut fm_ce_se = (self.fm_ce_se >> ((flags.bits() & 7) * 8)) as u8;
         if self.fence_at == u32::from(cur) {
             fm_ce_se = fence_after_umr(fm_ce_se);
@@ -785,16 +695,11 @@ impl<const XRC: bool, const DC: bool> SendBatch<'_, XRC, DC> {
         codec::store(&mut w.bytes, ctrl::IMM.byte(), word1);
         // Send-queue slots past the last doorbell: the device reads them only after this
         // batch's barrier and doorbell.
-        self.sq
+        self.ring
+            .slots()
             .copy_in(usize::from(cur), 0, &w.bytes[..w.units * 16]);
-        let next = cur.wrapping_add(bbs);
-        let b = self.book.slot(usize::from(cur));
-        b.write_ne64(0, wr_id);
-        b.write_ne16(8, next);
-        self.cur = next;
-        self.room -= bbs;
-        self.last_ctrl = ctrl;
-        self.fence_at = u32::from(next);
+        self.ring.commit(wr_id, bbs, ctrl);
+        self.fence_at = u32::from(self.ring.cur());
         Ok(())
     }
 }
@@ -906,31 +811,21 @@ impl<H: Hal> Qp<'_, '_, H> {
             NO_FENCE
         };
         let mut b = SendBatch {
-            sq,
-            book: book_sq,
-            tail: sq_tail,
-            cur,
-            room: 0,
-            size,
+            ring: SendRing::new(sq, book_sq, sq_tail, cur, size),
             qpn_word: self.sq.batch.qpn_word,
             fm_ce_se,
             refuse,
             max_inline: cap.max_inline_data as usize,
             max_sge: cap.max_send_sge as usize,
-            last_ctrl: 0,
             xrc_srqn: NO_SRQN,
             st: &mut self.sq.batch,
             fence_at,
         };
         let r = f(&mut b);
         let SendBatch {
-            sq: ring,
-            cur,
-            last_ctrl,
-            fence_at,
-            st,
-            ..
+            ring, fence_at, st, ..
         } = b;
+        let (ring, cur, last_ctrl) = ring.into_parts();
         let inlined = st.inlined;
         // The request written after a UMR is fenced behind it, before the doorbell; with the
         // UMR last, the fence is owed to the QP's next request.
@@ -961,8 +856,10 @@ mod tests {
         fm_ce_se, wqe_ctrl_seg, wqe_datagram_seg, WqeCtrlSeg, WqeDatagramSeg, INLINE_SEG,
     };
     use bareverbs_firmware_cmd::View;
+    use bareverbs_hal::Slots;
     use bareverbs_hal::{Hal, SharedDma};
     use bareverbs_model::SimHal;
+    use core::sync::atomic::AtomicU16;
 
     use super::*;
     use crate::verbs::qp::{AhAttr, GlobalRoute};
@@ -987,18 +884,18 @@ mod tests {
         cur: u16,
     ) -> SendBatch<'b> {
         SendBatch {
-            sq: sq.slots_mut(0, 4).unwrap(),
-            book: book.slots(0, 4).unwrap(),
-            tail,
-            cur,
-            room: 0,
-            size: 4,
+            ring: SendRing::new(
+                sq.slots_mut(0, 4).unwrap(),
+                book.slots(0, 4).unwrap(),
+                tail,
+                cur,
+                4,
+            ),
             qpn_word: ctrl::QPN.put(0x1234),
             fm_ce_se: fm_ce_se_table(false),
             refuse: if qp_type == QpType::Ud { UD | 0xe } else { 0 },
             max_inline: 200,
             max_sge: 8,
-            last_ctrl: 0,
             xrc_srqn: NO_SRQN,
             st,
             fence_at: NO_FENCE,
@@ -1031,18 +928,12 @@ mod tests {
         dci_streams: u32,
     ) -> SendBatch<'_, XRC, DC> {
         SendBatch {
-            sq: b.sq,
-            book: b.book,
-            tail: b.tail,
-            cur: b.cur,
-            room: b.room,
-            size: b.size,
+            ring: b.ring,
             qpn_word: b.qpn_word,
             fm_ce_se: b.fm_ce_se,
             refuse: b.refuse,
             max_inline: b.max_inline,
             max_sge: b.max_sge,
-            last_ctrl: b.last_ctrl,
             xrc_srqn: NO_SRQN,
             st: {
                 b.st.dci_streams = dci_streams;
@@ -1177,8 +1068,8 @@ mod tests {
         b.rdma_write(9, SendFlags::SIGNALED, 0xdead_0000, 0x4242, &[sge])
             .unwrap();
         // Control, 48-byte AV (one WQEBB), raddr, one data segment: 6 units, 2 WQEBBs.
-        assert_eq!(b.cur, 2);
-        let ring = ring_bytes(&b.sq);
+        assert_eq!(b.ring.cur(), 2);
+        let ring = ring_bytes(b.ring.slots());
         let ctrl = View::<WqeCtrlSeg>::new_checked(&ring[..16]).unwrap();
         assert_eq!(ctrl.get(wqe_ctrl_seg::ds), 6);
         assert_eq!(ctrl.get(wqe_ctrl_seg::dci_stream_channel_id), 3);
@@ -1232,7 +1123,7 @@ mod tests {
         let tail = AtomicU16::new(0);
         let mut st = BatchState::default();
         let mut b = batch_xrc(&mut sq, &book, &tail, &mut st);
-        fill(&b.sq, 0xee);
+        fill(b.ring.slots(), 0xee);
         let sg = [Sge {
             addr: 0x1_0000_2000,
             length: 300,
@@ -1248,11 +1139,11 @@ mod tests {
         w.sg_list = &sg;
         // No remote SRQ number yet: refused, nothing written.
         assert_eq!(b.post(&w), Err(invalid(Invalid::XrcRemoteSrq)));
-        assert_eq!(ring_bytes(&b.sq), [0xee; 256]);
+        assert_eq!(ring_bytes(b.ring.slots()), [0xee; 256]);
         assert_eq!(b.set_xrc_srqn(1 << 24), Err(invalid(Invalid::XrcRemoteSrq)));
         b.set_xrc_srqn(0xab_cdef).unwrap();
         b.post(&w).unwrap();
-        let bytes = ring_bytes(&b.sq);
+        let bytes = ring_bytes(b.ring.slots());
         let ctrl = View::<WqeCtrlSeg>::new_checked(&bytes[..16]).unwrap();
         // rdma-core 56 qp.c `_mlx5_post_send` (IBV_QPT_XRC_SEND): control, XRC segment,
         // remote address, data: 4 units.
@@ -1268,7 +1159,7 @@ mod tests {
         assert_eq!(d.get(wqe_data_seg::addr), 0x1_0000_2000);
         // A SEND: control, XRC segment, data.
         b.send(8, SendFlags::SIGNALED, &sg).unwrap();
-        let bytes = ring_bytes(&b.sq);
+        let bytes = ring_bytes(b.ring.slots());
         let ctrl = View::<WqeCtrlSeg>::new_checked(&bytes[64..80]).unwrap();
         assert_eq!(ctrl.get(wqe_ctrl_seg::ds), 3);
         let x = View::<WqeXrcSeg>::new_checked(&bytes[80..96]).unwrap();
@@ -1311,7 +1202,7 @@ mod tests {
         w.sg_list = &sg;
         w.ud = Some(ud);
         b.post(&w).unwrap();
-        let bytes = ring_bytes(&b.sq);
+        let bytes = ring_bytes(b.ring.slots());
         let ctrl = View::<WqeCtrlSeg>::new_checked(&bytes[..16]).unwrap();
         assert_eq!(
             ctrl.get(wqe_ctrl_seg::opcode),
@@ -1345,9 +1236,9 @@ mod tests {
         assert_eq!(&bytes[64..68], &300u32.to_be_bytes());
         assert_eq!(&bytes[68..72], &0x55u32.to_be_bytes());
         assert_eq!(&bytes[72..80], &0x1_0000_2000u64.to_be_bytes());
-        assert_eq!(b.cur, 2);
+        assert_eq!(b.ring.cur(), 2);
         // The doorbell will carry the control segment's first 8 bytes.
-        assert_eq!(&b.last_ctrl.to_be_bytes(), &bytes[..8]);
+        assert_eq!(&b.ring.last_ctrl().to_be_bytes(), &bytes[..8]);
     }
 
     #[test]
@@ -1360,9 +1251,9 @@ mod tests {
             // Start in the last WQEBB so that every WQE longer than one wraps.
             let mut st = BatchState::default();
             let mut b = batch(&mut sq, &book, &tail, &mut st, QpType::Rc, 3);
-            fill(&b.sq, 0xee);
+            fill(b.ring.slots(), 0xee);
             b.send_inline(9, SendFlags::empty(), &data[..len]).unwrap();
-            let raw = ring_bytes(&b.sq);
+            let raw = ring_bytes(b.ring.slots());
             // Unroll the ring from WQEBB 3.
             let wqe: [u8; 256] = core::array::from_fn(|i| raw[(192 + i) % 256]);
             let ds = usize::from(wqe[7] & 0x3f);
@@ -1401,7 +1292,7 @@ mod tests {
         let mut b = batch(&mut sq, &book, &tail, &mut st, QpType::Rc, 3);
         b.rdma_write(5, SendFlags::SIGNALED, 0xdead_0000, 0x77, &sg)
             .unwrap();
-        let raw = ring_bytes(&b.sq);
+        let raw = ring_bytes(b.ring.slots());
         let wqe: [u8; 256] = core::array::from_fn(|i| raw[(192 + i) % 256]);
         assert_eq!(usize::from(wqe[7] & 0x3f), 10);
         assert_eq!(&wqe[16..24], &0xdead_0000u64.to_be_bytes());
@@ -1419,7 +1310,7 @@ mod tests {
         assert_eq!(b.send(6, SendFlags::empty(), &sg), Err(Error::QueueFull));
         tail.store(6, Ordering::Release);
         b.send(6, SendFlags::empty(), &sg).unwrap();
-        assert_eq!(b.cur, 9);
+        assert_eq!(b.ring.cur(), 9);
     }
 
     #[test]
@@ -1442,8 +1333,8 @@ mod tests {
             b.post(&wr(SendOp::Send, SendFlags::empty())),
             Err(invalid(Invalid::Destination))
         );
-        assert!(ring_bytes(&b.sq).iter().all(|&x| x == 0));
-        assert_eq!(b.last_ctrl, 0);
+        assert!(ring_bytes(b.ring.slots()).iter().all(|&x| x == 0));
+        assert_eq!(b.ring.last_ctrl(), 0);
         let mut st = BatchState::default();
         let mut rc = batch(&mut sq, &book, &tail, &mut st, QpType::Rc, 0);
         let mut inline_read = read;
@@ -1461,8 +1352,8 @@ mod tests {
             SendFlags::empty(),
         );
         assert_eq!(rc.post(&fa), Err(invalid(Invalid::TooManySge)));
-        assert!(ring_bytes(&rc.sq).iter().all(|&x| x == 0));
-        assert_eq!((rc.last_ctrl, rc.cur), (0, 0));
+        assert!(ring_bytes(rc.ring.slots()).iter().all(|&x| x == 0));
+        assert_eq!((rc.ring.last_ctrl(), rc.ring.cur()), (0, 0));
     }
 
     #[test]

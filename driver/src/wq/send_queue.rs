@@ -3,8 +3,14 @@
 //! and what its batches keep between calls. `send_batch.rs` writes the WQEs; [`SqDoorbell::publish`]
 //! hands them to the device (doorbell record, then the BlueFlame register).
 
+use core::sync::atomic::{AtomicU16, Ordering};
+
 use bareverbs_firmware_cmd::ifc::{fm_ce_se, qp_dbr};
-use bareverbs_hal::{dma_wmb, wmb, BarOffset, DmaMemory, Mmio, RingShape, SharedDma, Slots};
+use bareverbs_hal::{
+    dma_wmb, wmb, BarOffset, DmaMemory, Mmio, RingShape, SharedDma, Slot, Slots, SlotsMut,
+};
+
+use crate::error::Error;
 
 /// The send-flag bits the `fm_ce_se` table is indexed by: `SendFlags::{FENCE, SIGNALED,
 /// SOLICITED}` (ibverbs' `IBV_SEND_*` values; `send_batch.rs` checks they agree). Named here so
@@ -93,14 +99,7 @@ impl SendQueue {
         SendQueue {
             log_bbs,
             fm_ce_se: fm_ce_se_table(sig_all),
-            doorbell: SqDoorbell {
-                cur: 0,
-                bf: BlueFlame {
-                    register: bf_register,
-                    offset: 0,
-                    half: bf_reg_size / 2,
-                },
-            },
+            doorbell: SqDoorbell::new(bf_register, bf_reg_size),
             fence_next: false,
             batch,
             shape,
@@ -132,11 +131,30 @@ impl SendQueue {
 
     /// Nothing posted (the QP went to RESET).
     pub(crate) fn reset(&mut self) {
-        self.doorbell.cur = 0;
+        self.doorbell.reset();
     }
 }
 
 impl SqDoorbell {
+    /// The doorbell of a queue with nothing posted, ringing the BlueFlame register at BAR
+    /// offset `register` of `reg_size` bytes (0: the device has none; only the first 8 bytes
+    /// of each doorbell are written).
+    pub(crate) fn new(register: usize, reg_size: usize) -> Self {
+        SqDoorbell {
+            cur: 0,
+            bf: BlueFlame {
+                register,
+                offset: 0,
+                half: reg_size / 2,
+            },
+        }
+    }
+
+    /// Nothing published (the queue went back to reset).
+    pub(crate) fn reset(&mut self) {
+        self.cur = 0;
+    }
+
     /// Hands the WQEBBs up to `cur` (written in `ring` since the last call) to the device: the
     /// doorbell record, then the doorbell — the whole WQE into the BlueFlame register when the
     /// batch was one WQE with inline data (`lone_inline`) that fits half of it, as rdma-core 56
@@ -178,6 +196,109 @@ impl SqDoorbell {
         }
         self.bf.offset ^= self.bf.half;
         self.cur = cur;
+    }
+}
+
+/// One batch's hold on a send ring (rdma-core's `ibv_wr_start` … `ibv_wr_complete` over
+/// `mlx5_wq`): the WQEBBs, exclusively borrowed; the book where each request's `wr_id` and the
+/// WQEBB counter after it are kept (`book.rs`); the counter the device has completed up to;
+/// the producer, what is known to be free, and the last control word written. Writers put a
+/// WQE's segments at [`SendRing::slot`] (`send_wqe.rs`), then [`SendRing::commit`] it; the
+/// batch's end publishes everything committed ([`SqDoorbell::publish`]).
+pub(crate) struct SendRing<'b> {
+    sq: SlotsMut<'b, WQEBB>,
+    /// Per WQEBB: the request's `wr_id` at 0 and the WQEBB counter after it at 8.
+    book: Slots<'b, 16>,
+    /// WQEBB counter up to which the device has completed requests.
+    tail: &'b AtomicU16,
+    /// WQEBBs written (the doorbell record's counter once published).
+    cur: u16,
+    /// WQEBBs known to be free; refreshed from `tail` when a request needs more.
+    room: u16,
+    size: u16,
+    /// First 8 bytes of the last control segment (the doorbell's value); 0 while nothing is
+    /// written (a control word holds the QPN and a DS count of at least 1).
+    last_ctrl: u64,
+}
+
+impl<'b> SendRing<'b> {
+    /// A hold on `sq` (of `size` WQEBBs) and its `book`, the producer at `cur`.
+    #[inline(always)]
+    pub(crate) fn new(
+        sq: SlotsMut<'b, WQEBB>,
+        book: Slots<'b, 16>,
+        tail: &'b AtomicU16,
+        cur: u16,
+        size: u16,
+    ) -> Self {
+        SendRing {
+            sq,
+            book,
+            tail,
+            cur,
+            room: 0,
+            size,
+            last_ctrl: 0,
+        }
+    }
+
+    /// Makes sure `bbs` WQEBBs are free.
+    ///
+    /// # Errors
+    /// [`Error::QueueFull`] when the device has not completed enough.
+    #[inline(always)]
+    pub(crate) fn reserve(&mut self, bbs: u16) -> Result<(), Error> {
+        if bbs > self.room {
+            let tail = self.tail.load(Ordering::Acquire);
+            self.room = self.size.saturating_sub(self.cur.wrapping_sub(tail));
+            if bbs > self.room {
+                return Err(Error::QueueFull);
+            }
+        }
+        Ok(())
+    }
+
+    /// The producer: the WQEBB the next WQE starts at.
+    #[inline(always)]
+    pub(crate) fn cur(&self) -> u16 {
+        self.cur
+    }
+
+    /// WQEBB `k` of the WQE being written (the index wraps at the ring's end).
+    #[inline(always)]
+    pub(crate) fn slot(&self, k: u16) -> Slot<'_, WQEBB> {
+        self.sq.slot(usize::from(self.cur.wrapping_add(k)))
+    }
+
+    /// The ring's WQEBBs, for writers that run across several (data lists, inline data).
+    #[inline(always)]
+    pub(crate) fn slots(&self) -> &SlotsMut<'b, WQEBB> {
+        &self.sq
+    }
+
+    /// The WQE of `bbs` WQEBBs at the producer, whose control segment starts with `ctrl`, is
+    /// written: its `wr_id` goes into the book and the producer moves past it.
+    #[inline(always)]
+    pub(crate) fn commit(&mut self, wr_id: u64, bbs: u16, ctrl: u64) {
+        let next = self.cur.wrapping_add(bbs);
+        let b = self.book.slot(usize::from(self.cur));
+        b.write_ne64(0, wr_id);
+        b.write_ne16(8, next);
+        self.cur = next;
+        self.room -= bbs;
+        self.last_ctrl = ctrl;
+    }
+
+    /// The first 8 bytes of the last control segment committed (0: none).
+    #[cfg(test)]
+    pub(crate) fn last_ctrl(&self) -> u64 {
+        self.last_ctrl
+    }
+
+    /// The ring's WQEBBs, the producer and the last control word, for the batch's end.
+    #[inline(always)]
+    pub(crate) fn into_parts(self) -> (SlotsMut<'b, WQEBB>, u16, u64) {
+        (self.sq, self.cur, self.last_ctrl)
     }
 }
 

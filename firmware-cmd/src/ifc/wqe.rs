@@ -88,23 +88,6 @@ crate::ifc! {
         /// Length | [`INLINE_SEG`] ([`inline_seg_byte_count`]).
         0x00 byte_count: 32,
     }
-    /// UMR control segment, after the control segment of a UMR WQE (qp.h
-    /// `struct mlx5_wqe_umr_ctrl_seg`, 48 bytes). The mkey segment ([`Mkc`](crate::ifc::Mkc)
-    /// layout, qp.h `struct mlx5_mkey_seg`) follows it, then the translation: inline, or a
-    /// [`WqeDataSeg`] pointing at it.
-    pub struct WqeUmrCtrlSeg => wqe_umr_ctrl_seg: 0x180 bits {
-        /// See [`umr_flags`].
-        0x000 flags: 8,
-        /// Translation entries carried, in 16-byte octowords.
-        0x020 xlt_octowords: 16,
-        /// Where in the mkey's table the entries go, in octowords, bits 15:0 (with
-        /// [`umr_flags::TRANSLATION_OFFSET_EN`]).
-        0x030 xlt_offset: 16,
-        /// Which mkey-segment fields to apply, see [`mkey_mask`].
-        0x040 mkey_mask: 64,
-        /// Bits 47:16 of the translation offset (`umr_extended_translation_offset`).
-        0x080 xlt_offset_47_16: 32,
-    }
     /// Datagram segment = address vector for UD (and DC) sends (`struct mlx5_wqe_datagram_seg`,
     /// `struct mlx5_av`, 48 bytes).
     pub struct WqeDatagramSeg => wqe_datagram_seg: 0x180 bits {
@@ -216,62 +199,6 @@ pub mod wqe_opcode {
     /// ASO access.
     pub const ACCESS_ASO: u8 = 0x2d;
 }
-
-/// `wqe_umr_ctrl_seg.flags` (device.h `MLX5_UMR_*`).
-pub mod umr_flags {
-    /// `xlt_offset` / `xlt_offset_47_16` say where the entries go.
-    pub const TRANSLATION_OFFSET_EN: u8 = 1 << 4;
-    /// Fail unless the mkey is not free.
-    pub const CHECK_NOT_FREE: u8 = 1 << 5;
-    /// Fail if the mkey is free.
-    pub const CHECK_FREE: u8 = 2 << 5;
-    /// The WQE carries no data segment (the translation, if any, is inline).
-    pub const INLINE: u8 = 1 << 7;
-}
-
-/// `wqe_umr_ctrl_seg.mkey_mask` bits: the mkey-segment fields a UMR applies (device.h
-/// `MLX5_MKEY_MASK_*`).
-pub mod mkey_mask {
-    /// `len` (and `length64`).
-    pub const LEN: u64 = 1 << 0;
-    /// `log_page_size`.
-    pub const PAGE_SIZE: u64 = 1 << 1;
-    /// `start_addr`.
-    pub const START_ADDR: u64 = 1 << 6;
-    /// `pd`.
-    pub const PD: u64 = 1 << 7;
-    /// `en_rinval`.
-    pub const EN_RINVAL: u64 = 1 << 8;
-    /// Signature error enable.
-    pub const EN_SIGERR: u64 = 1 << 9;
-    /// `bsf_en`.
-    pub const BSF_EN: u64 = 1 << 12;
-    /// `mkey_7_0`, the key's variant.
-    pub const KEY: u64 = 1 << 13;
-    /// `qpn`.
-    pub const QPN: u64 = 1 << 14;
-    /// Local read.
-    pub const LR: u64 = 1 << 17;
-    /// Local write.
-    pub const LW: u64 = 1 << 18;
-    /// Remote read.
-    pub const RR: u64 = 1 << 19;
-    /// Remote write.
-    pub const RW: u64 = 1 << 20;
-    /// Remote atomic.
-    pub const A: u64 = 1 << 21;
-    /// Small fence.
-    pub const SMALL_FENCE: u64 = 1 << 23;
-    /// `relaxed_ordering_write`.
-    pub const RELAXED_ORDERING_WRITE: u64 = 1 << 25;
-    /// `free`.
-    pub const FREE: u64 = 1 << 29;
-    /// `relaxed_ordering_read`.
-    pub const RELAXED_ORDERING_READ: u64 = 1 << 47;
-}
-
-/// Bytes in a UMR translation octoword (`MLX5_IB_UMR_OCTOWORD`): two MTT entries.
-pub const UMR_OCTOWORD: usize = 16;
 
 /// Bits of `wqe_ctrl_seg.fm_ce_se`: fence mode 7:5, completion 3:2, solicited 1
 /// (qp.h `MLX5_WQE_CTRL_*`, `MLX5_FENCE_MODE_*`).
@@ -483,47 +410,6 @@ mod tests {
                 0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 2, 0xc9, 3, 0, 0, 0, 1
             ]
         );
-    }
-
-    #[test]
-    fn golden_umr_control_segment() {
-        // qp.h struct mlx5_wqe_umr_ctrl_seg: flags u8 at 0, xlt_octowords BE16 at 4,
-        // xlt_offset BE16 at 6, mkey_mask BE64 at 8, xlt_offset_47_16 BE32 at 16; 48 bytes.
-        // Values as Linux 6.12 umr.c builds the last chunk of an MTT load that enables a key:
-        // CHECK_NOT_FREE | TRANSLATION_OFFSET_EN, mask LEN|PAGE_SIZE|START_ADDR|PD|KEY|
-        // LR|LW|RR|RW|A|FREE.
-        let mut b = [0x77u8; 48];
-        let mask = mkey_mask::LEN
-            | mkey_mask::PAGE_SIZE
-            | mkey_mask::START_ADDR
-            | mkey_mask::PD
-            | mkey_mask::KEY
-            | mkey_mask::LR
-            | mkey_mask::LW
-            | mkey_mask::RR
-            | mkey_mask::RW
-            | mkey_mask::A
-            | mkey_mask::FREE;
-        ViewMut::<WqeUmrCtrlSeg>::zeroed(&mut b)
-            .unwrap()
-            .set(
-                wqe_umr_ctrl_seg::flags,
-                umr_flags::CHECK_NOT_FREE | umr_flags::TRANSLATION_OFFSET_EN,
-            )
-            .set(wqe_umr_ctrl_seg::xlt_octowords, 4u16)
-            .set(wqe_umr_ctrl_seg::xlt_offset, 0x1234u16)
-            .set(wqe_umr_ctrl_seg::mkey_mask, mask)
-            .set(wqe_umr_ctrl_seg::xlt_offset_47_16, 0xabu32);
-        let mut want = [0u8; 48];
-        want[0] = 0x30;
-        want[4..8].copy_from_slice(&[0, 4, 0x12, 0x34]);
-        want[8..16].copy_from_slice(&[0, 0, 0, 0, 0x20, 0x3e, 0x20, 0xc3]);
-        want[16..20].copy_from_slice(&[0, 0, 0, 0xab]);
-        assert_eq!(b, want);
-        assert_eq!(WqeUmrCtrlSeg::BYTES, 48);
-        // device.h: INLINE 1 << 7, CHECK_FREE 2 << 5, RELAXED_ORDERING_READ 1 << 47.
-        assert_eq!(umr_flags::INLINE | umr_flags::CHECK_FREE, 0xc0);
-        assert_eq!(mkey_mask::RELAXED_ORDERING_READ, 0x8000_0000_0000);
     }
 
     #[test]
