@@ -20,7 +20,7 @@ import importlib.util
 import os
 import sys
 
-MODEL_MAX_LOOP = 17
+MODEL_MAX_LOOP = 0
 DRIVER_MAX_LOOP = 11
 DRIVER_MAX_UPWARD = 15
 

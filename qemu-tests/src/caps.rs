@@ -302,6 +302,38 @@ pub fn check_set_general(req: &[u8], cur: &[u8], max: &[u8]) -> Result<(), &'sta
     Ok(())
 }
 
+/// The capabilities firmware reports (QUERY_HCA_CAP) and the driver may change (SET_HCA_CAP):
+/// general and atomic, each as its maximum and its current value.
+pub(crate) struct Caps {
+    /// General capabilities, maximum.
+    pub(crate) max: Vec<u8>,
+    /// General capabilities, current.
+    pub(crate) cur: Vec<u8>,
+    /// Atomic capabilities, maximum.
+    pub(crate) atomic_max: Vec<u8>,
+    /// Atomic capabilities, current.
+    pub(crate) atomic_cur: Vec<u8>,
+}
+
+impl Caps {
+    /// What a device of configuration `cfg` reports after a reset.
+    pub(crate) fn new(cfg: &ModelConfig) -> Self {
+        let (max, cur) = general_caps(cfg);
+        let (atomic_max, atomic_cur) = atomic_caps(cfg);
+        Caps {
+            max,
+            cur,
+            atomic_max,
+            atomic_cur,
+        }
+    }
+}
+
+/// The current general capability `f` in `caps_cur` (`cmd_hca_cap` as firmware reports it).
+pub(crate) fn cap(caps_cur: &[u8], f: Field<CmdHcaCap>) -> u64 {
+    bareverbs_firmware_cmd::layout::get_bits(&caps_cur[..CAP_BYTES], f.bit, f.width)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

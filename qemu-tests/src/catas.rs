@@ -14,16 +14,16 @@
 
 use bareverbs_firmware_cmd::ifc::event_type;
 
-use crate::hca::Hca;
+use crate::data_path::DataPath;
+use crate::eq::qp_srq_event_data;
 use crate::qp::QpState;
-use crate::wqe_exec::qp_srq_event_data;
 
-impl Hca {
+impl DataPath<'_> {
     /// QP `qpn` cannot go on: it moves to ERR (what is posted is flushed where its CQ still
     /// takes completions) and WQ_CATAS_ERROR names it. Once per stay out of ERR; a QP in RESET
     /// (or gone) raises nothing.
     pub(crate) fn qp_fatal(&mut self, qpn: u32) {
-        let Some(qp) = self.qps.get(&qpn) else {
+        let Some(qp) = self.objects.qps.get(&qpn) else {
             return;
         };
         if matches!(qp.state, QpState::Err | QpState::Rst) {
@@ -39,7 +39,7 @@ impl Hca {
     /// SRQ `srqn` cannot be read: it stops giving WQEs, SRQ_CATAS_ERROR names it, and the QPs
     /// receiving from it go to ERR. Once, until the SRQ is made ready again.
     pub(crate) fn srq_fatal(&mut self, srqn: u32) {
-        let Some(s) = self.srqs.get_mut(&srqn) else {
+        let Some(s) = self.objects.srqs.get_mut(&srqn) else {
             return;
         };
         if !s.good {
@@ -49,6 +49,7 @@ impl Hca {
         log::warn!("model: SRQ {srqn:#x} catastrophic error");
         self.post_event(event_type::SRQ_CATAS_ERROR, 0, qp_srq_event_data(0, srqn));
         let users: Vec<u32> = self
+            .objects
             .qp_srqs
             .iter()
             .filter(|(_, &(s, _))| s == srqn)

@@ -8,9 +8,11 @@ use bareverbs_firmware_cmd::ifc::{
 use bareverbs_firmware_cmd::layout::{Layout, View};
 use bareverbs_firmware_cmd::{CmdStatus, DeliveryStatus, Opcode};
 
+use crate::cmdq_state::Pending;
 use crate::config::FaultAction;
 use crate::dma::AddressSpaceExt;
-use crate::hca::{Hca, Pending, LOG_CMDQ_SIZE, LOG_CMDQ_STRIDE};
+use crate::hca::Hca;
+use crate::init_segment::{LOG_CMDQ_SIZE, LOG_CMDQ_STRIDE};
 use crate::trace::{ModelEvent, TraceEntry};
 
 /// Largest message the model accepts (a sane bound on a chain; real firmware has one too).
@@ -36,11 +38,15 @@ impl Hca {
             self.now_ns() + u64::try_from(self.cfg.command_latency.as_nanos()).unwrap_or(u64::MAX);
         // Completion EQEs are for commands rung while an EQ takes them: Linux polls for the
         // CREATE_EQ that creates its command EQ and expects no event for it.
-        let event = self.eqs.values().any(|e| e.subscribed(event_type::CMD));
+        let event = self
+            .objects
+            .eqs
+            .values()
+            .any(|e| e.subscribed(event_type::CMD));
         for slot in 0..(1u32 << LOG_CMDQ_SIZE) {
-            if bits & (1 << slot) != 0 && !self.pending.iter().any(|p| p.slot == slot) {
-                self.stalled &= !(1 << slot);
-                self.pending.push(Pending {
+            if bits & (1 << slot) != 0 && !self.cmdq.pending.iter().any(|p| p.slot == slot) {
+                self.cmdq.stalled &= !(1 << slot);
+                self.cmdq.pending.push(Pending {
                     slot,
                     due_ns: due,
                     wait_pages: None,
@@ -54,18 +60,13 @@ impl Hca {
     /// Executes every pending command whose time has come.
     pub fn run_due(&mut self) {
         self.sync_faults();
-        // CQEs and EQEs held back by injected faults, once due.
-        self.release_late();
-        // Send queues that waited on a receiver or a busy HCA get another go.
-        for qpn in std::mem::take(&mut self.stalled_sqs) {
-            self.run_sq(qpn);
-        }
-        self.flush_err_rqs();
-        self.drain_eth_inbox();
+        // CQEs and EQEs held back by injected faults once due, send queues that waited,
+        // flushes, Ethernet frames that arrived while the HCA was busy.
+        self.data_path().round();
         let now = self.now_ns();
         let mut i = 0;
-        while i < self.pending.len() {
-            let p = self.pending[i];
+        while i < self.cmdq.pending.len() {
+            let p = self.cmdq.pending[i];
             let ready = p.due_ns <= now && p.wait_pages.is_none_or(|n| self.pages.len() >= n);
             if !ready {
                 i += 1;
@@ -73,18 +74,18 @@ impl Hca {
             }
             match self.execute_slot(p.slot, p.wait_pages.is_some()) {
                 Outcome::Hold(wait) => {
-                    self.pending[i].wait_pages = wait;
+                    self.cmdq.pending[i].wait_pages = wait;
                     i += 1;
                 }
                 Outcome::Stall => {
-                    self.stalled |= 1 << p.slot;
-                    self.pending.remove(i);
+                    self.cmdq.stalled |= 1 << p.slot;
+                    self.cmdq.pending.remove(i);
                 }
                 Outcome::Drop => {
-                    self.pending.remove(i);
+                    self.cmdq.pending.remove(i);
                 }
                 Outcome::Done(delivery, out, opcode, op_mod) => {
-                    self.pending.remove(i);
+                    self.cmdq.pending.remove(i);
                     self.complete(p.slot, delivery, &out, opcode, op_mod, p.event);
                 }
             }
@@ -92,7 +93,7 @@ impl Hca {
     }
 
     fn entry_iova(&self, slot: u32) -> u64 {
-        self.cmdq_addr + (u64::from(slot) << LOG_CMDQ_STRIDE)
+        self.init_seg.cmdq_addr + (u64::from(slot) << LOG_CMDQ_STRIDE)
     }
 
     fn execute_slot(&mut self, slot: u32, resumed: bool) -> Outcome {
@@ -153,8 +154,8 @@ impl Hca {
                 }
             }
             if let Some((op, n)) = self.cfg.faults.pages_before {
-                if op == opcode && !self.pages_before_done {
-                    self.pages_before_done = true;
+                if op == opcode && !self.cmdq.pages_before_done {
+                    self.cmdq.pages_before_done = true;
                     self.request_pages(n);
                     if n > 0 {
                         return Outcome::Hold(Some(self.pages.len() + n as usize));
@@ -181,11 +182,11 @@ impl Hca {
             if f.opcode != opcode || f.op_mod.is_some_and(|m| m != op_mod) {
                 continue;
             }
-            if self.fault_hits.len() <= i {
-                self.fault_hits.resize(i + 1, 0);
+            if self.cmdq.fault_hits.len() <= i {
+                self.cmdq.fault_hits.resize(i + 1, 0);
             }
-            self.fault_hits[i] += 1;
-            let hit = self.fault_hits[i];
+            self.cmdq.fault_hits[i] += 1;
+            let hit = self.cmdq.fault_hits[i];
             if hit > f.skip && f.times.is_none_or(|t| hit <= f.skip + t) {
                 return Some(f.action);
             }
@@ -312,8 +313,8 @@ impl Hca {
             syndrome,
         };
         log::debug!("model: {t}");
-        self.trace.push(t);
-        self.events.push(ModelEvent::Command(t));
+        self.logs.trace.push(t);
+        self.logs.events.push(ModelEvent::Command(t));
         if event {
             let mut data = [0u8; 28];
             data[..4].copy_from_slice(&(1u32 << slot).to_be_bytes());

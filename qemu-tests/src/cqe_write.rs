@@ -7,6 +7,20 @@ use bareverbs_firmware_cmd::ifc::{
 };
 use bareverbs_firmware_cmd::ViewMut;
 
+/// The CQE error syndromes the model writes: short names for the values of
+/// [`CqeSyndrome`](bareverbs_firmware_cmd::ifc::CqeSyndrome), the one table.
+pub(crate) mod synd {
+    use bareverbs_firmware_cmd::ifc::CqeSyndrome as S;
+    pub const LOCAL_LENGTH: u8 = S::LocalLengthErr.raw();
+    pub const LOCAL_QP_OP: u8 = S::LocalQpOpErr.raw();
+    pub const LOCAL_PROT: u8 = S::LocalProtErr.raw();
+    pub const REMOTE_INVAL_REQ: u8 = S::RemoteInvalReqErr.raw();
+    pub const REMOTE_ACCESS: u8 = S::RemoteAccessErr.raw();
+    pub const TRANSPORT_RETRY_EXC: u8 = S::TransportRetryExcErr.raw();
+    pub const RNR_RETRY_EXC: u8 = S::RnrRetryExcErr.raw();
+    pub const WR_FLUSH: u8 = S::WrFlushErr.raw();
+}
+
 /// What a successful completion carries besides its opcode.
 #[derive(Clone, Copy, Default)]
 pub(crate) struct CqeFields<'a> {
@@ -14,7 +28,7 @@ pub(crate) struct CqeFields<'a> {
     pub sop_drop_qpn: u32,
     /// The WQE counter: a send WQE's index, or the receive's.
     pub wqe_counter: u16,
-    /// `srqn_uidx` (see `Hca::cqe_srqn_uidx`).
+    /// `srqn_uidx` (see `DataPath::cqe_srqn_uidx`).
     pub srqn_uidx: u32,
     pub byte_cnt: u32,
     /// Immediate data or the P_Key index (responder).

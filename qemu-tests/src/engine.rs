@@ -7,7 +7,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::eth::Inbox;
+use crate::fabric::{Responder, Station};
 use crate::hca::Hca;
+use crate::request::{Request, Response};
 
 /// How often the engine looks at the device without being woken.
 const IDLE_POLL: Duration = Duration::from_micros(200);
@@ -46,6 +49,42 @@ impl Device {
     /// Wakes the engine (after a doorbell).
     pub fn notify(&self) {
         self.wake.notify_one();
+    }
+}
+
+impl Station for Device {
+    fn inbox(&self) -> Option<Inbox> {
+        self.lock().eth.as_ref().map(|e| e.inbox.clone())
+    }
+
+    fn try_respond(&self, req: &Request) -> Option<Response> {
+        Some(self.try_lock()?.respond(req))
+    }
+
+    fn try_enter(&self) -> Option<Box<dyn Responder + '_>> {
+        Some(Box::new(self.try_lock()?))
+    }
+
+    fn try_receive_frame(&self, frame: &[u8]) -> bool {
+        let Some(mut hca) = self.try_lock() else {
+            return false;
+        };
+        hca.data_path().eth_receive(frame, false);
+        true
+    }
+
+    fn notify(&self) {
+        Device::notify(self);
+    }
+}
+
+impl Responder for MutexGuard<'_, Hca> {
+    fn respond(&mut self, req: &Request) -> Response {
+        self.data_path().respond(req)
+    }
+
+    fn mcg_members(&self, mgid: &[u8; 16]) -> Vec<u32> {
+        self.objects.mcg_members(mgid)
     }
 }
 

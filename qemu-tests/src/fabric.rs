@@ -10,15 +10,41 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::engine::Device;
+use crate::eth::Inbox;
 use crate::pcap::Capture;
+use crate::request::{Request, Response};
+
+/// An HCA joined to the fabric, as the fabric and the requesters on it reach it
+/// ([`Device`](crate::engine::Device), an HCA behind its lock, is the one there is). Each call
+/// that needs the HCA takes its lock only if it is free.
+pub(crate) trait Station: Send + Sync {
+    /// Where its Ethernet frames wait while it is busy (Ethernet HCAs only).
+    fn inbox(&self) -> Option<Inbox>;
+    /// Its responder answers `req`; `None` when the HCA is busy.
+    fn try_respond(&self, req: &Request) -> Option<Response>;
+    /// The HCA, held for answering several requests together (a multicast); `None` when it is
+    /// busy.
+    fn try_enter(&self) -> Option<Box<dyn Responder + '_>>;
+    /// The frame arrives at its Ethernet port; false when the HCA is busy.
+    fn try_receive_frame(&self, frame: &[u8]) -> bool;
+    /// Wakes its engine (after a request or a frame).
+    fn notify(&self);
+}
+
+/// An HCA held by a requester on another HCA ([`Station::try_enter`]).
+pub(crate) trait Responder {
+    /// Its responder answers `req`.
+    fn respond(&mut self, req: &Request) -> Response;
+    /// Its UD QPs attached to multicast group `mgid`.
+    fn mcg_members(&self, mgid: &[u8; 16]) -> Vec<u32>;
+}
 
 struct Member {
     base_lid: u16,
     lids: u16,
-    dev: Weak<Device>,
+    dev: Weak<dyn Station>,
     /// Where Ethernet frames wait while the HCA is busy (Ethernet HCAs only).
-    inbox: Option<crate::eth::Inbox>,
+    inbox: Option<Inbox>,
 }
 
 /// HCAs that can reach each other.
@@ -39,14 +65,15 @@ impl Fabric {
     }
 
     /// Attaches `dev`, whose ports have LIDs `base_lid..base_lid + lids`.
-    pub fn join(&self, base_lid: u16, lids: u16, dev: &Arc<Device>) {
-        let inbox = dev.lock().eth.as_ref().map(|e| e.inbox.clone());
+    pub(crate) fn join<S: Station + 'static>(&self, base_lid: u16, lids: u16, dev: &Arc<S>) {
+        let inbox = dev.inbox();
+        let dev: Weak<S> = Arc::downgrade(dev);
         let mut m = self.members.lock().unwrap_or_else(|e| e.into_inner());
         m.retain(|x| x.dev.strong_count() > 0);
         m.push(Member {
             base_lid,
             lids,
-            dev: Arc::downgrade(dev),
+            dev: dev as Weak<dyn Station>,
             inbox,
         });
     }
@@ -55,11 +82,11 @@ impl Fabric {
     /// other Ethernet HCA of the fabric and the TAP interface, if any (a hub: each one's flow
     /// steering decides what to keep). An HCA that is busy finds the frame in its inbox on its
     /// next round.
-    pub(crate) fn send_frame(&self, from: &crate::eth::Inbox, frame: &[u8]) {
+    pub(crate) fn send_frame(&self, from: &Inbox, frame: &[u8]) {
         if self.capturing() {
             self.record_eth(frame);
         }
-        let targets: Vec<(Arc<Device>, crate::eth::Inbox)> = {
+        let targets: Vec<(Arc<dyn Station>, Inbox)> = {
             let m = self.members.lock().unwrap_or_else(|e| e.into_inner());
             m.iter()
                 .filter_map(|x| Some((x.dev.upgrade()?, x.inbox.clone()?)))
@@ -71,21 +98,18 @@ impl Fabric {
             t.write(frame);
         }
         for (dev, inbox) in targets {
-            match dev.try_lock() {
-                Some(mut hca) => hca.eth_receive(frame, false),
-                None => {
-                    inbox
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push_back(frame.to_vec());
-                }
+            if !dev.try_receive_frame(frame) {
+                inbox
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push_back(frame.to_vec());
             }
             dev.notify();
         }
     }
 
     /// Every HCA of the fabric but the one whose base LID `is_self` recognises.
-    pub fn members_except(&self, is_self: impl Fn(u16) -> bool) -> Vec<Arc<Device>> {
+    pub(crate) fn members_except(&self, is_self: impl Fn(u16) -> bool) -> Vec<Arc<dyn Station>> {
         let m = self.members.lock().unwrap_or_else(|e| e.into_inner());
         m.iter()
             .filter(|x| !is_self(x.base_lid))
@@ -159,6 +183,25 @@ impl Fabric {
         }
     }
 
+    /// Joins the TAP interface `name` (created if it does not exist) to the wire. A thread
+    /// carries the kernel's frames onto the wire until the interface goes away or the fabric
+    /// is dropped.
+    ///
+    /// # Errors
+    /// Opening `/dev/net/tun` or creating the interface (root is needed).
+    pub fn attach_tap(self: &Arc<Self>, name: &str) -> io::Result<()> {
+        let fabric: Weak<Fabric> = Arc::downgrade(self);
+        let port = crate::tap::TapPort::open(name, move |id, frame| {
+            let Some(f) = fabric.upgrade() else {
+                return false;
+            };
+            f.send_frame(id, frame);
+            true
+        })?;
+        self.set_tap(Some(port));
+        Ok(())
+    }
+
     /// Sets the TAP interface on the wire.
     pub(crate) fn set_tap(&self, tap: Option<Arc<crate::tap::TapPort>>) {
         *self.tap.lock().unwrap_or_else(|e| e.into_inner()) = tap;
@@ -178,7 +221,7 @@ impl Fabric {
     }
 
     /// The HCA that owns `lid`.
-    pub fn find(&self, lid: u16) -> Option<Arc<Device>> {
+    pub(crate) fn find(&self, lid: u16) -> Option<Arc<dyn Station>> {
         let m = self.members.lock().unwrap_or_else(|e| e.into_inner());
         m.iter()
             .find(|x| lid >= x.base_lid && lid < x.base_lid.saturating_add(x.lids))

@@ -1,24 +1,33 @@
-//! The modelled HCA: its firmware state and BAR0 as the driver sees it — the initialization
-//! segment, the health buffer and counter, the timer and the UAR doorbell pages
-//! (mlx5-reference 01 §3, 06 §2, 07 §1).
+//! The modelled HCA: BAR0 as the driver sees it — each access sent to the part that owns the
+//! register (the initialization segment, `init_segment.rs`; the command doorbell, `cmdq.rs`;
+//! the MSI-X table, `msix.rs`; the UAR doorbell pages, the data path) — its firmware state,
+//! and the parts it is made of: the object tables (`objects.rs`), the ports, the logs, and the
+//! data path (`data_path.rs`), lent those it works on (mlx5-reference 01 §3, 06 §2, 07 §1).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use bareverbs_firmware_cmd::ifc::{uar_offset, CMD_IF_REV, UAR_PAGE_SIZE};
-use bareverbs_firmware_cmd::init_seg::{self, HEALTH_BUFFER_OFFSET};
+use bareverbs_firmware_cmd::ifc::{uar_offset, UAR_PAGE_SIZE};
 
 use crate::caps;
 use crate::clock::SimClock;
+use crate::cmdq_state::CmdqState;
 use crate::config::ModelConfig;
 use crate::cq::Cq;
+use crate::data_path::{DataPath, DataPathState};
 use crate::dma::{AddressSpace, DmaFault};
 use crate::eq::Eq;
+use crate::init_segment::{InitSegment, CMD_DBELL};
+pub use crate::init_segment::{LOG_CMDQ_SIZE, LOG_CMDQ_STRIDE};
 use crate::mkey::Mkey;
-use crate::num_table::NumTable;
+use crate::msix::Msix;
+pub use crate::msix::{IrqSink, MSIX_PBA_OFFSET, MSIX_TABLE_OFFSET};
+use crate::objects::Objects;
+use crate::port::Port;
 use crate::qp::Qp;
 use crate::srq::Srq;
-use crate::trace::{ModelEvent, TraceEntry};
+use crate::trace::{Logs, ModelEvent};
+use crate::work_counters::WorkCounters;
 
 /// Firmware life-cycle state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,204 +40,83 @@ pub enum HcaState {
     Initialized,
 }
 
-/// log2 of the number of command slots the model offers.
-pub const LOG_CMDQ_SIZE: u32 = 5;
-/// log2 of the command entry stride.
-pub const LOG_CMDQ_STRIDE: u32 = 6;
 /// First UAR index handed out: past the initialization segment (pages 0–2) and the MSI-X
 /// table and PBA (pages 2–3).
 pub const FIRST_UAR: u32 = 8;
-/// MSI-X table offset in BAR0 (what ConnectX parts are commonly reported to use; RIG.md).
-pub const MSIX_TABLE_OFFSET: usize = 0x2000;
-/// MSI-X PBA offset in BAR0.
-pub const MSIX_PBA_OFFSET: usize = 0x3000;
-/// How often the health counter advances.
-const HEALTH_TICK_NS: u64 = 10_000_000;
-
-// The initialization segment's registers, at the offsets `init_seg` names.
-const FW_REV: usize = init_seg::fw_rev::OFFSET.0;
-const CMDIF_REV: usize = init_seg::cmdif_rev_fw_sub::OFFSET.0;
-const CMDQ_ADDR_H: usize = init_seg::cmdq_addr_h::OFFSET.0;
-const CMDQ_ADDR_L_SZ: usize = init_seg::cmdq_addr_l_sz::OFFSET.0;
-const CMD_DBELL: usize = init_seg::cmd_dbell::OFFSET.0;
-const INITIALIZING: usize = init_seg::initializing::OFFSET.0;
-const TIMER_H: usize = init_seg::internal_timer_h::OFFSET.0;
-const TIMER_L: usize = init_seg::internal_timer_l::OFFSET.0;
-const HEALTH_COUNTER: usize = init_seg::health_counter::OFFSET.0;
-
-/// A command waiting in a slot.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Pending {
-    pub slot: u32,
-    pub due_ns: u64,
-    /// A command-completion EQ existed when the doorbell rang: report completion with an EQE.
-    pub event: bool,
-    /// Held until firmware has this many pages.
-    pub wait_pages: Option<usize>,
-}
-
-/// Per-port state.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Port {
-    pub up: bool,
-    pub lid: u16,
-    /// Traffic through the port, as the performance management agent reports it.
-    pub counters: crate::pma::PortCounters,
-}
-
-/// Callback that raises an MSI-X vector.
-pub type IrqSink = Box<dyn FnMut(u16) + Send>;
-
 /// The device.
 pub struct Hca {
     pub(crate) cfg: ModelConfig,
     pub(crate) clock: Arc<SimClock>,
     pub(crate) dma: Arc<dyn AddressSpace>,
-    irq: Option<IrqSink>,
-    reset_ns: u64,
-    // Initialization segment.
-    pub(crate) cmdq_addr: u64,
-    pub(crate) nic_interface: u32,
-    health_frozen_at: Option<u32>,
-    pub(crate) health_synd: u8,
-    pub(crate) health_rfr: bool,
-    msix: Vec<u8>,
-    // Command engine.
-    pub(crate) pending: Vec<Pending>,
-    pub(crate) stalled: u32,
-    pub(crate) fault_hits: Vec<u32>,
-    pub(crate) pages_before_done: bool,
+    /// BAR0's initialization segment.
+    pub(crate) init_seg: InitSegment,
+    msix: Msix,
+    /// The command queue engine's state.
+    pub(crate) cmdq: CmdqState,
     // Firmware objects.
     pub(crate) state: HcaState,
     pub(crate) issi: u16,
     pub(crate) pages: BTreeSet<u64>,
     pub(crate) regular_pages: usize,
     pub(crate) host_endianness: Option<u8>,
-    pub(crate) caps_max: Vec<u8>,
-    pub(crate) caps_cur: Vec<u8>,
-    pub(crate) atomic_caps_max: Vec<u8>,
-    pub(crate) atomic_caps_cur: Vec<u8>,
+    /// The capabilities firmware reports.
+    pub(crate) caps: caps::Caps,
     /// The Ethernet NIC (`eth/`), present when the port type is Ethernet.
     pub(crate) eth: Option<crate::eth::Eth>,
-    pub(crate) uars: BTreeSet<u32>,
-    pub(crate) eqs: BTreeMap<u8, Eq>,
-    pub(crate) pds: BTreeSet<u32>,
-    pub(crate) tds: BTreeSet<u32>,
-    pub(crate) mkeys: NumTable<Mkey>,
-    pub(crate) cqs: NumTable<Cq>,
-    /// QPs and DCTs (one number space).
-    pub(crate) qps: NumTable<Qp>,
-    pub(crate) xrcds: BTreeSet<u32>,
-    /// SRQs, XRC SRQs and RMPs: one number space.
-    pub(crate) srqs: BTreeMap<u32, Srq>,
-    /// QPs receiving from a shared receive queue: QPN → (SRQ number, XRC domain).
-    pub(crate) qp_srqs: BTreeMap<u32, (u32, u32)>,
+    /// The object tables.
+    pub(crate) objects: Objects,
     /// P_Key table entries an SM set: (port, index) → P_Key (`subnet.rs`).
     pub(crate) pkeys: BTreeMap<(u8, u16), u16>,
     /// Alias GUIDs an SM assigned: (port, GID index) → GUID (`subnet.rs`).
     pub(crate) alias_guids: BTreeMap<(u8, u16), u64>,
-    /// Multicast groups: the UD QPs attached to each MGID (ATTACH_TO_MCG).
-    pub(crate) mcgs: BTreeMap<[u8; 16], std::collections::BTreeSet<u32>>,
-    /// Send queues waiting to be run again (receiver not ready, or its HCA busy).
-    pub(crate) stalled_sqs: BTreeSet<u32>,
-    /// The message buffer a send request is gathered into, kept between requests so the
-    /// data path does not allocate per WQE.
-    pub(crate) payload_buf: Vec<u8>,
-    /// The bytes of the send WQE being executed (`wqe_exec.rs`, `wqe_parse.rs`), kept for the same reason.
-    pub(crate) wqe_buf: Vec<u8>,
-    /// CQEs and EQEs held back by injected faults (`late.rs`).
-    pub(crate) late: crate::late::LateQueue,
-    /// UMR work requests executed, and refused with an error completion.
-    pub(crate) umrs: (u64, u64),
-    /// CQEs written with their data inside (scatter to CQE).
-    pub(crate) scattered_to_cqe: u64,
-    /// 8-byte words of WQEs written into BlueFlame registers after their doorbell word.
-    pub(crate) blueflame_words: u64,
-    /// Send WQEs executed with the initiator small fence (`fm_ce_se` fence mode 1).
-    pub(crate) small_fenced: u64,
-    /// QPs, CQs and SRQs created with a non-zero `page_offset`.
-    pub(crate) offset_queues: u64,
+    /// What the data path keeps between doorbells.
+    pub(crate) data_path_state: DataPathState,
+    /// What the device counted of its work.
+    pub(crate) counters: WorkCounters,
     /// The fabric joining this HCA to others, if any.
     pub(crate) fabric: Option<std::sync::Arc<crate::fabric::Fabric>>,
-    pub(crate) next_object: u32,
     pub(crate) driver_version: Option<String>,
     pub(crate) ports: Vec<Port>,
-    // Observation.
-    pub(crate) trace: crate::trace::RecentLog<TraceEntry>,
-    pub(crate) events: crate::trace::RecentLog<ModelEvent>,
-    pub(crate) dma_faults: crate::trace::RecentLog<DmaFault>,
+    /// The command trace, the event log and the DMA faults.
+    pub(crate) logs: Logs,
 }
 
 impl Hca {
     /// A device in its power-on state.
     pub(crate) fn new(cfg: ModelConfig, clock: Arc<SimClock>, dma: Arc<dyn AddressSpace>) -> Self {
-        let (caps_max, caps_cur) = caps::general_caps(&cfg);
-        let (atomic_caps_max, atomic_caps_cur) = caps::atomic_caps(&cfg);
+        let caps = caps::Caps::new(&cfg);
         let ports = (0..cfg.num_ports)
             .map(|i| Port {
                 up: true,
                 lid: cfg.base_lid + (u16::from(i) << cfg.lmc.min(7)),
-                counters: crate::pma::PortCounters::default(),
+                counters: crate::port::PortCounters::default(),
             })
             .collect();
-        let msix = vec![0u8; 0x2000];
         let mut h = Hca {
-            reset_ns: clock.now_ns(),
+            init_seg: InitSegment::new(clock.now_ns()),
             cfg,
             clock,
             dma,
-            irq: None,
-            cmdq_addr: 0,
-            nic_interface: 0,
-            health_frozen_at: None,
-            health_synd: 0,
-            health_rfr: false,
-            msix,
-            pending: Vec::new(),
-            stalled: 0,
-            fault_hits: Vec::new(),
-            pages_before_done: false,
+            msix: Msix::new(),
+            cmdq: CmdqState::default(),
             state: HcaState::Disabled,
             issi: 0,
             pages: BTreeSet::new(),
             regular_pages: 0,
             host_endianness: None,
-            caps_max,
-            caps_cur,
-            atomic_caps_max,
-            atomic_caps_cur,
+            caps,
             eth: None,
-            uars: BTreeSet::new(),
-            eqs: BTreeMap::new(),
-            pds: BTreeSet::new(),
-            tds: BTreeSet::new(),
-            mkeys: NumTable::default(),
-            cqs: NumTable::default(),
-            qps: NumTable::default(),
-            xrcds: BTreeSet::new(),
-            srqs: BTreeMap::new(),
-            qp_srqs: BTreeMap::new(),
-            mcgs: BTreeMap::new(),
+            objects: Objects::default(),
             pkeys: BTreeMap::new(),
             alias_guids: BTreeMap::new(),
-            stalled_sqs: BTreeSet::new(),
-            payload_buf: Vec::new(),
-            wqe_buf: Vec::new(),
-            late: crate::late::LateQueue::default(),
-            umrs: (0, 0),
-            scattered_to_cqe: 0,
-            blueflame_words: 0,
-            small_fenced: 0,
-            offset_queues: 0,
+            data_path_state: DataPathState::default(),
+            counters: WorkCounters::default(),
             fabric: None,
-            next_object: 0,
             driver_version: None,
             ports,
-            trace: crate::trace::RecentLog::default(),
-            events: crate::trace::RecentLog::default(),
-            dma_faults: crate::trace::RecentLog::default(),
+            logs: Logs::default(),
         };
-        h.fault_hits = vec![0; h.cfg.faults.commands.len()];
+        h.cmdq.fault_hits = vec![0; h.cfg.faults.commands.len()];
         if h.cfg.port_type_eth {
             let mac = crate::eth::mac_of_guid(h.cfg.node_guid);
             h.eth = Some(crate::eth::Eth::new(
@@ -245,22 +133,16 @@ impl Hca {
         self.fabric = Some(fabric);
     }
 
-    /// Whether `lid` is one of this HCA's ports (any of its `2^lmc` LIDs).
-    pub(crate) fn owns_lid(&self, lid: u16) -> bool {
-        let path = (1u16 << self.cfg.lmc.min(7)) - 1;
-        self.ports.iter().any(|p| p.lid == lid & !path)
-    }
-
     /// Sets the callback that raises MSI-X vectors.
     pub fn set_irq_sink(&mut self, sink: IrqSink) {
-        self.irq = Some(sink);
+        self.msix.set_sink(Some(sink));
     }
 
     /// Function-level reset: every firmware object and page is forgotten, as after a PCI reset.
     pub fn reset(&mut self) {
         let cfg = self.cfg.clone();
-        let irq = self.irq.take();
-        let trace = std::mem::take(&mut self.trace);
+        let irq = self.msix.take_sink();
+        let trace = std::mem::take(&mut self.logs.trace);
         let fabric = self.fabric.take();
         let mut eth = self.eth.take();
         *self = Hca::new(cfg, self.clock.clone(), self.dma.clone());
@@ -271,8 +153,8 @@ impl Hca {
         if eth.is_some() {
             self.eth = eth;
         }
-        self.irq = irq;
-        self.trace = trace;
+        self.msix.set_sink(irq);
+        self.logs.trace = trace;
         self.fabric = fabric;
     }
 
@@ -288,35 +170,55 @@ impl Hca {
 
     /// Event queue `eqn`, if it exists.
     pub fn eq(&self, eqn: u8) -> Option<&Eq> {
-        self.eqs.get(&eqn)
+        self.objects.eqs.get(&eqn)
     }
 
     /// UMR work requests executed so far: (done, refused with an error completion).
     pub fn umr_counts(&self) -> (u64, u64) {
-        self.umrs
+        self.counters.umrs
     }
 
     /// 8-byte WQE words received through BlueFlame registers past each doorbell word (a
     /// BlueFlame post of a one-WQEBB WQE brings 7).
     pub fn blueflame_words(&self) -> u64 {
-        self.blueflame_words
+        self.counters.blueflame_words
     }
 
     /// CQEs written with the message (or READ/atomic result) inside them: scatter to CQE.
     pub fn scattered_to_cqe(&self) -> u64 {
-        self.scattered_to_cqe
+        self.counters.scattered_to_cqe
     }
 
     /// Send WQEs executed with the initiator small fence (what rdma-core puts on the request
     /// after a UMR).
     pub fn small_fenced(&self) -> u64 {
-        self.small_fenced
+        self.counters.small_fenced
     }
 
     /// How many QPs, CQs and SRQs were created with a non-zero `page_offset` (their buffer
     /// starting inside its first page).
     pub fn offset_queues(&self) -> u64 {
-        self.offset_queues
+        self.counters.offset_queues
+    }
+
+    /// CQEs and EQEs held back by injected faults now (`late.rs`).
+    pub fn late_entries(&self) -> usize {
+        self.data_path_state.late.len()
+    }
+
+    /// The Ethernet objects that exist (None on an InfiniBand port).
+    pub fn eth_objects(&self) -> Option<crate::eth::EthObjects> {
+        self.eth.as_ref().map(crate::eth::Eth::objects)
+    }
+
+    /// What the Ethernet NIC did (None on an InfiniBand port).
+    pub fn eth_work(&self) -> Option<crate::eth::EthWork> {
+        self.eth.as_ref().map(|e| e.work)
+    }
+
+    /// Whether the Ethernet port passes traffic: the link up and the port administratively up.
+    pub(crate) fn eth_oper_up(&self) -> bool {
+        self.ports.first().is_some_and(|p| p.up) && self.eth.as_ref().is_some_and(|e| e.admin_up)
     }
 
     /// Pages firmware holds.
@@ -326,148 +228,147 @@ impl Hca {
 
     /// Completion queue `cqn`, if it exists.
     pub fn cq(&self, cqn: u32) -> Option<&Cq> {
-        self.cqs.get(&cqn)
+        self.objects.cqs.get(&cqn)
     }
 
     /// Memory key with index `index`, if it exists.
     pub fn mkey(&self, index: u32) -> Option<&Mkey> {
-        self.mkeys.get(&index)
+        self.objects.mkeys.get(&index)
     }
 
     /// Queue pair `qpn`, if it exists.
     pub fn qp(&self, qpn: u32) -> Option<&Qp> {
-        self.qps.get(&qpn)
+        self.objects.qps.get(&qpn)
+    }
+
+    /// QP `qpn`'s `req_e2e_credit_mode` (1: packet-based credits).
+    pub fn qp_e2e_credit_mode(&self, qpn: u32) -> Option<u8> {
+        self.objects.qps.get(&qpn).map(|q| q.e2e_credit_mode)
+    }
+
+    /// Transport retries QP `qpn` has made: retransmissions after no response or after a PSN
+    /// sequence error NAK, over the QP's life.
+    pub fn qp_retries(&self, qpn: u32) -> Option<u64> {
+        self.objects.qps.get(&qpn).map(|q| q.transport_retries)
+    }
+
+    /// A shared receive queue of any kind.
+    pub fn srq(&self, srqn: u32) -> Option<&Srq> {
+        self.objects.srq(srqn)
+    }
+
+    /// Whether `xrcd` is an allocated XRC domain.
+    pub fn xrcd_exists(&self, xrcd: u32) -> bool {
+        self.objects.xrcds.contains(&xrcd)
+    }
+
+    /// The shared receive queue (and XRC domain) a QP receives from, if it has one.
+    pub fn qp_srq(&self, qpn: u32) -> Option<(u32, u32)> {
+        self.objects.qp_srq(qpn)
     }
 
     /// Number of live PDs, memory keys and CQs.
     pub fn object_counts(&self) -> (usize, usize, usize) {
-        (self.pds.len(), self.mkeys.len(), self.cqs.len())
+        (
+            self.objects.pds.len(),
+            self.objects.mkeys.len(),
+            self.objects.cqs.len(),
+        )
     }
 
     /// log2 of the size of CQ `cqn` as firmware holds it.
     pub fn cq_log_size(&self, cqn: u32) -> Option<u8> {
-        self.cqs.get(&cqn).map(|c| c.log_size)
+        self.objects.cqs.get(&cqn).map(|c| c.log_size)
+    }
+
+    /// The parts of the device the data path works on, lent for one doorbell or one engine
+    /// round (`data_path.rs`).
+    pub(crate) fn data_path(&mut self) -> DataPath<'_> {
+        let halted = self.halted();
+        let state = &mut self.data_path_state;
+        DataPath {
+            cfg: &mut self.cfg,
+            clock: &self.clock,
+            dma: &*self.dma,
+            objects: &mut self.objects,
+            ports: &mut self.ports,
+            eth: &mut self.eth,
+            fabric: &self.fabric,
+            late: &mut state.late,
+            logs: &mut self.logs,
+            msix: &mut self.msix,
+            counters: &mut self.counters,
+            caps: &self.caps,
+            host_endianness: self.host_endianness,
+            halted,
+            stalled_sqs: &mut state.stalled_sqs,
+            payload_buf: &mut state.payload_buf,
+            wqe_buf: &mut state.wqe_buf,
+        }
+    }
+
+    /// Writes `cqe` (64 bytes, `op_own` opcode in bits 7:4 of byte 63 already set) into CQ
+    /// `cqn` with the owner bit of its pass, then raises a completion event if the CQ is armed
+    /// for it. Returns false when the CQ is missing or full or the device is halted.
+    pub fn post_cqe(&mut self, cqn: u32, cqe: [u8; 64], solicited: bool) -> bool {
+        self.data_path().post_cqe(cqn, cqe, solicited)
+    }
+
+    /// Executes the QP's posted send WQEs in order, up to the doorbell record's counter.
+    pub fn run_sq(&mut self, qpn: u32) {
+        self.data_path().run_sq(qpn);
+    }
+
+    /// Moves QP `qpn` to ERR and completes every outstanding WQE, send and receive, with a
+    /// WR_FLUSH_ERR completion (what mlx5 hardware does when a QP enters the error state).
+    pub fn qp_to_error(&mut self, qpn: u32) {
+        self.data_path().qp_to_error(qpn);
+    }
+
+    /// Moves UC/UD QP `qpn` to SQE: every outstanding send WQE completes with WR_FLUSH_ERR,
+    /// the receive queue keeps working, and SQERR2RTS_QP resumes the send queue (see
+    /// `qp_flush.rs`).
+    pub fn qp_to_sqe(&mut self, qpn: u32) {
+        self.data_path().qp_to_sqe(qpn);
+    }
+
+    /// Delivers an event to the first EQ subscribed to its type; dropped if none is.
+    pub(crate) fn post_event(&mut self, ty: u8, sub_type: u8, data: [u8; 28]) -> bool {
+        self.data_path().post_event(ty, sub_type, data)
     }
 
     pub(crate) fn now_ns(&self) -> u64 {
         self.clock.now_ns()
     }
 
-    pub(crate) fn raise_irq(&mut self, vector: u16) {
-        self.events.push(ModelEvent::Interrupt(vector));
-        if let Some(irq) = self.irq.as_mut() {
-            irq(vector);
-        }
-    }
-
     pub(crate) fn record_fault(&mut self, f: DmaFault) {
-        log::warn!("model: {f}");
-        self.dma_faults.push(f);
-        self.events.push(ModelEvent::DmaFault(f));
-    }
-
-    fn ready(&self) -> bool {
-        !self.cfg.faults.never_ready
-            && self.now_ns().saturating_sub(self.reset_ns)
-                >= u64::try_from(self.cfg.ready_after.as_nanos()).unwrap_or(u64::MAX)
-    }
-
-    fn health_counter(&self) -> u32 {
-        if let Some(v) = self.health_frozen_at {
-            return v;
-        }
-        ((self.now_ns() / HEALTH_TICK_NS) as u32) & 0x00ff_ffff
-    }
-
-    fn timer(&self) -> u64 {
-        // Ticks at device_frequency_khz (156.25 MHz).
-        (u128::from(self.now_ns()) * 156_250 / 1_000_000) as u64
+        self.logs.dma_fault(f);
     }
 
     /// Applies runtime fault switches that affect registers.
     pub(crate) fn sync_faults(&mut self) {
-        if self.cfg.faults.health_stalled && self.health_frozen_at.is_none() {
-            self.health_frozen_at = Some(self.health_counter());
-        } else if !self.cfg.faults.health_stalled {
-            self.health_frozen_at = None;
-        }
+        self.init_seg.sync_faults(&self.cfg.faults, &self.clock);
     }
 
-    /// Firmware asked for a reset with a syndrome (`rfr` and `synd`, what Linux's health
-    /// poll takes as fatal): the device has stopped, so it executes no more work and writes no
-    /// more completions until it is reset.
+    /// Firmware asked for a reset with a syndrome: the device executes no more work and
+    /// writes no more completions until it is reset (`InitSegment::halted`).
     pub(crate) fn halted(&self) -> bool {
-        self.health_rfr && self.health_synd != 0
-    }
-
-    /// The dword at `off` of the health buffer (`init_seg::HealthBuffer`).
-    fn health_dword(&self, off: usize) -> u32 {
-        use bareverbs_firmware_cmd::init_seg::{health_buffer as hb, HealthBuffer};
-        use bareverbs_firmware_cmd::layout::{Layout, ViewMut};
-        let mut b = [0u8; HealthBuffer::BYTES];
-        if let Ok(mut v) = ViewMut::<HealthBuffer>::new_checked(&mut b) {
-            v.set(hb::fw_version, self.fw_rev_dword())
-                .set(hb::rfr, self.health_rfr)
-                .set(hb::synd, self.health_synd);
-        }
-        b.get(off..off + 4)
-            .map_or(0, |d| u32::from_be_bytes([d[0], d[1], d[2], d[3]]))
-    }
-
-    fn fw_rev_dword(&self) -> u32 {
-        use init_seg::fw_rev;
-        let (maj, min, _) = self.cfg.fw_version;
-        fw_rev::fw_rev_major.set(fw_rev::fw_rev_minor.set(0, min.into()), maj.into())
+        self.init_seg.halted()
     }
 
     /// A 32-bit BAR0 read, in host order.
     pub fn mmio_read32(&mut self, off: usize) -> u32 {
-        use init_seg::{
-            cmd_dbell, cmdif_rev_fw_sub as rev, cmdq_addr_h, cmdq_addr_l_sz as l,
-            health_counter as hc, initializing as ini, internal_timer_h, internal_timer_l,
-        };
+        use bareverbs_firmware_cmd::init_seg::cmd_dbell;
         if self.cfg.faults.removed {
             return u32::MAX;
         }
-        let (_, _, sub) = self.cfg.fw_version;
         match off {
-            FW_REV => self.fw_rev_dword(),
-            CMDIF_REV => {
-                let r = self.cfg.faults.cmdif_rev.unwrap_or(CMD_IF_REV as u16);
-                rev::fw_rev_subminor.set(rev::cmd_interface_rev.set(0, r.into()), sub.into())
-            }
-            CMDQ_ADDR_H => cmdq_addr_h::cmdq_phy_addr_63_32.set(0, (self.cmdq_addr >> 32) as u32),
-            CMDQ_ADDR_L_SZ => {
-                let v = l::cmdq_phy_addr_31_12.set(0, (self.cmdq_addr as u32) >> 12);
-                let v = l::nic_interface.set(v, self.nic_interface);
-                l::log_cmdq_stride.set(l::log_cmdq_size.set(v, LOG_CMDQ_SIZE), LOG_CMDQ_STRIDE)
-            }
             CMD_DBELL => cmd_dbell::command_doorbell_vector.set(
                 0,
-                self.pending.iter().fold(0, |m, p| m | 1 << p.slot) | self.stalled,
+                self.cmdq.pending.iter().fold(0, |m, p| m | 1 << p.slot) | self.cmdq.stalled,
             ),
-            INITIALIZING => {
-                ini::fw_reset_supported.set(ini::initializing.set(0, u32::from(!self.ready())), 1)
-            }
-            o if (HEALTH_BUFFER_OFFSET..HEALTH_BUFFER_OFFSET + 64).contains(&o) => {
-                self.health_dword(o - HEALTH_BUFFER_OFFSET)
-            }
-            TIMER_H => internal_timer_h::value.set(0, (self.timer() >> 32) as u32),
-            TIMER_L => internal_timer_l::value.set(0, self.timer() as u32),
-            HEALTH_COUNTER => hc::health_counter.set(
-                hc::health_syndrome.set(0, self.health_synd.into()),
-                self.health_counter(),
-            ),
-            o if (MSIX_TABLE_OFFSET..MSIX_TABLE_OFFSET + self.msix.len()).contains(&o) => {
-                let i = o - MSIX_TABLE_OFFSET;
-                u32::from_le_bytes([
-                    self.msix[i],
-                    self.msix[i + 1],
-                    self.msix[i + 2],
-                    self.msix[i + 3],
-                ])
-            }
-            _ => 0,
+            o if self.msix.covers(o) => self.msix.read32(o),
+            o => self.init_seg.read32(o, &self.cfg, &self.clock),
         }
     }
 
@@ -476,32 +377,23 @@ impl Hca {
         if self.cfg.faults.removed {
             return;
         }
-        self.events.push(ModelEvent::MmioWrite {
+        self.logs.events.push(ModelEvent::MmioWrite {
             offset: off,
             value: val.into(),
             width: 4,
         });
         match off {
-            CMDQ_ADDR_H => self.cmdq_addr = (u64::from(val) << 32) | (self.cmdq_addr & 0xffff_ffff),
-            CMDQ_ADDR_L_SZ => {
-                let low = init_seg::cmdq_addr_l_sz::cmdq_phy_addr_31_12.get(val) << 12;
-                self.cmdq_addr = (self.cmdq_addr & !0xffff_ffff) | u64::from(low);
-                self.nic_interface = init_seg::cmdq_addr_l_sz::nic_interface.get(val);
-            }
             CMD_DBELL => self.ring(val),
-            o if (MSIX_TABLE_OFFSET..MSIX_TABLE_OFFSET + self.msix.len()).contains(&o) => {
-                let i = o - MSIX_TABLE_OFFSET;
-                self.msix[i..i + 4].copy_from_slice(&val.to_be_bytes());
-            }
+            o if self.msix.covers(o) => self.msix.write32(o, val),
             o if o >= FIRST_UAR as usize * UAR_PAGE_SIZE => {
                 let uar = (o / UAR_PAGE_SIZE) as u32;
                 match o % UAR_PAGE_SIZE {
-                    uar_offset::EQ_DOORBELL_ARM => self.eq_doorbell(uar, val, true),
-                    uar_offset::EQ_DOORBELL_UPDATE => self.eq_doorbell(uar, val, false),
+                    uar_offset::EQ_DOORBELL_ARM => self.data_path().eq_doorbell(uar, val, true),
+                    uar_offset::EQ_DOORBELL_UPDATE => self.data_path().eq_doorbell(uar, val, false),
                     _ => {}
                 }
             }
-            _ => {}
+            o => self.init_seg.write32(o, val),
         }
     }
 
@@ -573,21 +465,21 @@ impl Hca {
             // Register writes are recorded; a BlueFlame copy's WQE words are not (they would
             // multiply the record by the WQE's size).
             if !bf_data {
-                self.events.push(ModelEvent::MmioWrite {
+                self.logs.events.push(ModelEvent::MmioWrite {
                     offset: off,
                     value: val,
                     width: 8,
                 });
             }
             match o {
-                uar_offset::CQ_DOORBELL => self.cq_doorbell(uar, val),
+                uar_offset::CQ_DOORBELL => self.data_path().cq_doorbell(uar, val),
                 // A BlueFlame register is two halves of `bf_reg_size / 2` bytes, used in turn
                 // (rdma-core `bf->offset ^= bf->buf_size`): the first 8 bytes of a half ring
                 // the send doorbell; the rest carry the WQE a BlueFlame post copies whole
                 // (rdma-core `mlx5_bf_copy`), which the model takes from memory instead,
                 // where the driver wrote it too.
-                _ if bf_data => self.blueflame_words += 1,
-                o if o >= uar_offset::BF => self.sq_doorbell(uar, val),
+                _ if bf_data => self.counters.blueflame_words += 1,
+                o if o >= uar_offset::BF => self.data_path().sq_doorbell(uar, val),
                 _ => {}
             }
             return;

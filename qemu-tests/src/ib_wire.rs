@@ -8,8 +8,9 @@
 //! the AETH, the path MTU recovered from the packet count. DC requests (a Mellanox transport
 //! the IBA does not define) are written with RC opcodes and no DC header.
 
+use crate::cqe_write::synd;
 use crate::qp::ServiceType;
-use crate::wqe_exec::{synd, Kind, Request, Response};
+use crate::request::{Kind, Request, Response};
 
 /// IBA 9.2 opcode low bits, within a transport's block.
 mod op {

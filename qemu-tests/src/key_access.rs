@@ -2,11 +2,12 @@
 //! rights, bounds), translated through its MTT or indirect entries, and the data gathered
 //! from or scattered to what it names.
 
-use crate::hca::Hca;
+use crate::cqe_write::synd;
+use crate::data_path::DataPath;
 use crate::mkey::{KeyFault, Pieces};
-use crate::wqe_exec::*;
+use crate::sge::Sge;
 
-impl Hca {
+impl DataPath<'_> {
     /// Checks key `key` for PD `pd` and the rights `need` asks, and appends the device-address
     /// pieces of `len` bytes at `addr` through it to `out`.
     pub(crate) fn key_range(
@@ -19,6 +20,7 @@ impl Hca {
         out: &mut Pieces,
     ) -> Result<(), KeyFault> {
         let k = self
+            .objects
             .mkeys
             .get(&(key >> 8))
             // A free key grants nothing until a UMR enables it (mkc.free).
@@ -60,6 +62,7 @@ impl Hca {
         }
         for (key, a, n) in pieces? {
             let inner = self
+                .objects
                 .mkeys
                 .get(&(key >> 8))
                 .filter(|i| i.key == key && !i.free)

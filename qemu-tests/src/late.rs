@@ -7,7 +7,8 @@
 
 use std::collections::VecDeque;
 
-use crate::hca::Hca;
+use crate::clock::SimClock;
+use crate::config::Faults;
 
 /// One held entry: when it is due, and what to write.
 #[derive(Clone, Debug)]
@@ -41,16 +42,23 @@ pub(crate) struct LateQueue {
     held: VecDeque<Held>,
 }
 
-impl Hca {
-    /// Whether the CQE for `cqn` is held instead of written now: an injected late CQE, or
-    /// one behind an earlier held CQE of the same CQ.
-    pub(crate) fn hold_cqe(&mut self, cqn: u32, cqe: [u8; 64], solicited: bool) -> bool {
+impl LateQueue {
+    /// Whether the CQE for `cqn` is held instead of written now: an injected late CQE
+    /// (`faults.late_cqes`, taken), or one behind an earlier held CQE of the same CQ.
+    pub(crate) fn hold_cqe(
+        &mut self,
+        faults: &mut Faults,
+        clock: &SimClock,
+        cqn: u32,
+        cqe: [u8; 64],
+        solicited: bool,
+    ) -> bool {
         let same = |h: &Held| matches!(h, Held::Cqe { cqn: c, .. } if *c == cqn);
-        let Some(due_ns) = self.hold_until(same, |f| &mut f.late_cqes) else {
+        let Some(due_ns) = self.hold_until(same, faults, |f| &mut f.late_cqes, clock) else {
             return false;
         };
         log::warn!("model: a CQE for CQ {cqn:#x} held back");
-        self.late.held.push_back(Held::Cqe {
+        self.held.push_back(Held::Cqe {
             due_ns,
             cqn,
             cqe,
@@ -59,14 +67,22 @@ impl Hca {
         true
     }
 
-    /// As [`Hca::hold_cqe`] for an EQE of EQ `eqn`.
-    pub(crate) fn hold_eqe(&mut self, eqn: u8, ty: u8, sub_type: u8, data: [u8; 28]) -> bool {
+    /// As [`LateQueue::hold_cqe`] for an EQE of EQ `eqn` (`faults.late_eqes`).
+    pub(crate) fn hold_eqe(
+        &mut self,
+        faults: &mut Faults,
+        clock: &SimClock,
+        eqn: u8,
+        ty: u8,
+        sub_type: u8,
+        data: [u8; 28],
+    ) -> bool {
         let same = |h: &Held| matches!(h, Held::Eqe { eqn: e, .. } if *e == eqn);
-        let Some(due_ns) = self.hold_until(same, |f| &mut f.late_eqes) else {
+        let Some(due_ns) = self.hold_until(same, faults, |f| &mut f.late_eqes, clock) else {
             return false;
         };
         log::warn!("model: an EQE ({ty:#x}) for EQ {eqn} held back");
-        self.late.held.push_back(Held::Eqe {
+        self.held.push_back(Held::Eqe {
             due_ns,
             eqn,
             ty,
@@ -82,54 +98,34 @@ impl Hca {
     fn hold_until(
         &mut self,
         same: impl Fn(&Held) -> bool,
-        armed: impl FnOnce(&mut crate::config::Faults) -> &mut u32,
+        faults: &mut Faults,
+        armed: impl FnOnce(&mut Faults) -> &mut u32,
+        clock: &SimClock,
     ) -> Option<u64> {
-        if let Some(h) = self.late.held.iter().rev().find(|h| same(h)) {
+        if let Some(h) = self.held.iter().rev().find(|h| same(h)) {
             return Some(h.due_ns());
         }
-        let left = armed(&mut self.cfg.faults);
+        let late_by = u64::try_from(faults.late_by.as_nanos()).unwrap_or(u64::MAX);
+        let left = armed(faults);
         if *left == 0 {
             return None;
         }
         *left -= 1;
-        Some(self.now_ns().saturating_add(self.late_by_ns()))
+        Some(clock.now_ns().saturating_add(late_by))
     }
 
-    /// Writes the held entries that are due, in the order they were produced.
-    pub(crate) fn release_late(&mut self) {
-        let now = self.now_ns();
-        while self.late.held.front().is_some_and(|h| h.due_ns() <= now) {
-            let Some(h) = self.late.held.pop_front() else {
-                break;
-            };
-            match h {
-                Held::Cqe {
-                    cqn,
-                    cqe,
-                    solicited,
-                    ..
-                } => {
-                    self.write_cqe(cqn, cqe, solicited);
-                }
-                Held::Eqe {
-                    eqn,
-                    ty,
-                    sub_type,
-                    data,
-                    ..
-                } => {
-                    self.write_eqe(eqn, ty, sub_type, data);
-                }
-            }
+    /// The oldest held entry if it is due at `now_ns`, taken off the queue: entries are
+    /// written in the order they were produced.
+    pub(crate) fn pop_due(&mut self, now_ns: u64) -> Option<Held> {
+        if self.held.front().is_some_and(|h| h.due_ns() <= now_ns) {
+            self.held.pop_front()
+        } else {
+            None
         }
     }
 
     /// Entries held now.
-    pub fn late_entries(&self) -> usize {
-        self.late.held.len()
-    }
-
-    fn late_by_ns(&self) -> u64 {
-        u64::try_from(self.cfg.faults.late_by.as_nanos()).unwrap_or(u64::MAX)
+    pub(crate) fn len(&self) -> usize {
+        self.held.len()
     }
 }

@@ -3,7 +3,7 @@
 //! (mlx5-reference 01 §1–2; layout measured in RIG.md §3.1).
 
 use crate::config::ModelConfig;
-use crate::hca::{MSIX_PBA_OFFSET, MSIX_TABLE_OFFSET};
+use crate::msix::{MSIX_PBA_OFFSET, MSIX_TABLE_OFFSET};
 
 /// Mellanox vendor id.
 pub const VENDOR_ID: u16 = 0x15b3;

@@ -13,32 +13,11 @@ use bareverbs_firmware_cmd::ifc::*;
 use bareverbs_firmware_cmd::layout::{View, ViewMut};
 
 use crate::hca::Hca;
+pub use crate::port::PortCounters;
 use crate::sma::Discard;
 
 /// ClassPortInfo `resp_time_value` the agent reports.
 const RESP_TIME: u8 = 18;
-
-/// Traffic through one port since the device started (or since a Set cleared it).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PortCounters {
-    /// Payload octets sent.
-    pub xmit_bytes: u64,
-    /// Payload octets received.
-    pub rcv_bytes: u64,
-    /// Packets sent.
-    pub xmit_packets: u64,
-    /// Packets received.
-    pub rcv_packets: u64,
-}
-
-/// Which way traffic went through a port.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Traffic {
-    /// Sent.
-    Xmit,
-    /// Received.
-    Rcv,
-}
 
 /// A 64-bit count as a 32-bit PortCounters field: they stop at their maximum (IBA 16.1.3.5).
 fn sat32(v: u64) -> u32 {
@@ -46,26 +25,6 @@ fn sat32(v: u64) -> u32 {
 }
 
 impl Hca {
-    /// Counts `bytes` of payload in `pkts` packets through the port that answers for `lid`
-    /// (nothing when no port does).
-    pub(crate) fn count_traffic(&mut self, lid: u16, dir: Traffic, bytes: u64, pkts: u32) {
-        let path = (1u16 << self.cfg.lmc.min(7)) - 1;
-        let Some(p) = self.ports.iter_mut().find(|p| p.lid == lid & !path) else {
-            return;
-        };
-        let c = &mut p.counters;
-        match dir {
-            Traffic::Xmit => {
-                c.xmit_bytes = c.xmit_bytes.saturating_add(bytes);
-                c.xmit_packets = c.xmit_packets.saturating_add(u64::from(pkts));
-            }
-            Traffic::Rcv => {
-                c.rcv_bytes = c.rcv_bytes.saturating_add(bytes);
-                c.rcv_packets = c.rcv_packets.saturating_add(u64::from(pkts));
-            }
-        }
-    }
-
     /// Port `port`'s counters (1-based), or `None` when there is no such port.
     pub fn port_counters(&self, port: u8) -> Option<PortCounters> {
         Some(self.ports.get(usize::from(port).checked_sub(1)?)?.counters)
@@ -202,6 +161,7 @@ mod tests {
     use crate::config::ModelConfig;
     use crate::hca::HcaState;
     use crate::memory::HostMemory;
+    use crate::port::Traffic;
 
     fn hca() -> Hca {
         let mut h = Hca::new(
@@ -270,10 +230,10 @@ mod tests {
     fn counters_report_the_ports_traffic_and_a_set_clears_them() {
         let mut h = hca();
         let lid = h.ports[0].lid;
-        h.count_traffic(lid, Traffic::Xmit, 4096, 4);
-        h.count_traffic(lid, Traffic::Rcv, 64, 1);
-        h.count_traffic(lid + 100, Traffic::Rcv, 64, 1); // not this device's LID
-                                                         // ib_pma_portcounters_ext: xmit data (octets / 4) at 8, rcv data 16, packets 24, 32.
+        h.data_path().count_traffic(lid, Traffic::Xmit, 4096, 4);
+        h.data_path().count_traffic(lid, Traffic::Rcv, 64, 1);
+        h.data_path().count_traffic(lid + 100, Traffic::Rcv, 64, 1); // not this device's LID
+                                                                     // ib_pma_portcounters_ext: xmit data (octets / 4) at 8, rcv data 16, packets 24, 32.
         let (st, d) = mad_ifc(&mut h, &perf(1, pma_attr::PORT_COUNTERS_EXT, 1, 0));
         assert_eq!(st, mad_status::SUCCESS);
         let be64 = |at: usize| u64::from_be_bytes(d[at..at + 8].try_into().unwrap());

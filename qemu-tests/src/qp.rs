@@ -1,13 +1,6 @@
 //! Queue pairs in the model: their state machine, the attributes each transition sets, and the
 //! send and receive queues as firmware tracks them (mlx5-reference 05 §1–2, §6).
 
-use bareverbs_firmware_cmd::ifc::{event_type, CqeOpcode};
-
-use crate::cqe_write::err_cqe;
-use crate::dma::AddressSpaceExt;
-use crate::hca::Hca;
-use crate::wqe_exec::synd;
-
 /// PSNs are 24 bits wide and wrap.
 pub const PSN_MASK: u32 = 0x00ff_ffff;
 
@@ -180,7 +173,7 @@ pub struct Qp {
     /// Transport retries spent on the request at the head of the SQ (no response, or a PSN
     /// sequence error NAK).
     pub retry_tries: u32,
-    /// Transport retries over the QP's life (what [`Hca::qp_retries`] reports).
+    /// Transport retries over the QP's life (what [`Hca::qp_retries`](crate::Hca::qp_retries) reports).
     pub transport_retries: u64,
     /// COMM_EST was raised for this stay in RTR.
     pub comm_est: bool,
@@ -285,133 +278,4 @@ pub fn rnr_timer_ns(t: u8) -> u64 {
         1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152,
     ];
     UNITS[usize::from(t & 31)] * 10_000
-}
-
-impl Hca {
-    /// Moves QP `qpn` to ERR and completes every outstanding WQE, send and receive, with a
-    /// WR_FLUSH_ERR completion (what mlx5 hardware does when a QP enters the error state).
-    pub fn qp_to_error(&mut self, qpn: u32) {
-        let Some(qp) = self.qps.get_mut(&qpn) else {
-            return;
-        };
-        let was_err = qp.state == QpState::Err;
-        qp.state = QpState::Err;
-        self.flush_rq(qpn);
-        self.flush_sq(qpn);
-        // A QP that receives through an SRQ has no receive WQEs of its own to flush: those
-        // posted to the SRQ stay there for its other QPs. It announces instead that it will
-        // take no more (IBA 11.6.3.1 "Last WQE Reached"; Linux 6.12 mlx5_ib qp.c
-        // `mlx5_ib_qp_event` maps MLX5_EVENT_TYPE_SRQ_LAST_WQE to
-        // IB_EVENT_QP_LAST_WQE_REACHED; mlx5_core finds the QP from `qp_srq_n` and type 0, QP).
-        if !was_err && self.qp_srq(qpn).is_some() {
-            self.post_event(
-                event_type::SRQ_LAST_WQE,
-                0,
-                crate::wqe_exec::qp_srq_event_data(0, qpn),
-            );
-        }
-    }
-
-    /// Moves UC/UD QP `qpn` to SQE: every outstanding send WQE completes with WR_FLUSH_ERR,
-    /// the receive queue keeps working, and SQERR2RTS_QP resumes the send queue. The IB
-    /// "send queue error" state exists for unreliable transports only: Linux's
-    /// `qp_state_table` (drivers/infiniband/core/verbs.c) has SQE → RTS for UC, UD and the
-    /// special QPs and none for RC, and mlx5_ib's `optab` maps SQER → RTS to SQERR2RTS_QP.
-    pub fn qp_to_sqe(&mut self, qpn: u32) {
-        let Some(qp) = self.qps.get_mut(&qpn) else {
-            return;
-        };
-        qp.state = QpState::Sqer;
-        self.flush_sq(qpn);
-    }
-
-    /// QP `qpn`'s `req_e2e_credit_mode` (1: packet-based credits).
-    pub fn qp_e2e_credit_mode(&self, qpn: u32) -> Option<u8> {
-        self.qps.get(&qpn).map(|q| q.e2e_credit_mode)
-    }
-
-    /// Transport retries QP `qpn` has made: retransmissions after no response or after a PSN
-    /// sequence error NAK, over the QP's life.
-    pub fn qp_retries(&self, qpn: u32) -> Option<u64> {
-        self.qps.get(&qpn).map(|q| q.transport_retries)
-    }
-
-    /// The doorbell record's (receive, send) counters, or `None` after recording the fault.
-    fn dbr_heads(&mut self, qp: &Qp) -> Option<(u16, u16)> {
-        match (self.dma.read_be32(qp.dbr), self.dma.read_be32(qp.dbr + 4)) {
-            (Ok(r), Ok(s)) => Some((r as u16, s as u16)),
-            (Err(f), _) | (_, Err(f)) => {
-                self.record_fault(f);
-                None
-            }
-        }
-    }
-
-    /// Flushes receives posted to QPs already in ERR since the last look: the device reads
-    /// their doorbell records from time to time (IBA 10.3.1: in the Error state posted work
-    /// completes in error; Linux 6.12 mlx5_ib `mlx5_ib_drain_rq` posts a receive to a QP in
-    /// ERR and waits for its flush completion).
-    pub(crate) fn flush_err_rqs(&mut self) {
-        let err: Vec<u32> = self
-            .qps
-            .iter()
-            .filter(|(_, q)| q.state == QpState::Err && !q.no_rq)
-            .map(|(n, _)| n)
-            .collect();
-        for qpn in err {
-            self.flush_rq(qpn);
-        }
-    }
-
-    /// Completes every posted receive of `qpn` with WR_FLUSH_ERR. A QP without an RQ of its
-    /// own (zero-length, or receiving through an SRQ) has none.
-    fn flush_rq(&mut self, qpn: u32) {
-        let Some(qp) = self.qps.get(&qpn).cloned().filter(|q| !q.no_rq) else {
-            return;
-        };
-        let Some((rq_head, _)) = self.dbr_heads(&qp) else {
-            return;
-        };
-        let mut rq = qp.rq_consumed;
-        while rq != rq_head {
-            self.flush_cqe(&qp, rq);
-            rq = rq.wrapping_add(1);
-        }
-        if let Some(q) = self.qps.get_mut(&qpn) {
-            q.rq_consumed = rq;
-        }
-    }
-
-    /// Completes every posted send WQE of `qpn` with WR_FLUSH_ERR.
-    pub(crate) fn flush_sq(&mut self, qpn: u32) {
-        let Some(qp) = self.qps.get(&qpn).cloned() else {
-            return;
-        };
-        let Some((_, sq_head)) = self.dbr_heads(&qp) else {
-            return;
-        };
-        let mut sq = qp.sq_consumed;
-        let mask = (1u16 << qp.log_sq_size).wrapping_sub(1);
-        while !qp.no_sq && sq != sq_head {
-            // Each WQE's control segment says how many 16-byte units it spans.
-            let at = qp.buf_iova(qp.sq_offset() + u64::from(sq & mask) * 64);
-            let (op, ds) = match (self.dma.read_be32(at), self.dma.read_be32(at + 4)) {
-                (Ok(a), Ok(b)) => ((a & 0xff) as u8, (b & 0x3f) as u16),
-                _ => break,
-            };
-            let uidx = self.cqe_srqn_uidx(&qp, None);
-            let cqe = err_cqe(CqeOpcode::ReqErr, op, qpn, sq, synd::WR_FLUSH, uidx);
-            self.post_cqe(qp.cqn_snd, cqe, false);
-            sq = sq.wrapping_add(ds.div_ceil(4).max(1));
-        }
-        if let Some(q) = self.qps.get_mut(&qpn) {
-            q.sq_consumed = sq;
-        }
-    }
-
-    fn flush_cqe(&mut self, qp: &Qp, counter: u16) {
-        let uidx = self.cqe_srqn_uidx(qp, None);
-        let cqe = err_cqe(CqeOpcode::RespErr, 0, qp.qpn, counter, synd::WR_FLUSH, uidx);
-        self.post_cqe(qp.cqn_rcv, cqe, false);
-    }
 }

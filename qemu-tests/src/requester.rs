@@ -6,10 +6,11 @@
 
 use bareverbs_firmware_cmd::ifc::{qpc_scatter, wqe_opcode};
 
-use crate::hca::Hca;
-use crate::pma::Traffic;
+use crate::cqe_write::synd;
+use crate::data_path::DataPath;
+use crate::port::Traffic;
 use crate::qp::{Qp, ServiceType};
-use crate::wqe_exec::*;
+use crate::request::{packets, psn_add, Kind, Request, Response};
 use crate::wqe_parse::*;
 
 /// What the requester keeps of its QP once the request is built. The QP itself is borrowed
@@ -28,7 +29,7 @@ pub(crate) struct Sender {
     pub(crate) ack_timeout: u8,
     pub(crate) cqn_snd: u32,
     pub(crate) user_index: u32,
-    /// Set by [`Hca::send_request`] once the request's packets are spent (RC, UC): the PSN the
+    /// Set by [`DataPath::send_request`] once the request's packets are spent (RC, UC): the PSN the
     /// next request starts at, stored with the WQE's completion.
     pub(crate) next_send_psn: Option<u32>,
 }
@@ -51,10 +52,25 @@ impl Sender {
         }
     }
 
-    /// What its send CQEs carry in `srqn_uidx` (see [`Hca::cqe_srqn_uidx`]: no SRQ).
+    /// What its send CQEs carry in `srqn_uidx` (see [`DataPath::cqe_srqn_uidx`]: no SRQ).
     pub(crate) fn cqe_uidx(&self) -> u32 {
         crate::qp::cqe_srqn_uidx_of(self.user_index, None)
     }
+}
+
+/// What happened to a send WQE.
+pub(crate) enum Outcome {
+    /// Completed; `byte_cnt` for READ and atomics.
+    Done(u32),
+    /// A READ or atomic completed whose result goes in its CQE, not to memory (requester
+    /// scatter to CQE).
+    DoneInline(Vec<u8>),
+    /// Completed with an error syndrome.
+    Failed(u8),
+    /// Leave it queued (receiver not ready, retries left).
+    Wait,
+    /// Completed with WR_FLUSH_ERR already (a DCI stream in error): the queue goes on.
+    Flushed,
 }
 
 /// Why no request was built: the syndrome the WQE completes with, and the DMA fault behind it
@@ -64,7 +80,7 @@ pub(crate) struct Unbuilt {
     pub(crate) fault: Option<crate::dma::DmaFault>,
 }
 
-impl Hca {
+impl DataPath<'_> {
     /// Whether DCI `qp`'s request `w` runs on a stream in error (then it is flushed:
     /// WR_FLUSH_ERR, and the send queue goes on).
     pub(crate) fn dci_stream_errored(qp: &Qp, w: &SendWqe<'_>) -> bool {
@@ -77,14 +93,19 @@ impl Hca {
     /// fewer streams than the DCI tolerates are, only the error completion is written and
     /// the send queue goes on (true); at the limit the DCI goes to ERR as any RC QP (false).
     pub(crate) fn dci_stream_failed(&mut self, s: &Sender, w: &SendWqe<'_>, syndrome: u8) -> bool {
-        let Some(d) = self.qps.get_mut(&s.qpn).and_then(|q| q.dci.as_mut()) else {
+        let Some(d) = self
+            .objects
+            .qps
+            .get_mut(&s.qpn)
+            .and_then(|q| q.dci.as_mut())
+        else {
             return false;
         };
         d.errored.insert(w.dci_stream);
         if d.errored.len() >= 1usize << d.log_errored {
             return false;
         }
-        if let Some(q) = self.qps.get_mut(&s.qpn) {
+        if let Some(q) = self.objects.qps.get_mut(&s.qpn) {
             q.rnr_tries = 0;
             q.retry_tries = 0;
         }
@@ -95,7 +116,7 @@ impl Hca {
     /// The ACK timeout of `qpn`'s unanswered request ran out: the request goes again, counting
     /// against `retry_count` (None), or fails once the retries are spent.
     pub(crate) fn ack_timed_out(&mut self, qpn: u32) -> Option<Outcome> {
-        let Some(q) = self.qps.get_mut(&qpn) else {
+        let Some(q) = self.objects.qps.get_mut(&qpn) else {
             return Some(Outcome::Wait);
         };
         q.ack_pending = false;
@@ -246,7 +267,7 @@ impl Hca {
                 // A PSN sequence error NAK: retransmitted at once, counting against
                 // `retry_count`.
                 Response::NakSeq => {
-                    let Some(q) = self.qps.get_mut(&s.qpn) else {
+                    let Some(q) = self.objects.qps.get_mut(&s.qpn) else {
                         break Outcome::Wait;
                     };
                     if q.retry_tries >= u32::from(q.retry_count) {
@@ -263,7 +284,7 @@ impl Hca {
                     let at = self
                         .now_ns()
                         .saturating_add(crate::qp::ack_timeout_ns(s.ack_timeout));
-                    if let Some(q) = self.qps.get_mut(&s.qpn) {
+                    if let Some(q) = self.objects.qps.get_mut(&s.qpn) {
                         q.resend_at_ns = at;
                         q.ack_pending = true;
                     }
@@ -276,7 +297,7 @@ impl Hca {
                 // The request goes again once the responder's RNR timer has run out.
                 Response::Rnr(timer) => {
                     let ready = self.now_ns() + crate::qp::rnr_timer_ns(timer);
-                    if let Some(q) = self.qps.get_mut(&s.qpn) {
+                    if let Some(q) = self.objects.qps.get_mut(&s.qpn) {
                         q.rnr_tries = q.rnr_tries.saturating_add(1);
                         q.resend_at_ns = ready;
                     }
@@ -290,7 +311,7 @@ impl Hca {
             break out;
         };
         // The payload buffer serves the next request.
-        self.payload_buf = req.payload;
+        *self.payload_buf = req.payload;
         out
     }
 
@@ -328,9 +349,7 @@ impl Hca {
         let Some(dev) = self.fabric.as_ref().and_then(|f| f.find(dlid)) else {
             return Some(unreachable);
         };
-        let mut remote = dev.try_lock()?;
-        let resp = remote.respond(req);
-        drop(remote);
+        let resp = dev.try_respond(req)?;
         dev.notify();
         Some(resp)
     }
@@ -354,13 +373,13 @@ impl Hca {
         };
         let mut locked = Vec::with_capacity(others.len());
         for dev in &others {
-            locked.push(dev.try_lock()?);
+            locked.push(dev.try_enter()?);
         }
         let copy = |qpn| Request {
             dst_qpn: qpn,
             ..req.clone()
         };
-        for qpn in self.mcg_members(&mgid) {
+        for qpn in self.objects.mcg_members(&mgid) {
             self.respond(&copy(qpn));
         }
         for remote in locked.iter_mut() {

@@ -8,13 +8,15 @@ use bareverbs_firmware_cmd::ifc::{
 };
 use bareverbs_firmware_cmd::layout::{Layout, View};
 
-use crate::cqe_write::{err_cqe, ok_cqe, CqeFields};
+use crate::cqe_write::{err_cqe, ok_cqe, synd, CqeFields};
+use crate::data_path::DataPath;
 use crate::dma::AddressSpaceExt;
-use crate::hca::Hca;
+use crate::eq::qp_srq_event_data;
 use crate::mkey::Pieces;
-use crate::pma::Traffic;
+use crate::port::Traffic;
 use crate::qp::{Qp, QpState, ServiceType, PSN_MASK};
-use crate::wqe_exec::*;
+use crate::request::{packets, psn_add, Kind, Request, Response, MAX_RDMA_LEN};
+use crate::sge::SgeList;
 
 /// A receive WQE found for a message.
 pub(crate) struct Recv {
@@ -25,7 +27,7 @@ pub(crate) struct Recv {
     pub(crate) srq: Option<(u32, u16)>,
 }
 
-/// The XRC SRQ an XRC request is delivered through, found by [`Hca::xrc_target_srq`].
+/// The XRC SRQ an XRC request is delivered through, found by [`DataPath::xrc_target_srq`].
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct XrcTarget {
     pub(crate) srqn: u32,
@@ -58,7 +60,7 @@ pub(crate) struct Delivery {
 }
 
 /// What a request did at its responder QP, worked out while the QP was borrowed from the
-/// table (checks, keys, data moved, completions made) and committed by [`Hca::commit`] once
+/// table (checks, keys, data moved, completions made) and committed by [`DataPath::commit`] once
 /// it no longer is, in the order of these fields.
 pub(crate) struct Effects {
     qpn: u32,
@@ -92,7 +94,7 @@ impl Effects {
     }
 }
 
-impl Hca {
+impl DataPath<'_> {
     /// The receive WQE `rqp` takes next, if one is posted: the head of its RQ, or of the
     /// SRQ/RMP it receives from, or for an XRC request of the XRC SRQ `xrc` it names. Err: the
     /// queue cannot be read.
@@ -104,7 +106,7 @@ impl Hca {
         if let Some(x) = xrc {
             return self.next_srq_recv(x.srqn);
         }
-        if let Some((srqn, _)) = self.qp_srq(rqp.qpn) {
+        if let Some((srqn, _)) = self.objects.qp_srq(rqp.qpn) {
             return self.next_srq_recv(srqn);
         }
         // A zero-length RQ never receives.
@@ -138,7 +140,7 @@ impl Hca {
         &self,
         srqn: u32,
     ) -> Result<Option<Recv>, (crate::dma::DmaFault, Unreadable)> {
-        let Some(srq) = self.srq(srqn).filter(|s| s.good) else {
+        let Some(srq) = self.objects.srq(srqn).filter(|s| s.good) else {
             return Ok(None);
         };
         let (dbr, head, taken) = (srq.dbr, srq.hw_head, srq.taken);
@@ -170,12 +172,12 @@ impl Hca {
     /// whose armed limit is now above the WQEs left raises the limit event and disarms.
     fn take_recv(&mut self, qpn: u32, srq: Option<(u32, u16)>) {
         let Some((srqn, next)) = srq else {
-            if let Some(q) = self.qps.get_mut(&qpn) {
+            if let Some(q) = self.objects.qps.get_mut(&qpn) {
                 q.rq_consumed = q.rq_consumed.wrapping_add(1);
             }
             return;
         };
-        let Some(s) = self.srqs.get_mut(&srqn) else {
+        let Some(s) = self.objects.srqs.get_mut(&srqn) else {
             return;
         };
         s.hw_head = next;
@@ -189,7 +191,7 @@ impl Hca {
         };
         let left = (posted as u16).wrapping_sub(taken);
         if left < lwm {
-            if let Some(s) = self.srqs.get_mut(&srqn) {
+            if let Some(s) = self.objects.srqs.get_mut(&srqn) {
                 s.lwm = 0;
             }
             self.post_event(event_type::SRQ_RQ_LIMIT, 0, qp_srq_event_data(0, srqn));
@@ -199,8 +201,8 @@ impl Hca {
     /// The XRC SRQ `srqn` named by a request to XRC target QP `r`, if it is an XRC SRQ of the
     /// QP's XRC domain (`qpc.xrcd`, Linux 6.12 qp.c `create_xrc_tgt_qp`; `xrc_srqc.xrcd`).
     pub(crate) fn xrc_target_srq(&self, r: &Qp, srqn: u32) -> Option<XrcTarget> {
-        let (_, xrcd) = self.qp_srq(r.qpn)?;
-        let s = self.srq(srqn)?;
+        let (_, xrcd) = self.objects.qp_srq(r.qpn)?;
+        let s = self.objects.srq(srqn)?;
         if s.kind != crate::srq::SrqKind::XrcSrq || s.xrcd != Some(xrcd) {
             return None;
         }
@@ -221,7 +223,7 @@ impl Hca {
     /// non-zero means an SRQ; Linux mlx5_ib cq.c `handle_responder` reads `cqe->srqn` for XRC;
     /// the rule itself is `qp::cqe_srqn_uidx_of`).
     pub(crate) fn cqe_srqn_uidx(&self, qp: &Qp, srqn: Option<u32>) -> u32 {
-        let srq = srqn.and_then(|n| self.srq(n));
+        let srq = srqn.and_then(|n| self.objects.srq(n));
         let uidx = match srq {
             Some(s) if s.kind == crate::srq::SrqKind::XrcSrq => s.user_index,
             _ => qp.user_index,
@@ -335,7 +337,7 @@ impl Hca {
     /// The request at its QP: worked out with the QP borrowed from the table, then committed.
     pub(crate) fn respond_at_port(&mut self, req: &Request) -> Response {
         let rc = req.st.reliable();
-        let Some(r) = self.qps.get(&req.dst_qpn).filter(|r| {
+        let Some(r) = self.objects.qps.get(&req.dst_qpn).filter(|r| {
             // A QP in SQE (UC, UD) still receives.
             matches!(
                 r.state,
@@ -409,7 +411,7 @@ impl Hca {
     fn commit(&mut self, e: Effects, rc: bool) -> Response {
         let qpn = e.qpn;
         if e.comm_est {
-            if let Some(q) = self.qps.get_mut(&qpn) {
+            if let Some(q) = self.objects.qps.get_mut(&qpn) {
                 q.comm_est = true;
             }
             self.post_event(event_type::COMM_EST, 0, qp_srq_event_data(0, qpn));
@@ -423,7 +425,12 @@ impl Hca {
             }
             // The queue's catastrophic error may have moved the QP to ERR: a QP in ERR
             // answers nothing.
-            if self.qps.get(&qpn).is_some_and(|q| q.state == QpState::Err) {
+            if self
+                .objects
+                .qps
+                .get(&qpn)
+                .is_some_and(|q| q.state == QpState::Err)
+            {
                 resp = if rc {
                     Response::NoQp
                 } else {
@@ -434,7 +441,7 @@ impl Hca {
         if let Some(d) = e.delivery {
             self.take_recv(qpn, d.srq);
             if d.inline {
-                self.scattered_to_cqe += 1;
+                self.counters.scattered_to_cqe += 1;
             }
             self.post_cqe(d.cqn, d.cqe, d.solicited);
             if d.failed {
@@ -443,7 +450,7 @@ impl Hca {
         }
         if e.dct_key_violation {
             let mut raise = false;
-            if let Some(d) = self.qps.get_mut(&qpn).and_then(|q| q.dct.as_mut()) {
+            if let Some(d) = self.objects.qps.get_mut(&qpn).and_then(|q| q.dct.as_mut()) {
                 d.key_violations = d.key_violations.wrapping_add(1);
                 raise = std::mem::take(&mut d.armed);
             }
@@ -458,7 +465,7 @@ impl Hca {
             self.post_event(ty, 0, qp_srq_event_data(0, qpn));
         }
         if let Some(psn) = e.next_rcv_psn {
-            if let Some(q) = self.qps.get_mut(&qpn) {
+            if let Some(q) = self.objects.qps.get_mut(&qpn) {
                 q.next_rcv_psn = psn;
             }
         }
@@ -621,7 +628,7 @@ impl Hca {
     pub(crate) fn atomic_little_endian(&self) -> bool {
         use bareverbs_firmware_cmd::ifc::{atomic, atomic_caps, HOST_ENDIANNESS_BIG};
         let f = atomic_caps::atomic_req_8b_endianness_mode;
-        let mode = bareverbs_firmware_cmd::layout::get_bits(&self.atomic_caps_cur, f.bit, f.width);
+        let mode = bareverbs_firmware_cmd::layout::get_bits(&self.caps.atomic_cur, f.bit, f.width);
         mode == u64::from(atomic::REQ_MODE_HOST_ENDIANNESS)
             && self.host_endianness != Some(HOST_ENDIANNESS_BIG)
     }

@@ -243,14 +243,14 @@ impl Model {
     pub fn set_faults(&self, f: impl FnOnce(&mut Faults)) {
         self.with(|h| {
             f(&mut h.cfg.faults);
-            h.fault_hits.clear();
+            h.cmdq.fault_hits.clear();
             h.sync_faults();
         });
     }
 
     /// Commands executed so far: the most recent [`LOG_LIMIT`](crate::trace::LOG_LIMIT).
     pub fn trace(&self) -> Vec<TraceEntry> {
-        self.with(|h| h.trace.to_vec())
+        self.with(|h| h.logs.trace.to_vec())
     }
 
     /// The command trace, one line per command.
@@ -261,22 +261,22 @@ impl Model {
     /// What the model observed or did, in order: the most recent
     /// [`LOG_LIMIT`](crate::trace::LOG_LIMIT) events.
     pub fn events(&self) -> Vec<ModelEvent> {
-        self.with(|h| h.events.to_vec())
+        self.with(|h| h.logs.events.to_vec())
     }
 
     /// Events dropped from [`Self::events`] to keep it bounded (the oldest go first).
     pub fn events_dropped(&self) -> u64 {
-        self.with(|h| h.events.dropped())
+        self.with(|h| h.logs.events.dropped())
     }
 
     /// DMA faults seen so far: the most recent [`LOG_LIMIT`](crate::trace::LOG_LIMIT).
     pub fn dma_faults(&self) -> Vec<DmaFault> {
-        self.with(|h| h.dma_faults.to_vec())
+        self.with(|h| h.logs.dma_faults.to_vec())
     }
 
     /// DMA faults seen so far, those [`Self::dma_faults`] no longer holds included.
     pub fn dma_faults_recorded(&self) -> u64 {
-        self.with(|h| h.dma_faults.recorded())
+        self.with(|h| h.logs.dma_faults.recorded())
     }
 
     /// Pages firmware holds.
@@ -291,12 +291,12 @@ impl Model {
 
     /// Number of EQs.
     pub fn eq_count(&self) -> usize {
-        self.with(|h| h.eqs.len())
+        self.with(|h| h.objects.eqs.len())
     }
 
     /// Number of allocated UARs.
     pub fn uar_count(&self) -> usize {
-        self.with(|h| h.uars.len())
+        self.with(|h| h.objects.uars.len())
     }
 
     /// The value the driver wrote to HOST_ENDIANNESS, if any.
@@ -317,8 +317,8 @@ impl Model {
     /// Sets the health syndrome and the "reset requested" bit.
     pub fn set_health(&self, synd: u8, rfr: bool) {
         self.with(|h| {
-            h.health_synd = synd;
-            h.health_rfr = rfr;
+            h.init_seg.health_synd = synd;
+            h.init_seg.health_rfr = rfr;
         });
     }
 

@@ -6,7 +6,6 @@
 //! (`responder.rs`): the WQEs form a linked list (rdma-core 56 providers/mlx5/srq.c), the
 //! device keeps its own head, starting at WQE 0, and follows each WQE's `next_wqe_index`.
 
-use crate::hca::Hca;
 use crate::page_list::{buffer_iova, page_offset_bytes};
 
 /// Which command created a shared receive queue (and so which commands query, arm and destroy
@@ -86,23 +85,6 @@ impl Srq {
     pub fn wqe_iova(&self, n: u32) -> u64 {
         let off = u64::from(n & (self.nent() - 1)) << self.wqe_shift;
         buffer_iova(&self.pas, self.page_size, self.offset_bytes(), off)
-    }
-}
-
-impl Hca {
-    /// A shared receive queue of any kind.
-    pub fn srq(&self, srqn: u32) -> Option<&Srq> {
-        self.srqs.get(&srqn)
-    }
-
-    /// Whether `xrcd` is an allocated XRC domain.
-    pub fn xrcd_exists(&self, xrcd: u32) -> bool {
-        self.xrcds.contains(&xrcd)
-    }
-
-    /// The shared receive queue (and XRC domain) a QP receives from, if it has one.
-    pub fn qp_srq(&self, qpn: u32) -> Option<(u32, u32)> {
-        self.qp_srqs.get(&qpn).copied()
     }
 }
 

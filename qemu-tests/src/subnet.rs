@@ -1,6 +1,6 @@
-//! What a subnet manager changes on the model's ports, each with the port-change event the
-//! HCA raises for it (the SM sets LIDs, P_Key tables and GUIDs with SubnSet(PortInfo,
-//! P_KeyTable, GUIDInfo); mlx5 PORT_CHANGE subtypes LID, PKEY, GUID and CLIENT_REREG, which
+//! What changes on the model's ports — the link going up or down, and what a subnet manager
+//! sets — each with the port-change event the HCA raises for it (the SM sets LIDs, P_Key
+//! tables and GUIDs with SubnSet(PortInfo, P_KeyTable, GUIDInfo); mlx5 PORT_CHANGE subtypes LID, PKEY, GUID and CLIENT_REREG, which
 //! Linux 6.12 mlx5_ib `handle_port_change` reports as IB_EVENT_LID_CHANGE,
 //! IB_EVENT_PKEY_CHANGE, IB_EVENT_GID_CHANGE and IB_EVENT_CLIENT_REREGISTER).
 //!
@@ -101,5 +101,26 @@ impl Hca {
         }
         self.port_change(port, port_change_subtype::CLIENT_REREG);
         true
+    }
+
+    /// Port `port` (1-based) goes up or down, with a port-change EQE.
+    pub fn set_port(&mut self, port: u8, up: bool) {
+        let Some(p) = self.ports.get_mut(usize::from(port).wrapping_sub(1)) else {
+            return;
+        };
+        p.up = up;
+        self.post_port_change(port, up);
+    }
+
+    /// A port-change EQE for `port`: ACTIVE or DOWN.
+    pub(crate) fn post_port_change(&mut self, port: u8, up: bool) {
+        let mut data = [0u8; 28];
+        data[8] = port << 4;
+        let sub = if up {
+            bareverbs_firmware_cmd::ifc::port_change_subtype::ACTIVE
+        } else {
+            bareverbs_firmware_cmd::ifc::port_change_subtype::DOWN
+        };
+        self.post_event(event_type::PORT_CHANGE, sub, data);
     }
 }

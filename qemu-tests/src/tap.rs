@@ -6,9 +6,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
-use std::sync::{Arc, Mutex, Weak};
-
-use crate::fabric::Fabric;
+use std::sync::{Arc, Mutex};
 
 /// `TUNSETIFF` (`_IOW('T', 202, int)`).
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
@@ -47,31 +45,23 @@ pub(crate) struct TapPort {
 }
 
 impl TapPort {
-    /// Gives `frame` to the kernel (a frame the interface cannot take is dropped).
-    pub fn write(&self, frame: &[u8]) {
-        let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
-        if let Err(e) = f.write_all(frame) {
-            log::debug!("model: a frame to the TAP interface dropped: {e}");
-        }
-    }
-}
-
-impl Fabric {
-    /// Joins the TAP interface `name` (created if it does not exist) to the wire. A thread
-    /// carries the kernel's frames onto the wire until the interface goes away or the fabric
-    /// is dropped.
+    /// Opens (creating if needed) the TAP interface `name`: the port, and a thread that hands
+    /// each frame the kernel sends on the interface to `deliver` (with the port's identity)
+    /// until the interface goes away or `deliver` returns false.
     ///
     /// # Errors
     /// Opening `/dev/net/tun` or creating the interface (root is needed).
-    pub fn attach_tap(self: &Arc<Self>, name: &str) -> io::Result<()> {
+    pub fn open(
+        name: &str,
+        mut deliver: impl FnMut(&crate::eth::Inbox, &[u8]) -> bool + Send + 'static,
+    ) -> io::Result<Arc<TapPort>> {
         let file = open_tap(name)?;
         let mut reader = file.try_clone()?;
         let port = Arc::new(TapPort {
             file: Mutex::new(file),
             id: Arc::new(Mutex::new(Default::default())),
         });
-        self.set_tap(Some(port.clone()));
-        let fabric: Weak<Fabric> = Arc::downgrade(self);
+        let id = port.id.clone();
         std::thread::Builder::new()
             .name(format!("tap-{name}"))
             .spawn(move || {
@@ -81,10 +71,19 @@ impl Fabric {
                         Ok(0) | Err(_) => return,
                         Ok(n) => n,
                     };
-                    let Some(f) = fabric.upgrade() else { return };
-                    f.send_frame(&port.id, &buf[..n]);
+                    if !deliver(&id, &buf[..n]) {
+                        return;
+                    }
                 }
             })?;
-        Ok(())
+        Ok(port)
+    }
+
+    /// Gives `frame` to the kernel (a frame the interface cannot take is dropped).
+    pub fn write(&self, frame: &[u8]) {
+        let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = f.write_all(frame) {
+            log::debug!("model: a frame to the TAP interface dropped: {e}");
+        }
     }
 }

@@ -129,6 +129,26 @@ impl<T: Clone> RecentLog<T> {
     }
 }
 
+/// What the model records as it runs.
+#[derive(Default)]
+pub(crate) struct Logs {
+    /// Every command executed, with its result.
+    pub(crate) trace: RecentLog<TraceEntry>,
+    /// What the model observed or did, in order.
+    pub(crate) events: RecentLog<ModelEvent>,
+    /// DMA accesses that faulted.
+    pub(crate) dma_faults: RecentLog<crate::dma::DmaFault>,
+}
+
+impl Logs {
+    /// Records a DMA fault, in the fault log and the event log, with a warning.
+    pub(crate) fn dma_fault(&mut self, f: crate::dma::DmaFault) {
+        log::warn!("model: {f}");
+        self.dma_faults.push(f);
+        self.events.push(ModelEvent::DmaFault(f));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,12 +26,12 @@ use bareverbs_firmware_cmd::ifc::{
 use bareverbs_firmware_cmd::ifc::{wqe_ctrl_seg, wqe_data_seg};
 use bareverbs_firmware_cmd::layout::{Layout, TooShort, View};
 
+use crate::cqe_write::synd;
+use crate::data_path::DataPath;
 use crate::dma::{AddressSpaceExt, DmaFault};
-use crate::hca::Hca;
 use crate::mkey::{Klm, RepeatEnt, Translation, NOT_PRESENT};
 use crate::qp::{Qp, ServiceType};
 use crate::requester::Sender;
-use crate::wqe_exec::synd;
 
 /// Mask bits the model applies. The relaxed-ordering bits need `relaxed_ordering_*_umr`, which
 /// the model does not advertise; signature, BSF, fence, QPN and remote-invalidate are not
@@ -64,7 +64,7 @@ struct UmrCtrl {
     key: u32,
 }
 
-impl Hca {
+impl DataPath<'_> {
     /// The UMR WQE at the head of `qp`'s send queue, read while the QP is borrowed: its
     /// control segment, its WQEBBs' bytes (at least the first's 64), and a fault that cut it
     /// short (recorded by the caller). Err: its first WQEBB cannot be read.
@@ -106,7 +106,7 @@ impl Hca {
     /// the QP to ERR).
     pub(crate) fn step_umr(&mut self, qpn: u32) -> bool {
         // The QP is borrowed while its WQE is read; what the rest needs is copied.
-        let Some(qp) = self.qps.get(&qpn) else {
+        let Some(qp) = self.objects.qps.get(&qpn) else {
             return false;
         };
         let consumed = qp.sq_consumed;
@@ -127,7 +127,7 @@ impl Hca {
             key,
         } = ctrl;
         raw.truncate(usize::from(ds) * SEND_WQE_DS);
-        if let Some(q) = self.qps.get_mut(&qpn) {
+        if let Some(q) = self.objects.qps.get_mut(&qpn) {
             q.sq_consumed = q.sq_consumed.wrapping_add(bbs);
         }
         // A user QP's UMR changes only keys of its own PD (the REG_UMR QP has none).
@@ -139,7 +139,7 @@ impl Hca {
         };
         match result {
             Ok(()) => {
-                self.umrs.0 += 1;
+                self.counters.umrs.0 += 1;
                 if signaled {
                     let c = crate::cqe_write::ok_cqe(
                         CqeOpcode::Req,
@@ -154,7 +154,7 @@ impl Hca {
                 true
             }
             Err(e) => {
-                self.umrs.1 += 1;
+                self.counters.umrs.1 += 1;
                 self.complete_send_error(&s, wqe_index, opcode, e);
                 false
             }
@@ -186,6 +186,7 @@ impl Hca {
         }
         let index = key >> 8;
         let k = self
+            .objects
             .mkeys
             .get(&index)
             .filter(|k| k.umr_en && pd.is_none_or(|p| p == k.pd))
@@ -201,7 +202,7 @@ impl Hca {
             _ => return Err(synd::LOCAL_QP_OP),
         }
         let pd = seg.get32(mkc::pd);
-        if mask & mkey_mask::PD != 0 && !self.pds.contains(&pd) {
+        if mask & mkey_mask::PD != 0 && !self.objects.pds.contains(&pd) {
             return Err(synd::LOCAL_PROT);
         }
         let log_page = seg.get32(mkc::log_page_size);
@@ -284,7 +285,7 @@ impl Hca {
         if mask & mkey_mask::FREE != 0 {
             k.free = bit(mkc::free);
         }
-        self.mkeys.insert(index, k);
+        self.objects.mkeys.insert(index, k);
         Ok(())
     }
 
@@ -422,6 +423,7 @@ impl Hca {
     /// PD is not checked against the QP's.
     fn read_through_key(&mut self, lkey: u32, addr: u64, len: usize) -> Result<Vec<u8>, u8> {
         let k = self
+            .objects
             .mkeys
             .get(&(lkey >> 8))
             .filter(|k| k.key == lkey && !k.free)
@@ -486,7 +488,7 @@ mod tests {
         let hal = SimHal::synchronous();
         hal.model().with(|h| {
             let index = 0x20;
-            h.mkeys.insert(
+            h.objects.mkeys.insert(
                 index,
                 Mkey {
                     key: index << 8,
@@ -506,7 +508,7 @@ mod tests {
             // Octoword 0x10000 = entries 0x20000 and 0x20001; the second lacks the present
             // bits (a zapped entry).
             let w = inline_umr(index << 8, 0x1_0000, &[0x5000 | mtt_perm::RW, 0x6000]);
-            assert_eq!(h.execute_umr(index << 8, &w), Ok(()));
+            assert_eq!(h.data_path().execute_umr(index << 8, &w), Ok(()));
             let Some(Translation::Mtt { pages, .. }) = h.mkey(index).map(|k| &k.translation) else {
                 panic!("an MTT key");
             };
@@ -516,14 +518,20 @@ mod tests {
             // The table holds whole 64-byte units: 0x10001 octowords are 0x10004; the last
             // octoword of that unit takes entries, the next one is past the table.
             let w = inline_umr(index << 8, 0x1_0003, &[0x8000 | mtt_perm::RW]);
-            assert_eq!(h.execute_umr(index << 8, &w), Ok(()));
+            assert_eq!(h.data_path().execute_umr(index << 8, &w), Ok(()));
             let w = inline_umr(index << 8, 0x1_0004, &[0x7000 | mtt_perm::RW]);
-            assert_eq!(h.execute_umr(index << 8, &w), Err(synd::LOCAL_QP_OP));
+            assert_eq!(
+                h.data_path().execute_umr(index << 8, &w),
+                Err(synd::LOCAL_QP_OP)
+            );
             // Without the capability the high offset bits are refused.
             let f = cmd_hca_cap::umr_extended_translation_offset;
-            set_bits(&mut h.caps_cur, f.bit, f.width, 0);
+            set_bits(&mut h.caps.cur, f.bit, f.width, 0);
             let w = inline_umr(index << 8, 0x1_0000, &[0x7000 | mtt_perm::RW]);
-            assert_eq!(h.execute_umr(index << 8, &w), Err(synd::LOCAL_QP_OP));
+            assert_eq!(
+                h.data_path().execute_umr(index << 8, &w),
+                Err(synd::LOCAL_QP_OP)
+            );
             let Some(Translation::Mtt { pages, .. }) = h.mkey(index).map(|k| &k.translation) else {
                 panic!("an MTT key");
             };
@@ -538,7 +546,7 @@ mod tests {
         let hal = SimHal::synchronous();
         hal.model().with(|h| {
             let index = 0x21;
-            h.mkeys.insert(
+            h.objects.mkeys.insert(
                 index,
                 Mkey {
                     key: index << 8,
@@ -565,7 +573,7 @@ mod tests {
                 // The last byte holds the reserved bits 7:2 and the present bits 1:0.
                 m[Mtt::BYTES - 1] |= 0xfc;
             }
-            assert_eq!(h.execute_umr(index << 8, &w), Ok(()));
+            assert_eq!(h.data_path().execute_umr(index << 8, &w), Ok(()));
             let Some(Translation::Mtt { pages, .. }) = h.mkey(index).map(|k| &k.translation) else {
                 panic!("an MTT key");
             };

@@ -171,15 +171,15 @@ impl Backend {
         let (mut cmds, mut faults) = (0, 0);
         let engine = Engine::start(dev.clone(), move |h| {
             if let Some(f) = out.as_mut() {
-                for t in h.trace.since(cmds) {
+                for t in h.logs.trace.since(cmds) {
                     let _ = writeln!(f, "CMD {t}");
                 }
-                for d in h.dma_faults.since(faults) {
+                for d in h.logs.dma_faults.since(faults) {
                     let _ = writeln!(f, "DMA-FAULT {d}");
                 }
             }
-            cmds = h.trace.recorded();
-            faults = h.dma_faults.recorded();
+            cmds = h.logs.trace.recorded();
+            faults = h.logs.dma_faults.recorded();
         });
         Ok(Backend {
             pci: PciConfig::new(&cfg),
@@ -231,9 +231,9 @@ impl Backend {
             "state={:?} pages_held={} eqs={} uars={} dma_faults={}",
             h.state(),
             h.pages_held(),
-            h.eqs.len(),
-            h.uars.len(),
-            h.dma_faults.recorded()
+            h.objects.eqs.len(),
+            h.objects.uars.len(),
+            h.logs.dma_faults.recorded()
         )
     }
 

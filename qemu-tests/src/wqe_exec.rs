@@ -11,7 +11,7 @@
 //! Receives on a QP with `rq_type` SRQ take the WQEs of its SRQ/RMP in linked-list order
 //! (rdma-core 56 providers/mlx5/srq.c), with the WQE's index as the CQE's `wqe_counter`, and
 //! may raise the SRQ limit event. Every CQE carries `srqn_uidx` as CQE version 1 defines it
-//! (`Hca::cqe_srqn_uidx`).
+//! (`DataPath::cqe_srqn_uidx`).
 //!
 //! Transport (RC, and UC for sequence numbers only). Messages are whole: no packet is lost,
 //! reordered or split, so what follows is about a requester and a responder whose PSNs or
@@ -32,7 +32,7 @@
 //!   to back (there is no ACK timer): after `retry_count` retries the request completes with
 //!   RETRY_EXC_ERR. With `ack_timeout` 0 (infinite) a request without response is sent again
 //!   once per engine round for ever: no completion, the QP stays in RTS and can be destroyed.
-//!   [`Hca::qp_retries`] counts the retries.
+//!   [`Hca::qp_retries`](crate::Hca::qp_retries) counts the retries.
 //! - Remote invalid request (RC): an operation the responder QP does not enable (rwe, rre, rae;
 //!   mlx5 clears rre and rae for `max_dest_rd_atomic` 0), an RDMA longer than 2^31 bytes, a
 //!   misaligned atomic, a receive too small. Remote access error: the rkey, its rights or
@@ -43,158 +43,16 @@
 //! receive. A send error on a UC or UD QP moves it to SQE instead: the other send requests,
 //! and any posted later, are flushed, receives go on, and SQERR2RTS_QP resumes sending.
 
-use bareverbs_firmware_cmd::ifc::{eqe_qp_srq, CqeOpcode, EqeQpSrq};
-use bareverbs_firmware_cmd::layout::ViewMut;
+use bareverbs_firmware_cmd::ifc::CqeOpcode;
 
-use crate::cqe_write::{err_cqe, ok_cqe, CqeFields};
+use crate::cqe_write::{err_cqe, ok_cqe, synd, CqeFields};
+use crate::data_path::DataPath;
 use crate::dma::AddressSpaceExt;
-use crate::hca::Hca;
-use crate::qp::{QpState, ServiceType, PSN_MASK};
-use crate::requester::Sender;
+use crate::qp::{QpState, ServiceType};
+use crate::requester::{Outcome, Sender};
 use crate::wqe_parse::*;
 
-/// The CQE error syndromes the model writes: short names for the values of
-/// [`CqeSyndrome`](bareverbs_firmware_cmd::ifc::CqeSyndrome), the one table.
-pub(crate) mod synd {
-    use bareverbs_firmware_cmd::ifc::CqeSyndrome as S;
-    pub const LOCAL_LENGTH: u8 = S::LocalLengthErr.raw();
-    pub const LOCAL_QP_OP: u8 = S::LocalQpOpErr.raw();
-    pub const LOCAL_PROT: u8 = S::LocalProtErr.raw();
-    pub const REMOTE_INVAL_REQ: u8 = S::RemoteInvalReqErr.raw();
-    pub const REMOTE_ACCESS: u8 = S::RemoteAccessErr.raw();
-    pub const TRANSPORT_RETRY_EXC: u8 = S::TransportRetryExcErr.raw();
-    pub const RNR_RETRY_EXC: u8 = S::RnrRetryExcErr.raw();
-    pub const WR_FLUSH: u8 = S::WrFlushErr.raw();
-}
-
-/// The data of a QP/SRQ asynchronous event EQE (`eqe_qp_srq`): resource type and number.
-pub(crate) fn qp_srq_event_data(ty: u8, n: u32) -> [u8; 28] {
-    let mut d = [0u8; 28];
-    if let Ok(mut v) = ViewMut::<EqeQpSrq>::new_checked(&mut d[..]) {
-        v.set(eqe_qp_srq::r#type, ty).set(eqe_qp_srq::qp_srq_n, n);
-    }
-    d
-}
-
-/// One gather/scatter entry of a WQE.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Sge {
-    pub lkey: u32,
-    pub addr: u64,
-    pub len: u32,
-}
-
-/// A WQE's gather or scatter list; up to four entries without allocating.
-pub(crate) type SgeList = crate::small_list::SmallList<Sge, 4>;
-
-/// What a request asks of the responder.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Kind {
-    Send,
-    Write,
-    Read,
-    Atomic { fetch_add: bool },
-}
-
-/// A request on the wire, reduced to what the responder needs.
-#[derive(Clone)]
-pub(crate) struct Request {
-    pub(crate) kind: Kind,
-    pub(crate) st: ServiceType,
-    /// PSN of the request's first packet (RC and UC).
-    pub(crate) psn: u32,
-    pub(crate) src_qpn: u32,
-    pub(crate) slid: u16,
-    /// The destination LID the request was sent to (its low LMC bits are the path bits).
-    pub(crate) dlid: u16,
-    pub(crate) sl: u8,
-    pub(crate) dst_qpn: u32,
-    pub(crate) payload: Vec<u8>,
-    pub(crate) imm: Option<u32>,
-    pub(crate) solicited: bool,
-    pub(crate) raddr: u64,
-    pub(crate) rkey: u32,
-    pub(crate) len: u64,
-    pub(crate) swap_add: u64,
-    pub(crate) compare: u64,
-    pub(crate) qkey: u32,
-    /// The 40-byte GRH the packet carries (UD with a global route), as the receiver's HCA
-    /// writes it into the start of the receive buffer.
-    pub(crate) grh: Option<[u8; 40]>,
-    /// Packets the message takes on the wire (and a READ's response), for the port counters.
-    pub(crate) pkts: u32,
-    /// XRC: the XRC SRQ at the target the request is for (the XRCETH's XRCSRQ).
-    pub(crate) xrc_srqn: Option<u32>,
-    /// DC: the access key the DCT must hold.
-    pub(crate) dc_key: u64,
-}
-
-/// The responder's answer.
-pub(crate) enum Response {
-    /// Done; data for READ and atomics.
-    Ack(Vec<u8>),
-    /// Refused with a requester syndrome.
-    Nak(u8),
-    /// No receive posted (RC), with the responder's RNR timer encoding.
-    Rnr(u8),
-    /// Silently dropped (UC, UD) or unanswered.
-    Dropped,
-    /// No such QP behind that LID, or not one that answers: no response at all (RC: the
-    /// requester retransmits until `retry_count` runs out).
-    NoQp,
-    /// NAK "PSN sequence error": the request's PSN is ahead of the one expected (RC: the
-    /// requester retransmits, each retry counting against `retry_count`).
-    NakSeq,
-}
-
-impl Request {
-    /// Bytes the message carries (SEND, WRITE) or asks for (READ); 8 for atomics.
-    pub(crate) fn msg_len(&self) -> u64 {
-        match self.kind {
-            Kind::Send | Kind::Write => self.payload.len() as u64,
-            Kind::Read => self.len,
-            Kind::Atomic { .. } => 8,
-        }
-    }
-}
-
-/// Largest RDMA length the IB spec allows (ibv_poll_cq(3): a longer RDMA request is a remote
-/// invalid request).
-pub(crate) const MAX_RDMA_LEN: u64 = 1 << 31;
-
-/// Packets a request of `kind` and `len` bytes spends in the PSN space at path MTU `mtu` (IB
-/// enum): SEND, WRITE and READ (its response packets) one per MTU, at least one; atomics one.
-pub(crate) fn packets(kind: Kind, len: u64, mtu: u8) -> u32 {
-    // The MTU is a power of two (128 << mtu bytes): shifts, not a division.
-    let log = 7 + u32::from(mtu.clamp(1, 5));
-    let n = (len >> log) + u64::from(len & ((1 << log) - 1) != 0);
-    match kind {
-        Kind::Atomic { .. } => 1,
-        _ => u32::try_from(n.max(1)).unwrap_or(u32::MAX),
-    }
-}
-
-/// `psn + n` in the 24-bit PSN space.
-pub(crate) fn psn_add(psn: u32, n: u32) -> u32 {
-    psn.wrapping_add(n) & PSN_MASK
-}
-
-/// What happened to a send WQE.
-pub(crate) enum Outcome {
-    /// Completed; `byte_cnt` for READ and atomics.
-    Done(u32),
-    /// A READ or atomic completed whose result goes in its CQE, not to memory (requester
-    /// scatter to CQE).
-    DoneInline(Vec<u8>),
-    /// Completed with an error syndrome.
-    Failed(u8),
-    /// Leave it queued (receiver not ready, retries left).
-    Wait,
-    /// Completed with WR_FLUSH_ERR already (a DCI stream in error): the queue goes on.
-    Flushed,
-}
-
-impl Hca {
+impl DataPath<'_> {
     /// Send doorbell (BlueFlame register): the low dword carries `qpn << 8 | ds`.
     pub(crate) fn sq_doorbell(&mut self, uar: u32, val: u64) {
         if self.cfg.faults.lose_doorbells > 0 {
@@ -207,7 +65,7 @@ impl Hca {
             log::warn!("model: send doorbell of QP {qpn:#x} ignored: the device is halted");
             return;
         }
-        let Some(qp) = self.qps.get(&qpn) else {
+        let Some(qp) = self.objects.qps.get(&qpn) else {
             self.eth_sq_doorbell(uar, qpn);
             return;
         };
@@ -225,10 +83,10 @@ impl Hca {
     pub fn run_sq(&mut self, qpn: u32) {
         // The WQE bytes are read into a buffer the HCA keeps (taken here, so the parsed WQE can
         // borrow it while the HCA executes it); a nested run of another queue makes its own.
-        let mut buf = std::mem::take(&mut self.wqe_buf);
+        let mut buf = std::mem::take(&mut *self.wqe_buf);
         buf.resize(MAX_SEND_WQE, 0);
         self.run_sq_with(qpn, &mut buf);
-        self.wqe_buf = buf;
+        *self.wqe_buf = buf;
     }
 
     fn run_sq_with(&mut self, qpn: u32, buf: &mut [u8]) {
@@ -238,7 +96,7 @@ impl Hca {
         loop {
             // The QP is borrowed from the table while its WQE is read and its request built;
             // what the rest needs is copied (`Sender`) before the request goes out.
-            let Some(qp) = self.qps.get(&qpn) else {
+            let Some(qp) = self.objects.qps.get(&qpn) else {
                 return;
             };
             if matches!(qp.state, QpState::Sqer | QpState::Err) && !qp.no_sq {
@@ -314,9 +172,9 @@ impl Hca {
                 // initiator small fence (mode 1, what rdma-core puts after a UMR) is counted
                 // for tests.
                 if w.fence_mode == 1 {
-                    self.small_fenced += 1;
+                    self.counters.small_fenced += 1;
                 }
-                let payload = std::mem::take(&mut self.payload_buf);
+                let payload = std::mem::take(&mut *self.payload_buf);
                 match self.build_request(qp, &w, payload) {
                     Ok(req) => self.send_request(&mut s, req, &w),
                     Err(u) => {
@@ -333,12 +191,12 @@ impl Hca {
                     return;
                 }
                 Outcome::Flushed => {
-                    if let Some(q) = self.qps.get_mut(&qpn) {
+                    if let Some(q) = self.objects.qps.get_mut(&qpn) {
                         q.sq_consumed = q.sq_consumed.wrapping_add(w.bbs);
                     }
                 }
                 Outcome::Done(_) | Outcome::DoneInline(_) => {
-                    if let Some(q) = self.qps.get_mut(&qpn) {
+                    if let Some(q) = self.objects.qps.get_mut(&qpn) {
                         q.sq_consumed = q.sq_consumed.wrapping_add(w.bbs);
                         q.rnr_tries = 0;
                         q.retry_tries = 0;
@@ -349,7 +207,7 @@ impl Hca {
                     if w.signaled {
                         let (byte_cnt, inline) = match &outcome {
                             Outcome::DoneInline(data) => {
-                                self.scattered_to_cqe += 1;
+                                self.counters.scattered_to_cqe += 1;
                                 (data.len() as u32, Some(&data[..]))
                             }
                             Outcome::Done(bytes) => (*bytes, None),
@@ -370,7 +228,7 @@ impl Hca {
                     }
                 }
                 Outcome::Failed(e) => {
-                    if let Some(q) = self.qps.get_mut(&qpn) {
+                    if let Some(q) = self.objects.qps.get_mut(&qpn) {
                         q.sq_consumed = q.sq_consumed.wrapping_add(w.bbs);
                     }
                     if self.dci_stream_failed(&s, &w, e) {
@@ -431,42 +289,9 @@ impl Hca {
 mod tests {
     use super::*;
     use crate::qp::Qp;
+    use crate::request::*;
     use crate::SimHal;
     use bareverbs_firmware_cmd::ifc::wqe_opcode;
-
-    #[test]
-    fn qp_srq_event_data_carries_type_and_number() {
-        // Linux device.h `struct mlx5_eqe_qp_srq`: __be32 reserved1[5], u8 type, reserved2[3],
-        // __be32 qp_srq_n (srq_cmd.c `srq_event_notifier` masks it with 0xffffff).
-        let d = qp_srq_event_data(1, 0x12_3456);
-        let mut want = [0u8; 28];
-        want[20] = 1;
-        want[25..28].copy_from_slice(&[0x12, 0x34, 0x56]);
-        assert_eq!(d, want);
-    }
-
-    #[test]
-    fn requests_spend_one_psn_per_mtu_and_psns_wrap() {
-        let send = Kind::Send;
-        // MTU 3 = 1024 bytes.
-        assert_eq!(packets(send, 0, 3), 1);
-        assert_eq!(packets(send, 1024, 3), 1);
-        assert_eq!(packets(send, 1025, 3), 2);
-        assert_eq!(packets(Kind::Read, 8192, 5), 2);
-        assert_eq!(packets(Kind::Write, 300, 1), 2);
-        assert_eq!(packets(Kind::Atomic { fetch_add: true }, 8, 1), 1);
-        // MTU codes outside 1–5 are clamped (256 and 4096 bytes); counts saturate.
-        assert_eq!(packets(send, 257, 0), 2);
-        assert_eq!(packets(send, 4097, 9), 2);
-        assert_eq!(packets(send, u64::MAX, 5), u32::MAX);
-        assert_eq!(packets(send, (u64::from(u32::MAX) << 12) + 1, 5), u32::MAX);
-        assert_eq!(
-            packets(send, u64::from(u32::MAX - 1) << 12, 5),
-            u32::MAX - 1
-        );
-        assert_eq!(psn_add(0xff_ffff, 1), 0);
-        assert_eq!(psn_add(0xff_fffe, 5), 3);
-    }
 
     fn rc_qp(qpn: u32, next_rcv_psn: u32) -> Qp {
         Qp {
@@ -572,11 +397,11 @@ mod tests {
         raw[3] = wqe_opcode::RDMA_WRITE;
         raw[7] = 6; // control, address vector (3 x 16 bytes), remote address, data
         raw[9..11].copy_from_slice(&5u16.to_be_bytes());
-        let w = Hca::parse_send_wqe(&qp, &raw, 2);
+        let w = DataPath::parse_send_wqe(&qp, &raw, 2);
         assert_eq!(w.map(|w| w.dci_stream), Some(1));
         // A `ds` that leaves no room for the remote address segment: malformed, no panic.
         raw[7] = 4;
-        assert!(Hca::parse_send_wqe(&qp, &raw, 2).is_none());
+        assert!(DataPath::parse_send_wqe(&qp, &raw, 2).is_none());
     }
 
     #[test]
@@ -584,27 +409,29 @@ mod tests {
         let hal = SimHal::synchronous();
         hal.model().with(|h| {
             let expected = 0xff_fffe;
-            h.qps.insert(0x100, rc_qp(0x100, expected));
-            let epsn = |h: &Hca| h.qp(0x100).map(|q| q.next_rcv_psn);
+            h.objects.qps.insert(0x100, rc_qp(0x100, expected));
+            let epsn = |h: &crate::Hca| h.qp(0x100).map(|q| q.next_rcv_psn);
             // An RDMA READ longer than 2^31 bytes: remote invalid request, nothing accepted.
-            let r = h.respond(&request(Kind::Read, expected, MAX_RDMA_LEN + 1));
+            let r = h
+                .data_path()
+                .respond(&request(Kind::Read, expected, MAX_RDMA_LEN + 1));
             assert!(matches!(r, Response::Nak(synd::REMOTE_INVAL_REQ)));
             assert_eq!(epsn(h), Some(expected));
             // The responder went to ERR (IBA 9.9.3.1 class C); back to RTS for what follows.
-            let rearm = |h: &mut Hca| {
-                let q = h.qps.get_mut(&0x100).unwrap();
+            let rearm = |h: &mut crate::Hca| {
+                let q = h.objects.qps.get_mut(&0x100).unwrap();
                 assert_eq!(q.state, QpState::Err);
                 q.state = QpState::Rts;
             };
             rearm(h);
             // Ahead (across the wrap), up to half the PSN space: sequence error NAK.
             for psn in [0, psn_add(expected, (1 << 23) - 1)] {
-                let r = h.respond(&request(Kind::Write, psn, 4));
+                let r = h.data_path().respond(&request(Kind::Write, psn, 4));
                 assert!(matches!(r, Response::NakSeq), "psn {psn:#x}");
             }
             // Behind, down to half the PSN space: a duplicate WRITE, acknowledged unexecuted.
             for psn in [expected - 1, psn_add(expected, 1 << 23)] {
-                let r = h.respond(&request(Kind::Write, psn, 4));
+                let r = h.data_path().respond(&request(Kind::Write, psn, 4));
                 assert!(
                     matches!(r, Response::Ack(ref d) if d.is_empty()),
                     "psn {psn:#x}"
@@ -612,15 +439,15 @@ mod tests {
             }
             assert_eq!(epsn(h), Some(expected));
             // The expected PSN is executed (here: refused for its rkey) and does not advance.
-            let r = h.respond(&request(Kind::Write, expected, 4));
+            let r = h.data_path().respond(&request(Kind::Write, expected, 4));
             assert!(matches!(r, Response::Nak(synd::REMOTE_ACCESS)));
             assert_eq!(epsn(h), Some(expected));
             rearm(h);
             // A QP without remote read: remote invalid request, not an access error.
-            if let Some(q) = h.qps.get_mut(&0x100) {
+            if let Some(q) = h.objects.qps.get_mut(&0x100) {
                 q.rre = false;
             }
-            let r = h.respond(&request(Kind::Read, expected, 8));
+            let r = h.data_path().respond(&request(Kind::Read, expected, 8));
             assert!(matches!(r, Response::Nak(synd::REMOTE_INVAL_REQ)));
         });
     }

@@ -9,10 +9,10 @@ use bareverbs_firmware_cmd::ifc::{
 use bareverbs_firmware_cmd::layout::{Layout, View};
 use bareverbs_firmware_cmd::wqe_codec::{self as codec, ctrl, datagram, inline, raddr, xrc};
 
+use crate::data_path::DataPath;
 use crate::dma::DmaFault;
-use crate::hca::Hca;
 use crate::qp::{Qp, ServiceType};
-use crate::wqe_exec::*;
+use crate::sge::{Sge, SgeList};
 
 /// Why a send WQE could not be taken.
 pub(crate) enum WqeFault {
@@ -93,7 +93,7 @@ pub(crate) fn dci_channel(qp: &Qp, id: u16) -> u16 {
     })
 }
 
-impl Hca {
+impl DataPath<'_> {
     /// Reads the WQE at `qp`'s send queue head into `buf` (basic block by basic block: the
     /// ring may wrap inside it) and parses it.
     /// Reads the WQE at `qp`'s send queue head into `buf` (basic block by basic block: the

@@ -417,33 +417,21 @@ pub struct EthObjects {
     pub root: bool,
 }
 
-impl crate::hca::Hca {
-    /// The Ethernet objects that exist (None on an InfiniBand port).
-    pub fn eth_objects(&self) -> Option<EthObjects> {
-        self.eth.as_ref().map(|e| {
-            let t = &e.steering.tables;
-            EthObjects {
-                tises: e.tises.len(),
-                tirs: e.tirs.len(),
-                rqts: e.rqts.len(),
-                sqs: e.sqs.len(),
-                rqs: e.rqs.len(),
-                flow_tables: t.len(),
-                flow_groups: t.values().map(|t| t.groups.len()).sum(),
-                flow_entries: t.values().map(|t| t.ftes.len()).sum(),
-                flow_counters: e.steering.counters.len(),
-                root: e.steering.root.is_some(),
-            }
-        })
-    }
-
-    /// What the Ethernet NIC did (None on an InfiniBand port).
-    pub fn eth_work(&self) -> Option<EthWork> {
-        self.eth.as_ref().map(|e| e.work)
-    }
-
-    /// Whether the Ethernet port passes traffic: the link up and the port administratively up.
-    pub(crate) fn eth_oper_up(&self) -> bool {
-        self.ports.first().is_some_and(|p| p.up) && self.eth.as_ref().is_some_and(|e| e.admin_up)
+impl Eth {
+    /// The Ethernet objects that exist.
+    pub(crate) fn objects(&self) -> EthObjects {
+        let t = &self.steering.tables;
+        EthObjects {
+            tises: self.tises.len(),
+            tirs: self.tirs.len(),
+            rqts: self.rqts.len(),
+            sqs: self.sqs.len(),
+            rqs: self.rqs.len(),
+            flow_tables: t.len(),
+            flow_groups: t.values().map(|t| t.groups.len()).sum(),
+            flow_entries: t.values().map(|t| t.ftes.len()).sum(),
+            flow_counters: self.steering.counters.len(),
+            root: self.steering.root.is_some(),
+        }
     }
 }

@@ -8,8 +8,8 @@ use bareverbs_firmware_cmd::layout::ViewMut;
 
 use super::packet::{self, ethertype, ip_proto, Headers};
 use super::{steering, TirDispatch, WqState};
+use crate::data_path::DataPath;
 use crate::dma::AddressSpaceExt;
-use crate::hca::Hca;
 
 /// `cqe.hds_ip_ext` flags (`CQE_L2_OK` … `CQE_L4_OK`).
 const CQE_L2_OK: u8 = 1 << 0;
@@ -24,7 +24,7 @@ struct RxMeta {
     flow_tag: u32,
 }
 
-impl Hca {
+impl DataPath<'_> {
     /// Frames other HCAs left while this one was busy.
     pub(crate) fn drain_eth_inbox(&mut self) {
         let Some(inbox) = self.eth.as_ref().map(|e| e.inbox.clone()) else {

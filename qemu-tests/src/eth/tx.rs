@@ -13,9 +13,10 @@ use bareverbs_firmware_cmd::wqe_codec::{self as codec, eth};
 
 use super::packet::{self, ip_proto, Headers};
 use super::WqState;
+use crate::cqe_write::synd;
+use crate::data_path::DataPath;
 use crate::dma::AddressSpaceExt;
-use crate::hca::Hca;
-use crate::wqe_exec::{synd, Sge};
+use crate::sge::Sge;
 
 /// Bytes of a send WQE basic block.
 const WQEBB: usize = 64;
@@ -32,7 +33,7 @@ mod inline_mode {
     pub const TCP_UDP: u8 = 3;
 }
 
-impl Hca {
+impl DataPath<'_> {
     /// Send doorbell on an Ethernet SQ: returns false when `sqn` is not one.
     pub(crate) fn eth_sq_doorbell(&mut self, uar: u32, sqn: u32) -> bool {
         let Some(sq) = self.eth.as_ref().and_then(|e| e.sqs.get(&sqn)) else {

@@ -25,15 +25,15 @@ impl Hca {
         }
         let (cap_type, cur) = (op_mod >> 1, op_mod & 1 == hca_cap_op_mod::CUR);
         let src = match (cap_type, cur) {
-            (hca_cap_op_mod::GENERAL, true) => &self.caps_cur,
-            (hca_cap_op_mod::GENERAL, false) => &self.caps_max,
-            (hca_cap_op_mod::ATOMIC, true) => &self.atomic_caps_cur,
-            (hca_cap_op_mod::ATOMIC, false) => &self.atomic_caps_max,
+            (hca_cap_op_mod::GENERAL, true) => &self.caps.cur,
+            (hca_cap_op_mod::GENERAL, false) => &self.caps.max,
+            (hca_cap_op_mod::ATOMIC, true) => &self.caps.atomic_cur,
+            (hca_cap_op_mod::ATOMIC, false) => &self.caps.atomic_max,
             (hca_cap_op_mod::ETHERNET_OFFLOADS, _) if self.eth.is_some() => {
-                self.eth.as_ref().map_or(&self.caps_cur, |e| &e.caps)
+                self.eth.as_ref().map_or(&self.caps.cur, |e| &e.caps)
             }
             (hca_cap_op_mod::FLOW_TABLE, _) if self.eth.is_some() => {
-                self.eth.as_ref().map_or(&self.caps_cur, |e| &e.ft_caps)
+                self.eth.as_ref().map_or(&self.caps.cur, |e| &e.ft_caps)
             }
             _ => return Err(bad_param(syndrome::BAD_OP_MOD)),
         };
@@ -57,9 +57,9 @@ impl Hca {
         }
         let req = &v.as_bytes()[16..16 + CAP_BYTES];
         let done = match op_mod >> 1 {
-            hca_cap_op_mod::GENERAL => check_set_general(req, &self.caps_cur, &self.caps_max)
-                .map(|()| self.caps_cur.copy_from_slice(req)),
-            hca_cap_op_mod::ATOMIC => set_atomic(req, &mut self.atomic_caps_cur),
+            hca_cap_op_mod::GENERAL => check_set_general(req, &self.caps.cur, &self.caps.max)
+                .map(|()| self.caps.cur.copy_from_slice(req)),
+            hca_cap_op_mod::ATOMIC => set_atomic(req, &mut self.caps.atomic_cur),
             _ => return Err(bad_param(syndrome::BAD_OP_MOD)),
         };
         if let Err(field) = done {

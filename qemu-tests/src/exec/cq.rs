@@ -5,6 +5,7 @@ use bareverbs_firmware_cmd::{CmdStatus, View};
 
 use super::{bad_param, fail, input, output, syndrome, CmdResult};
 use crate::cq::{Arm, Cq, CQE_BYTES};
+use crate::dma::AddressSpaceExt;
 use crate::hca::Hca;
 use crate::page_list;
 
@@ -25,11 +26,11 @@ impl Hca {
             return Err(bad_param(syndrome::OUT_OF_RANGE));
         }
         let uar = c.get32(cqc::uar_page);
-        if !self.uars.contains(&uar) {
+        if !self.objects.uars.contains(&uar) {
             return Err(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT));
         }
         let eqn = c.get32(cqc::c_eqn_or_apu_element);
-        if eqn > 0xff || !self.eqs.contains_key(&(eqn as u8)) {
+        if eqn > 0xff || !self.objects.eqs.contains_key(&(eqn as u8)) {
             return Err(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT));
         }
         let log_page = c.get32(cqc::log_page_size);
@@ -51,12 +52,12 @@ impl Hca {
         }
         let max = 1u32 << self.cap(cmd_hca_cap::log_max_cq);
         let cqn = (1..max)
-            .find(|n| !self.cqs.contains_key(n))
+            .find(|n| !self.objects.cqs.contains_key(n))
             .ok_or(fail(CmdStatus::NoResources, syndrome::EXHAUSTED))?;
         if page_offset != 0 {
-            self.offset_queues += 1;
+            self.counters.offset_queues += 1;
         }
-        self.cqs.insert(
+        self.objects.cqs.insert(
             cqn,
             Cq {
                 cqn,
@@ -84,13 +85,14 @@ impl Hca {
         self.require_initialized()?;
         let cqn = v.get32(destroy_cq_in::cqn);
         let cq = self
+            .objects
             .cqs
             .get(&cqn)
             .ok_or(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT))?;
         if cq.users > 0 {
             return Err(fail(CmdStatus::BadResourceState, syndrome::IN_USE));
         }
-        self.cqs.remove(&cqn);
+        self.objects.cqs.remove(&cqn);
         Ok(())
     }
 
@@ -100,6 +102,7 @@ impl Hca {
         self.require_initialized()?;
         let cqn = v.get32(query_cq_in::cqn);
         let cq = self
+            .objects
             .cqs
             .get(&cqn)
             .ok_or(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT))?
@@ -144,7 +147,7 @@ impl Hca {
         output::<ModifyCqOut>(o)?;
         self.require_initialized()?;
         let cqn = v.get32(modify_cq_in::cqn);
-        if !self.cqs.contains_key(&cqn) {
+        if !self.objects.cqs.contains_key(&cqn) {
             return Err(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT));
         }
         match op_mod {
@@ -153,7 +156,7 @@ impl Hca {
             modify_cq_op_mod::MODIFY => {
                 let select = v.get32(modify_cq_in::modify_field_select_resize_field_select);
                 let oi = v.sub(modify_cq_in::cq_context).get(cqc::oi) != 0;
-                if let Some(cq) = self.cqs.get_mut(&cqn) {
+                if let Some(cq) = self.objects.cqs.get_mut(&cqn) {
                     if select & modify_field_select::OI != 0 {
                         cq.oi = oi;
                     }
@@ -179,6 +182,7 @@ impl Hca {
             return Err(bad_param(syndrome::OUT_OF_RANGE));
         }
         let cq = self
+            .objects
             .cqs
             .get(&cqn)
             .ok_or(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT))?
@@ -217,14 +221,29 @@ impl Hca {
         }
         let mut marker = [0u8; 64];
         marker[63] = make_op_own(u8::from(CqeOpcode::ResizeCq), 0);
-        self.write_cqe_at(cqn, marker)
+        self.data_path()
+            .write_cqe_at(cqn, marker)
             .map_err(|()| fail(CmdStatus::InternalError, syndrome::DMA_FAULT))?;
-        if let Some(cq) = self.cqs.get_mut(&cqn) {
+        if let Some(cq) = self.objects.cqs.get_mut(&cqn) {
             cq.log_size = log_size;
             cq.pas = pas;
             cq.page_size = page_size;
             cq.page_offset = page_offset;
         }
         Ok(())
+    }
+
+    /// The consumer index in CQ `cq`'s doorbell record.
+    fn read_cq_ci(&mut self, cq: &Cq) -> Result<u32, super::Fail> {
+        match self.dma.read_be32(cq.dbr) {
+            Ok(v) => Ok(v & 0x00ff_ffff),
+            Err(f) => {
+                self.record_fault(f);
+                Err(super::Fail {
+                    status: bareverbs_firmware_cmd::CmdStatus::InternalError,
+                    syndrome: syndrome::DMA_FAULT,
+                })
+            }
+        }
     }
 }

@@ -17,7 +17,8 @@ use crate::qp::{DctState, Qp, QpState, ServiceType};
 impl Hca {
     /// The DCT numbered `dctn`.
     fn dct_of(&self, dctn: u32) -> Result<&Qp, Fail> {
-        self.qps
+        self.objects
+            .qps
             .get(&dctn)
             .filter(|q| q.st == ServiceType::Dct)
             .ok_or(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT))
@@ -40,7 +41,7 @@ impl Hca {
         let Some(xrcd) = srq else {
             return Err(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT));
         };
-        if !self.pds.contains(&pd) || !self.cqs.contains_key(&cqn) {
+        if !self.objects.pds.contains(&pd) || !self.objects.cqs.contains_key(&cqn) {
             return Err(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT));
         }
         // The model has 64-byte CQEs only: scattering to a CQE needs 128-byte ones for a DCT.
@@ -55,7 +56,7 @@ impl Hca {
         let max = 1u32 << self.cap(cmd_hca_cap::log_max_qp);
         let first = super::FIRST_QPN;
         let dctn = (first..first + max)
-            .find(|n| !self.qps.contains_key(n))
+            .find(|n| !self.objects.qps.contains_key(n))
             .ok_or(fail(CmdStatus::NoResources, syndrome::EXHAUSTED))?;
         let qp = Qp {
             qpn: dctn,
@@ -111,10 +112,10 @@ impl Hca {
             cs_res: 0,
             e2e_credit_mode: 0,
         };
-        if let Some(cq) = self.cqs.get_mut(&cqn) {
+        if let Some(cq) = self.objects.cqs.get_mut(&cqn) {
             cq.users += 2;
         }
-        self.qps.insert(dctn, qp);
+        self.objects.qps.insert(dctn, qp);
         self.attach_qp_srq(dctn, Some((srqn, xrcd)));
         out.set(create_dct_out::dctn, dctn);
         Ok(())
@@ -126,7 +127,7 @@ impl Hca {
         self.require_initialized()?;
         let dctn = v.get32(drain_dct_in::dctn);
         self.dct_of(dctn)?;
-        if let Some(q) = self.qps.get_mut(&dctn) {
+        if let Some(q) = self.objects.qps.get_mut(&dctn) {
             // A drained DCT answers nothing (the responder finds it in no receiving state).
             q.state = QpState::Rst;
             if let Some(d) = q.dct.as_mut() {
@@ -146,9 +147,9 @@ impl Hca {
         self.require_initialized()?;
         let dctn = v.get32(destroy_dct_in::dctn);
         let cqn = self.dct_of(dctn)?.cqn_rcv;
-        self.qps.remove(&dctn);
+        self.objects.qps.remove(&dctn);
         self.detach_qp_srq(dctn);
-        if let Some(cq) = self.cqs.get_mut(&cqn) {
+        if let Some(cq) = self.objects.cqs.get_mut(&cqn) {
             cq.users = cq.users.saturating_sub(2);
         }
         Ok(())
@@ -185,7 +186,7 @@ impl Hca {
         self.require_initialized()?;
         let dctn = v.get32(arm_dct_in::dct_number);
         self.dct_of(dctn)?;
-        if let Some(d) = self.qps.get_mut(&dctn).and_then(|q| q.dct.as_mut()) {
+        if let Some(d) = self.objects.qps.get_mut(&dctn).and_then(|q| q.dct.as_mut()) {
             d.armed = true;
         }
         Ok(())

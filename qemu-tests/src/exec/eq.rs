@@ -24,7 +24,7 @@ impl Hca {
         if intr >= self.cfg.msix_vectors {
             return Err(bad_param(syndrome::OUT_OF_RANGE));
         }
-        if !self.uars.contains(&uar) {
+        if !self.objects.uars.contains(&uar) {
             return Err(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT));
         }
         let page_size = 4096u64 << log_page;
@@ -42,13 +42,13 @@ impl Hca {
         let max_eqs = 1u32 << self.cap(cmd_hca_cap::log_max_eq);
         let eqn = (0..max_eqs.min(256) as u16)
             .map(|n| n as u8)
-            .find(|n| !self.eqs.contains_key(n))
+            .find(|n| !self.objects.eqs.contains_key(n))
             .ok_or(fail(CmdStatus::NoResources, syndrome::EXHAUSTED))?;
         let mut mask = [0u64; 4];
         for (k, m) in mask.iter_mut().enumerate() {
             *m = event_bitmask(&v, k);
         }
-        self.eqs.insert(
+        self.objects.eqs.insert(
             eqn,
             Eq {
                 eqn,
@@ -74,7 +74,8 @@ impl Hca {
         output::<DestroyEqOut>(o)?;
         self.require_initialized()?;
         let eqn = v.get(destroy_eq_in::eq_number) as u8;
-        self.eqs
+        self.objects
+            .eqs
             .remove(&eqn)
             .ok_or(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT))?;
         Ok(())
@@ -86,6 +87,7 @@ impl Hca {
         self.require_initialized()?;
         let eqn = v.get(query_eq_in::eq_number) as u8;
         let eq = self
+            .objects
             .eqs
             .get(&eqn)
             .ok_or(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT))?;

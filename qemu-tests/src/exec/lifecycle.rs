@@ -49,10 +49,10 @@ impl Hca {
         self.state = HcaState::Disabled;
         self.issi = 0;
         self.regular_pages = 0;
-        self.pages_before_done = false;
+        self.cmdq.pages_before_done = false;
         let (_, cur) = crate::caps::general_caps(&self.cfg);
-        self.caps_cur = cur;
-        self.atomic_caps_cur = crate::caps::atomic_caps(&self.cfg).1;
+        self.caps.cur = cur;
+        self.caps.atomic_cur = crate::caps::atomic_caps(&self.cfg).1;
         Ok(())
     }
 
@@ -61,13 +61,13 @@ impl Hca {
         if let Some(e) = self.eth.as_mut() {
             e.reset(&cfg);
         }
-        self.eqs.clear();
-        self.uars.clear();
-        self.pds.clear();
-        self.tds.clear();
-        self.mkeys.clear();
-        self.cqs.clear();
-        self.qps.clear();
+        self.objects.eqs.clear();
+        self.objects.uars.clear();
+        self.objects.pds.clear();
+        self.objects.tds.clear();
+        self.objects.mkeys.clear();
+        self.objects.cqs.clear();
+        self.objects.qps.clear();
     }
 
     pub(super) fn query_issi(&mut self, i: &[u8], o: &mut [u8]) -> CmdResult {

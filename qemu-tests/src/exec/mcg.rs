@@ -14,6 +14,7 @@ impl Hca {
     /// (first byte 0xff, IBA 4.1.1).
     fn mcg_args(&self, qpn: u32, gid: &[u8]) -> Result<[u8; 16], crate::exec::Fail> {
         let qp = self
+            .objects
             .qps
             .get(&qpn)
             .ok_or(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT))?;
@@ -33,7 +34,7 @@ impl Hca {
         self.require_initialized()?;
         let qpn = v.get32(attach_to_mcg_in::qpn);
         let mgid = self.mcg_args(qpn, v.bytes(attach_to_mcg_in::multicast_gid))?;
-        self.mcgs.entry(mgid).or_default().insert(qpn);
+        self.objects.mcgs.entry(mgid).or_default().insert(qpn);
         Ok(())
     }
 
@@ -45,6 +46,7 @@ impl Hca {
         let qpn = v.get32(detach_from_mcg_in::qpn);
         let mgid = self.mcg_args(qpn, v.bytes(detach_from_mcg_in::multicast_gid))?;
         let members = self
+            .objects
             .mcgs
             .get_mut(&mgid)
             .ok_or(bad_param(syndrome::OUT_OF_RANGE))?;
@@ -52,24 +54,16 @@ impl Hca {
             return Err(bad_param(syndrome::OUT_OF_RANGE));
         }
         if members.is_empty() {
-            self.mcgs.remove(&mgid);
+            self.objects.mcgs.remove(&mgid);
         }
         Ok(())
     }
 
     /// A destroyed QP leaves every group.
     pub(super) fn detach_qp_mcgs(&mut self, qpn: u32) {
-        self.mcgs.retain(|_, m| {
+        self.objects.mcgs.retain(|_, m| {
             m.remove(&qpn);
             !m.is_empty()
         });
-    }
-
-    /// The UD QPs of this HCA attached to `mgid`.
-    pub(crate) fn mcg_members(&self, mgid: &[u8; 16]) -> Vec<u32> {
-        self.mcgs
-            .get(mgid)
-            .map(|m| m.iter().copied().collect())
-            .unwrap_or_default()
     }
 }

@@ -37,7 +37,7 @@ impl Hca {
         self.require_initialized()?;
         let c = v.sub(create_mkey_in::memory_key_mkey_entry);
         let pd = c.get32(mkc::pd);
-        if !self.pds.contains(&pd) {
+        if !self.objects.pds.contains(&pd) {
             return Err(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT));
         }
         let mode = ((c.get(mkc::access_mode_4_2) << 2) | c.get(mkc::access_mode_1_0)) as u8;
@@ -108,10 +108,10 @@ impl Hca {
         };
         let limit = 1u32 << self.cap(cmd_hca_cap::log_max_mkey);
         let index = (FIRST_MKEY_INDEX..limit)
-            .find(|i| !self.mkeys.contains_key(i))
+            .find(|i| !self.objects.mkeys.contains_key(i))
             .ok_or(fail(CmdStatus::NoResources, syndrome::EXHAUSTED))?;
         let key = idx_to_mkey(index, c.get(mkc::mkey_7_0) as u8);
-        self.mkeys.insert(
+        self.objects.mkeys.insert(
             index,
             Mkey {
                 key,
@@ -134,7 +134,8 @@ impl Hca {
         output::<DestroyMkeyOut>(o)?;
         self.require_initialized()?;
         let index = v.get32(destroy_mkey_in::mkey_index);
-        self.mkeys
+        self.objects
+            .mkeys
             .remove(&index)
             .ok_or(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT))?;
         Ok(())
@@ -146,6 +147,7 @@ impl Hca {
         self.require_initialized()?;
         let index = v.get32(query_mkey_in::mkey_index);
         let k = self
+            .objects
             .mkeys
             .get(&index)
             .ok_or(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT))?

@@ -106,17 +106,7 @@ impl Hca {
         &self,
         f: bareverbs_firmware_cmd::layout::Field<bareverbs_firmware_cmd::ifc::CmdHcaCap>,
     ) -> u64 {
-        bareverbs_firmware_cmd::layout::get_bits(
-            &self.caps_cur[..crate::caps::CAP_BYTES],
-            f.bit,
-            f.width,
-        )
-    }
-
-    /// A fresh number for a PD or transport domain (24 bits, never 0).
-    pub(crate) fn next_object(&mut self) -> u32 {
-        self.next_object = (self.next_object % 0x00ff_fffe) + 1;
-        self.next_object
+        crate::caps::cap(&self.caps.cur, f)
     }
 
     pub(crate) fn require_enabled(&self) -> CmdResult {

@@ -90,4 +90,25 @@ impl Hca {
             _ => Err(bad_param(syndrome::BAD_OP_MOD)),
         }
     }
+
+    /// Firmware asks for `n` more pages (or gives `-n` back) with a page-request EQE.
+    pub fn request_pages(&mut self, n: i32) {
+        if n > 0 {
+            self.regular_pages += n as usize;
+        } else {
+            self.regular_pages = self.regular_pages.saturating_sub(n.unsigned_abs() as usize);
+        }
+        let mut data = [0u8; 28];
+        data[4..8].copy_from_slice(&n.to_be_bytes());
+        self.post_event(event_type::PAGE_REQUEST, 0, data);
+    }
+
+    /// Pages firmware needs at this moment.
+    pub(crate) fn pages_required(&self) -> usize {
+        let mut need = self.regular_pages;
+        if self.state == HcaState::Initialized {
+            need += (self.cfg.boot_pages + self.cfg.init_pages) as usize;
+        }
+        need
+    }
 }

@@ -11,8 +11,8 @@ impl Hca {
         input::<AllocPdIn>(i)?;
         let mut out = output::<AllocPdOut>(o)?;
         self.require_initialized()?;
-        let pd = self.next_object();
-        self.pds.insert(pd);
+        let pd = self.objects.next_object();
+        self.objects.pds.insert(pd);
         out.set(alloc_pd_out::pd, pd);
         Ok(())
     }
@@ -22,13 +22,15 @@ impl Hca {
         output::<DeallocPdOut>(o)?;
         self.require_initialized()?;
         let pd = v.get32(dealloc_pd_in::pd);
-        if !self.pds.contains(&pd) {
+        if !self.objects.pds.contains(&pd) {
             return Err(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT));
         }
-        if self.mkeys.values().any(|k| k.pd == pd) || self.srqs.values().any(|s| s.pd == pd) {
+        if self.objects.mkeys.values().any(|k| k.pd == pd)
+            || self.objects.srqs.values().any(|s| s.pd == pd)
+        {
             return Err(fail(CmdStatus::ResourceBusy, syndrome::IN_USE));
         }
-        self.pds.remove(&pd);
+        self.objects.pds.remove(&pd);
         Ok(())
     }
 
@@ -36,8 +38,8 @@ impl Hca {
         input::<AllocTransportDomainIn>(i)?;
         let mut out = output::<AllocTransportDomainOut>(o)?;
         self.require_initialized()?;
-        let td = self.next_object();
-        self.tds.insert(td);
+        let td = self.objects.next_object();
+        self.objects.tds.insert(td);
         out.set(alloc_transport_domain_out::transport_domain, td);
         Ok(())
     }
@@ -47,7 +49,7 @@ impl Hca {
         output::<DeallocTransportDomainOut>(o)?;
         self.require_initialized()?;
         let td = v.get32(dealloc_transport_domain_in::transport_domain);
-        if !self.tds.remove(&td) {
+        if !self.objects.tds.remove(&td) {
             return Err(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT));
         }
         Ok(())

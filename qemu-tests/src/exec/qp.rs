@@ -61,10 +61,10 @@ impl Hca {
         // The UAR rings the send queue: a QP without one needs none (Linux 6.12 qp.c
         // `create_xrc_tgt_qp` leaves `uar_page` 0).
         let no_sq = c.get(qpc::no_sq) != 0;
-        if !(no_pd || self.pds.contains(&pd))
-            || !self.cqs.contains_key(&cqn_snd)
-            || !self.cqs.contains_key(&cqn_rcv)
-            || !(no_sq || self.uars.contains(&uar))
+        if !(no_pd || self.objects.pds.contains(&pd))
+            || !self.objects.cqs.contains_key(&cqn_snd)
+            || !self.objects.cqs.contains_key(&cqn_rcv)
+            || !(no_sq || self.objects.uars.contains(&uar))
         {
             return Err(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT));
         }
@@ -143,18 +143,18 @@ impl Hca {
         self.qp_dv_context(&c, &mut qp)?;
         let max = 1u32 << self.cap(cmd_hca_cap::log_max_qp);
         let qpn = (FIRST_QPN..FIRST_QPN + max)
-            .find(|n| !self.qps.contains_key(n) && !self.is_eth_queue(*n))
+            .find(|n| !self.objects.qps.contains_key(n) && !self.is_eth_queue(*n))
             .ok_or(fail(CmdStatus::NoResources, syndrome::EXHAUSTED))?;
         qp.qpn = qpn;
         for cqn in [cqn_snd, cqn_rcv] {
-            if let Some(cq) = self.cqs.get_mut(&cqn) {
+            if let Some(cq) = self.objects.cqs.get_mut(&cqn) {
                 cq.users += 1;
             }
         }
         if qp.page_offset != 0 {
-            self.offset_queues += 1;
+            self.counters.offset_queues += 1;
         }
-        self.qps.insert(qpn, qp);
+        self.objects.qps.insert(qpn, qp);
         self.attach_qp_srq(qpn, rq_srq);
         out.set(create_qp_out::qpn, qpn);
         Ok(())
@@ -220,6 +220,7 @@ impl Hca {
             .sub(rts2rts_qp_ext_in::qpc_data_ext)
             .get(qpc_ext::dci_stream_channel_id) as u16;
         let q = self
+            .objects
             .qps
             .get_mut(&qpn)
             .ok_or(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT))?;
@@ -244,13 +245,14 @@ impl Hca {
         self.require_initialized()?;
         let qpn = v.get32(destroy_qp_in::qpn);
         let qp = self
+            .objects
             .qps
             .remove(&qpn)
             .ok_or(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT))?;
         self.detach_qp_srq(qpn);
         self.detach_qp_mcgs(qpn);
         for cqn in [qp.cqn_snd, qp.cqn_rcv] {
-            if let Some(cq) = self.cqs.get_mut(&cqn) {
+            if let Some(cq) = self.objects.cqs.get_mut(&cqn) {
                 cq.users = cq.users.saturating_sub(1);
             }
         }
@@ -275,6 +277,7 @@ impl Hca {
             .map(|v| v.get32(qp_2rst_in::qpn))
             .unwrap_or(0);
         let qp = self
+            .objects
             .qps
             .get(&qpn)
             .ok_or(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT))?
@@ -293,7 +296,7 @@ impl Hca {
             }
             _ => {
                 // 2RST: back to reset, queues forgotten.
-                if let Some(q) = self.qps.get_mut(&qpn) {
+                if let Some(q) = self.objects.qps.get_mut(&qpn) {
                     q.state = QpState::Rst;
                     q.sq_consumed = 0;
                     q.rq_consumed = 0;
@@ -337,7 +340,7 @@ impl Hca {
                 // IBA: each port has one QP0 and one QP1 (the subnet management and general services QPs).
                 let special = matches!(q.st, ServiceType::Qp0 | ServiceType::Qp1);
                 if special
-                    && self.qps.values().any(|o| {
+                    && self.objects.qps.values().any(|o| {
                         o.qpn != qpn && o.st == q.st && o.port == port && o.state != QpState::Rst
                     })
                 {
@@ -377,7 +380,7 @@ impl Hca {
             _ => {}
         }
         q.state = to;
-        self.qps.insert(qpn, q);
+        self.objects.qps.insert(qpn, q);
         Ok(())
     }
 
@@ -387,6 +390,7 @@ impl Hca {
         self.require_initialized()?;
         let qpn = v.get32(query_qp_in::qpn);
         let q = self
+            .objects
             .qps
             .get(&qpn)
             .ok_or(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT))?

@@ -110,7 +110,7 @@ impl Hca {
             let lwm = c.sub(rmpc::wq).get32(wq::lwm);
             self.set_srq_lwm(rmpn, SrqKind::Rmp, lwm)?;
         }
-        if let Some(s) = self.srqs.get_mut(&rmpn) {
+        if let Some(s) = self.objects.srqs.get_mut(&rmpn) {
             s.good = to == rmpc_state::RDY;
         }
         Ok(())

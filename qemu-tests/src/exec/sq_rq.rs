@@ -26,7 +26,7 @@ impl Hca {
         let e = self.eth.as_ref();
         (FIRST_QPN..FIRST_QPN + max)
             .find(|n| {
-                !self.qps.contains_key(n)
+                !self.objects.qps.contains_key(n)
                     && !e.is_some_and(|e| e.sqs.contains_key(n) || e.rqs.contains_key(n))
             })
             .ok_or(fail(CmdStatus::NoResources, syndrome::EXHAUSTED))
@@ -54,7 +54,7 @@ impl Hca {
         // `mlx5e_build_drop_rq_param`); buffer accesses check it.
         let pd = w.get32(wq::pd);
         let uar = w.get32(wq::uar_page);
-        if uar_needed && !self.uars.contains(&uar) {
+        if uar_needed && !self.objects.uars.contains(&uar) {
             return Err(bad_param(syndrome::NO_SUCH_OBJECT));
         }
         let log_size = w.get(wq::log_wq_sz) as u8;
@@ -104,7 +104,7 @@ impl Hca {
             1 => return Err(bad_param(syndrome::NO_SUCH_OBJECT)),
             _ => return Err(bad_param(syndrome::OUT_OF_RANGE)),
         };
-        if !self.cqs.contains_key(&cqn) {
+        if !self.objects.cqs.contains_key(&cqn) {
             return Err(bad_param(syndrome::NO_SUCH_OBJECT));
         }
         let ring = self.eth_ring(
@@ -123,7 +123,7 @@ impl Hca {
             ring,
             consumed: 0,
         };
-        if let Some(cq) = self.cqs.get_mut(&cqn) {
+        if let Some(cq) = self.objects.cqs.get_mut(&cqn) {
             cq.users += 1;
         }
         self.eth_mut()?.sqs.insert(sqn, sq);
@@ -150,7 +150,7 @@ impl Hca {
         sq.state = to;
         if run {
             // WQEs posted before the SQ was ready go now.
-            self.run_eth_sq(sqn);
+            self.data_path().run_eth_sq(sqn);
         }
         Ok(())
     }
@@ -164,7 +164,7 @@ impl Hca {
             .sqs
             .remove(&sqn)
             .ok_or(bad_param(syndrome::NO_SUCH_OBJECT))?;
-        if let Some(cq) = self.cqs.get_mut(&sq.cqn) {
+        if let Some(cq) = self.objects.cqs.get_mut(&sq.cqn) {
             cq.users = cq.users.saturating_sub(1);
         }
         Ok(())
@@ -183,7 +183,7 @@ impl Hca {
             return Err(bad_param(syndrome::OUT_OF_RANGE));
         }
         let cqn = c.get32(rqc::cqn);
-        if !self.cqs.contains_key(&cqn) {
+        if !self.objects.cqs.contains_key(&cqn) {
             return Err(bad_param(syndrome::NO_SUCH_OBJECT));
         }
         let ring = self.eth_ring(
@@ -203,7 +203,7 @@ impl Hca {
             ring,
             consumed: 0,
         };
-        if let Some(cq) = self.cqs.get_mut(&cqn) {
+        if let Some(cq) = self.objects.cqs.get_mut(&cqn) {
             cq.users += 1;
         }
         self.eth_mut()?.rqs.insert(rqn, rq);
@@ -252,7 +252,7 @@ impl Hca {
             .rqs
             .remove(&rqn)
             .ok_or(bad_param(syndrome::NO_SUCH_OBJECT))?;
-        if let Some(cq) = self.cqs.get_mut(&rq.cqn) {
+        if let Some(cq) = self.objects.cqs.get_mut(&rq.cqn) {
             cq.users = cq.users.saturating_sub(1);
         }
         Ok(())

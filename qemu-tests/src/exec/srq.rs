@@ -52,9 +52,9 @@ impl Hca {
         {
             return Err(bad_param(syndrome::OUT_OF_RANGE));
         }
-        let xrcd_ok = n.xrcd.is_none_or(|x| self.xrcds.contains(&x));
-        let cq_ok = n.cqn.is_none_or(|c| self.cqs.contains_key(&c));
-        if !self.pds.contains(&n.pd) || !xrcd_ok || !cq_ok {
+        let xrcd_ok = n.xrcd.is_none_or(|x| self.objects.xrcds.contains(&x));
+        let cq_ok = n.cqn.is_none_or(|c| self.objects.cqs.contains_key(&c));
+        if !self.objects.pds.contains(&n.pd) || !xrcd_ok || !cq_ok {
             return Err(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT));
         }
         let pages = srq_pages(n.log_size, n.wqe_shift, n.log_page, n.page_offset) as usize;
@@ -70,7 +70,7 @@ impl Hca {
         }
         let max = 1u32 << self.cap(cmd_hca_cap::log_max_srq);
         let srqn = (1..max)
-            .find(|k| !self.srqs.contains_key(k))
+            .find(|k| !self.objects.srqs.contains_key(k))
             .ok_or(fail(CmdStatus::NoResources, syndrome::EXHAUSTED))?;
         let mut srq = Srq {
             srqn,
@@ -95,19 +95,20 @@ impl Hca {
             qp_users: 0,
         };
         srq.start = srq.wqe_iova(0);
-        if let Some(cq) = n.cqn.and_then(|c| self.cqs.get_mut(&c)) {
+        if let Some(cq) = n.cqn.and_then(|c| self.objects.cqs.get_mut(&c)) {
             cq.users += 1;
         }
         if srq.page_offset != 0 {
-            self.offset_queues += 1;
+            self.counters.offset_queues += 1;
         }
-        self.srqs.insert(srqn, srq);
+        self.objects.srqs.insert(srqn, srq);
         Ok(srqn)
     }
 
     /// The shared receive queue `srqn` if it was made by a `kind` command.
     pub(super) fn srq_of(&self, srqn: u32, kind: SrqKind) -> Result<&Srq, Fail> {
-        self.srqs
+        self.objects
+            .srqs
             .get(&srqn)
             .filter(|s| s.kind == kind)
             .ok_or(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT))
@@ -119,8 +120,8 @@ impl Hca {
         if self.srq_of(srqn, kind)?.qp_users > 0 {
             return Err(fail(CmdStatus::BadResourceState, syndrome::IN_USE));
         }
-        if let Some(srq) = self.srqs.remove(&srqn) {
-            if let Some(cq) = srq.cqn.and_then(|c| self.cqs.get_mut(&c)) {
+        if let Some(srq) = self.objects.srqs.remove(&srqn) {
+            if let Some(cq) = srq.cqn.and_then(|c| self.objects.cqs.get_mut(&c)) {
                 cq.users = cq.users.saturating_sub(1);
             }
         }
@@ -134,7 +135,7 @@ impl Hca {
         if lwm >= nent {
             return Err(bad_param(syndrome::OUT_OF_RANGE));
         }
-        if let Some(s) = self.srqs.get_mut(&srqn) {
+        if let Some(s) = self.objects.srqs.get_mut(&srqn) {
             s.lwm = lwm as u16;
         }
         Ok(())
@@ -319,7 +320,7 @@ impl Hca {
             return Ok(None);
         }
         let (srqn, xrcd) = (c.get32(qpc::srqn_rmpn_xrqn), c.get32(qpc::xrcd));
-        if !self.srqs.contains_key(&srqn) || !self.xrcds.contains(&xrcd) {
+        if !self.objects.srqs.contains_key(&srqn) || !self.objects.xrcds.contains(&xrcd) {
             return Err(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT));
         }
         Ok(Some((srqn, xrcd)))
@@ -328,17 +329,17 @@ impl Hca {
     /// Records that QP `qpn` receives from `rq_srq`, which may then not be destroyed.
     pub(super) fn attach_qp_srq(&mut self, qpn: u32, rq_srq: Option<(u32, u32)>) {
         if let Some((srqn, xrcd)) = rq_srq {
-            if let Some(s) = self.srqs.get_mut(&srqn) {
+            if let Some(s) = self.objects.srqs.get_mut(&srqn) {
                 s.qp_users += 1;
             }
-            self.qp_srqs.insert(qpn, (srqn, xrcd));
+            self.objects.qp_srqs.insert(qpn, (srqn, xrcd));
         }
     }
 
     /// Drops QP `qpn`'s SRQ and XRC domain references.
     pub(super) fn detach_qp_srq(&mut self, qpn: u32) {
-        if let Some((srqn, _)) = self.qp_srqs.remove(&qpn) {
-            if let Some(s) = self.srqs.get_mut(&srqn) {
+        if let Some((srqn, _)) = self.objects.qp_srqs.remove(&qpn) {
+            if let Some(s) = self.objects.srqs.get_mut(&srqn) {
                 s.qp_users = s.qp_users.saturating_sub(1);
             }
         }

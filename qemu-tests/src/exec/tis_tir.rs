@@ -17,7 +17,7 @@ impl Hca {
         self.eth_mut()?;
         let c = v.sub(create_tis_in::ctx);
         let td = c.get32(tisc::transport_domain);
-        if !self.tds.contains(&td) {
+        if !self.objects.tds.contains(&td) {
             return Err(bad_param(syndrome::NO_SUCH_OBJECT));
         }
         let max = 1usize << self.cap(cmd_hca_cap::log_max_tis);
@@ -112,7 +112,7 @@ impl Hca {
         self.eth_mut()?;
         let c = v.sub(create_tir_in::ctx);
         let td = c.get32(tirc::transport_domain);
-        if !self.tds.contains(&td) {
+        if !self.objects.tds.contains(&td) {
             return Err(bad_param(syndrome::NO_SUCH_OBJECT));
         }
         if c.get(tirc::packet_merge_mask) != 0 || c.get(tirc::tunneled_offload_en) != 0 {

@@ -16,9 +16,9 @@ impl Hca {
         let mut out = output::<AllocUarOut>(o)?;
         self.require_initialized()?;
         let idx = (FIRST_UAR..=self.last_uar())
-            .find(|u| !self.uars.contains(u))
+            .find(|u| !self.objects.uars.contains(u))
             .ok_or(fail(CmdStatus::NoResources, syndrome::EXHAUSTED))?;
-        self.uars.insert(idx);
+        self.objects.uars.insert(idx);
         out.set(alloc_uar_out::uar, idx);
         Ok(())
     }
@@ -28,13 +28,13 @@ impl Hca {
         output::<DeallocUarOut>(o)?;
         self.require_initialized()?;
         let idx = v.get32(dealloc_uar_in::uar);
-        if !self.uars.contains(&idx) {
+        if !self.objects.uars.contains(&idx) {
             return Err(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT));
         }
-        if self.eqs.values().any(|e| e.uar == idx) {
+        if self.objects.eqs.values().any(|e| e.uar == idx) {
             return Err(fail(CmdStatus::ResourceBusy, syndrome::IN_USE));
         }
-        self.uars.remove(&idx);
+        self.objects.uars.remove(&idx);
         Ok(())
     }
 }

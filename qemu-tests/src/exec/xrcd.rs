@@ -16,11 +16,11 @@ impl Hca {
         if self.cap(cmd_hca_cap::xrc) == 0 {
             return Err(fail(CmdStatus::BadOperation, syndrome::BAD_OPCODE));
         }
-        if self.xrcds.len() as u64 >= 1u64 << self.cap(cmd_hca_cap::log_max_xrcd) {
+        if self.objects.xrcds.len() as u64 >= 1u64 << self.cap(cmd_hca_cap::log_max_xrcd) {
             return Err(fail(CmdStatus::NoResources, syndrome::EXHAUSTED));
         }
-        let xrcd = self.next_object();
-        self.xrcds.insert(xrcd);
+        let xrcd = self.objects.next_object();
+        self.objects.xrcds.insert(xrcd);
         out.set(alloc_xrcd_out::xrcd, xrcd);
         Ok(())
     }
@@ -31,15 +31,15 @@ impl Hca {
         output::<DeallocXrcdOut>(o)?;
         self.require_initialized()?;
         let xrcd = v.get32(dealloc_xrcd_in::xrcd);
-        if !self.xrcds.contains(&xrcd) {
+        if !self.objects.xrcds.contains(&xrcd) {
             return Err(fail(CmdStatus::BadResource, syndrome::NO_SUCH_OBJECT));
         }
-        if self.srqs.values().any(|s| s.xrcd == Some(xrcd))
-            || self.qp_srqs.values().any(|&(_, x)| x == xrcd)
+        if self.objects.srqs.values().any(|s| s.xrcd == Some(xrcd))
+            || self.objects.qp_srqs.values().any(|&(_, x)| x == xrcd)
         {
             return Err(fail(CmdStatus::ResourceBusy, syndrome::IN_USE));
         }
-        self.xrcds.remove(&xrcd);
+        self.objects.xrcds.remove(&xrcd);
         Ok(())
     }
 }
