@@ -240,6 +240,10 @@ pub mod cqe {
     pub const L4_L3_HDR_TYPE: Word = Word::of(cqe64::l4_l3_hdr_type);
     /// The stripped VLAN tag (Ethernet receive).
     pub const VLAN_INFO: Word = Word::of(cqe64::vlan_info);
+    /// The packet's checksum (Ethernet receive).
+    pub const CHECK_SUM: Word = Word::of(cqe64::check_sum);
+    /// The completion's timestamp (good CQEs).
+    pub const TIMESTAMP: Word = Word::of(cqe64::timestamp);
 
     /// Word 7 (bytes 56–63) of a CQE: QPN word, WQE counter, signature 0, `op_own`.
     #[inline(always)]

@@ -1,11 +1,9 @@
 //! The CQEs the model writes for the data path (requester, responder, error and flush
-//! completions), built field by field through the `Cqe64` and `ErrCqe` layouts that the
-//! driver's poll reads through too (`firmware-cmd` `ifc::cqe`, `wqe_codec::cqe`).
+//! completions), emitted as a `CqeRepr` (`firmware-cmd` `cqe_repr.rs`): the value the
+//! driver's completion ring parses them into, placed by the `Cqe64` and `ErrCqe` layouts.
 
-use bareverbs_firmware_cmd::ifc::{
-    cqe64, cqe_format, err_cqe, make_op_own, Cqe64, CqeOpcode, ErrCqe, CQE_SOLICITED,
-};
-use bareverbs_firmware_cmd::ViewMut;
+use bareverbs_firmware_cmd::cqe_repr::CqeRepr;
+use bareverbs_firmware_cmd::ifc::{cqe_format, CqeOpcode};
 
 /// The CQE error syndromes the model writes: short names for the values of
 /// [`CqeSyndrome`](bareverbs_firmware_cmd::ifc::CqeSyndrome), the one table.
@@ -46,35 +44,30 @@ pub(crate) struct CqeFields<'a> {
 
 /// A completion of `opcode` with `f`'s fields.
 pub(crate) fn ok_cqe(opcode: CqeOpcode, f: &CqeFields<'_>) -> [u8; 64] {
-    let mut c = [0u8; 64];
-    let mut format = cqe_format::NO_INLINE_DATA;
-    if let Some(d) = f.inline {
-        let n = d.len().min(32);
-        c[..n].copy_from_slice(&d[..n]);
-        format = cqe_format::INLINE_DATA32_SEG;
-    }
-    if let Ok(mut v) = ViewMut::<Cqe64>::new_checked(&mut c[..]) {
-        if f.inline.is_none() {
-            v.set(cqe64::ml_path, f.ml_path)
-                .set(cqe64::slid, f.slid)
-                .set(cqe64::flags_rqpn, f.flags_rqpn);
+    let mut c = CqeRepr {
+        opcode: opcode.into(),
+        solicited: f.solicited,
+        imm_inval_pkey: f.imm_inval_pkey,
+        byte_cnt: f.byte_cnt,
+        srqn: f.srqn_uidx & 0xff_ffff,
+        sop_drop_qpn: f.sop_drop_qpn,
+        wqe_counter: f.wqe_counter,
+        ..CqeRepr::default()
+    };
+    match f.inline {
+        Some(_) => c.format = cqe_format::INLINE_DATA32_SEG,
+        None => {
+            c.ml_path = f.ml_path;
+            c.slid = f.slid;
+            c.flags_rqpn = f.flags_rqpn;
         }
-        let solicited = if f.solicited { CQE_SOLICITED } else { 0 };
-        v.set(cqe64::imm_inval_pkey, f.imm_inval_pkey)
-            .set(cqe64::byte_cnt, f.byte_cnt)
-            .set(cqe64::srqn, f.srqn_uidx & 0xff_ffff)
-            .set(cqe64::sop_drop_qpn, f.sop_drop_qpn)
-            .set(cqe64::wqe_counter, f.wqe_counter)
-            .set(
-                cqe64::op_own,
-                make_op_own(opcode.into(), 0) | (format << 2) | solicited,
-            );
     }
-    c
+    c.emit(0, f.inline.unwrap_or(&[]))
 }
 
 /// An error completion (`opcode` [`CqeOpcode::ReqErr`] or [`CqeOpcode::RespErr`]) of the WQE
-/// `wqe_counter` (requester: of send opcode `wqe_opcode`) of QP `qpn`.
+/// `wqe_counter` (requester: of send opcode `wqe_opcode`) of queue `qpn` (a QP, or an
+/// Ethernet SQ or RQ).
 pub(crate) fn err_cqe(
     opcode: CqeOpcode,
     wqe_opcode: u8,
@@ -83,18 +76,15 @@ pub(crate) fn err_cqe(
     syndrome: u8,
     srqn_uidx: u32,
 ) -> [u8; 64] {
-    let mut c = [0u8; 64];
-    if let Ok(mut v) = ViewMut::<ErrCqe>::new_checked(&mut c[..]) {
-        v.set(err_cqe::syndrome, syndrome)
-            .set(
-                err_cqe::s_wqe_opcode_qpn,
-                (u32::from(wqe_opcode) << 24) | (qpn & 0xff_ffff),
-            )
-            .set(err_cqe::wqe_counter, wqe_counter)
-            .set(err_cqe::srqn, srqn_uidx & 0xff_ffff)
-            .set(err_cqe::op_own, make_op_own(opcode.into(), 0));
+    CqeRepr {
+        opcode: opcode.into(),
+        syndrome,
+        sop_drop_qpn: (u32::from(wqe_opcode) << 24) | (qpn & 0xff_ffff),
+        wqe_counter,
+        srqn: srqn_uidx & 0xff_ffff,
+        ..CqeRepr::default()
     }
-    c
+    .emit(0, &[])
 }
 
 #[cfg(test)]

@@ -352,38 +352,19 @@ impl Eth {
     }
 }
 
-/// A requester CQE for WQE `index` (counter) of SQ `sqn`, built through the `Cqe64` layout.
+/// A requester CQE for WQE `index` (counter) of SQ `sqn` (`CqeRepr`, as the driver reads
+/// it).
 pub(crate) fn req_cqe(wqe_opcode: u8, sqn: u32, index: u16, user_index: u32) -> [u8; 64] {
-    use bareverbs_firmware_cmd::ifc::{cqe64, make_op_own, Cqe64, CqeOpcode};
-    let mut cqe = [0u8; 64];
-    if let Ok(mut c) = bareverbs_firmware_cmd::layout::ViewMut::<Cqe64>::new_checked(&mut cqe[..]) {
-        c.set(cqe64::srqn, user_index & 0xff_ffff)
-            .set(cqe64::sop_drop_qpn, (u32::from(wqe_opcode) << 24) | sqn)
-            .set(cqe64::wqe_counter, index)
-            .set(cqe64::op_own, make_op_own(CqeOpcode::Req.into(), 0));
+    use bareverbs_firmware_cmd::cqe_repr::CqeRepr;
+    use bareverbs_firmware_cmd::ifc::CqeOpcode;
+    CqeRepr {
+        opcode: CqeOpcode::Req.into(),
+        srqn: user_index & 0xff_ffff,
+        sop_drop_qpn: (u32::from(wqe_opcode) << 24) | sqn,
+        wqe_counter: index,
+        ..CqeRepr::default()
     }
-    cqe
-}
-
-/// An error CQE (`op` requester or responder error) for WQE `index` of queue `qn`, built
-/// through the `ErrCqe` layout.
-pub(crate) fn err_cqe(
-    op: bareverbs_firmware_cmd::ifc::CqeOpcode,
-    syndrome: u8,
-    wqe_opcode: u8,
-    qn: u32,
-    index: u16,
-) -> [u8; 64] {
-    use bareverbs_firmware_cmd::ifc::{err_cqe as e, make_op_own, ErrCqe};
-    let mut cqe = [0u8; 64];
-    if let Ok(mut c) = bareverbs_firmware_cmd::layout::ViewMut::<ErrCqe>::new_checked(&mut cqe[..])
-    {
-        c.set(e::syndrome, syndrome)
-            .set(e::s_wqe_opcode_qpn, (u32::from(wqe_opcode) << 24) | qn)
-            .set(e::wqe_counter, index)
-            .set(e::op_own, make_op_own(op.into(), 0));
-    }
-    cqe
+    .emit(0, &[])
 }
 
 /// The MAC address a model HCA reports: locally administered, from its node GUID.

@@ -3,8 +3,8 @@
 //! byte count, WQE counter, flow tag, the RSS hash, the L3/L4 types, the checksum of
 //! everything after the L2 header, and the L3/L4-checksum-good flags.
 
-use bareverbs_firmware_cmd::ifc::{cqe64, make_op_own, Cqe64, CqeOpcode};
-use bareverbs_firmware_cmd::layout::ViewMut;
+use bareverbs_firmware_cmd::cqe_repr::CqeRepr;
+use bareverbs_firmware_cmd::ifc::CqeOpcode;
 
 use super::packet::{self, ethertype, ip_proto, Headers};
 use super::{steering, TirDispatch, WqState};
@@ -166,17 +166,14 @@ impl DataPath<'_> {
         let result = self.scatter(rq.ring.pd, &sges, 0, data);
         if let Err(syndrome) = result {
             log::debug!("model: RQ {rqn:#x} WQE {index}: error CQE syndrome {syndrome:#x}");
-            let cqe = super::err_cqe(CqeOpcode::RespErr, syndrome, 0, rqn, index);
+            let cqe = crate::cqe_write::err_cqe(CqeOpcode::RespErr, 0, rqn, index, syndrome, 0);
             if let Some(r) = self.eth.as_mut().and_then(|e| e.rqs.get_mut(&rqn)) {
                 r.state = WqState::Err;
             }
             self.post_cqe(rq.cqn, cqe, false);
             return;
         }
-        let mut cqe = [0u8; 64];
-        {
-            let mut c = ViewMut::<Cqe64>::new_checked(&mut cqe[..])
-                .unwrap_or_else(|_| unreachable!("a CQE is 64 bytes"));
+        let cqe = {
             let l3_type = match h.ip.as_ref().map(|ip| ip.version) {
                 Some(6) => 1u8,
                 Some(4) => 2,
@@ -213,22 +210,23 @@ impl DataPath<'_> {
                 let span = data.get(h.l3 - shift..ip.end - shift).unwrap_or(&[]);
                 packet::fold(packet::ones_sum(span, 0))
             });
-            c.set(cqe64::rss_hash_result, meta.hash)
-                .set(cqe64::rss_hash_type, meta.hash_type)
-                .set(cqe64::check_sum, sum)
-                .set(cqe64::hds_ip_ext, flags)
-                .set(
-                    cqe64::l4_l3_hdr_type,
-                    (l4_type << 4) | (l3_type << 2) | u8::from(vlan.is_some()),
-                )
-                .set(cqe64::vlan_info, vlan.unwrap_or(0))
-                .set(cqe64::byte_cnt, data.len() as u32)
-                .set(cqe64::sop_drop_qpn, meta.flow_tag & 0xff_ffff)
-                .set(cqe64::wqe_counter, index)
-                .set(cqe64::srqn, rq.user_index & 0xff_ffff)
-                .set(cqe64::timestamp, self.now_ns())
-                .set(cqe64::op_own, make_op_own(CqeOpcode::RespSend.into(), 0));
-        }
+            CqeRepr {
+                opcode: CqeOpcode::RespSend.into(),
+                rss_hash_result: meta.hash,
+                rss_hash_type: meta.hash_type,
+                check_sum: sum,
+                hds_ip_ext: flags,
+                l4_l3_hdr_type: (l4_type << 4) | (l3_type << 2) | u8::from(vlan.is_some()),
+                vlan_info: vlan.unwrap_or(0),
+                byte_cnt: data.len() as u32,
+                sop_drop_qpn: meta.flow_tag & 0xff_ffff,
+                wqe_counter: index,
+                srqn: rq.user_index & 0xff_ffff,
+                timestamp: self.now_ns(),
+                ..CqeRepr::default()
+            }
+            .emit(0, &[])
+        };
         if let Some(e) = self.eth.as_mut() {
             e.work.frames_received += 1;
             e.counters

@@ -133,7 +133,7 @@ impl DataPath<'_> {
         sq.state = WqState::Err;
         let cqn = sq.cqn;
         log::debug!("model: SQ {sqn:#x} WQE {index}: error CQE syndrome {syndrome:#x}");
-        let cqe = super::err_cqe(CqeOpcode::ReqErr, syndrome, opcode, sqn, index);
+        let cqe = crate::cqe_write::err_cqe(CqeOpcode::ReqErr, opcode, sqn, index, syndrome, 0);
         self.post_cqe(cqn, cqe, false);
     }
 
