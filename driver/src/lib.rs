@@ -37,6 +37,8 @@ mod pages;
 pub mod port;
 mod slot_table;
 mod table;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod trace;
 pub mod uar;
 pub mod verbs;

@@ -13,7 +13,7 @@ use bareverbs_hal::Hal;
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{region, sge};
+use common::{cap, region, sge};
 
 type H<'h> = &'h SimHal;
 
@@ -110,7 +110,7 @@ fn every_bad_input_in_the_catalogue_gets_its_typed_error_and_nothing_panics() {
     let dead_pd = dead.alloc_pd().unwrap();
     let other_cq = other.create_cq(4).unwrap();
     let other_ch = other.create_comp_channel().unwrap();
-    let cap = common::cap_with(4, 2, 64);
+    let cap = cap(4, 2, 64);
     let srq_attr = |max_wr, max_sge, srq_limit| SrqInitAttr {
         attr: SrqAttr {
             max_wr,
@@ -157,7 +157,7 @@ fn every_bad_input_in_the_catalogue_gets_its_typed_error_and_nothing_panics() {
     common::connect_pair(&mut uc, &mut uc_peer, access, Mtu::Mtu1024);
     on_srq.to_init(1, 0, access, 0).unwrap();
     ud_up(&mut ud);
-    let mr = region(&hal, &pd, 8192, access);
+    let mr = region(&pd, 8192, access);
     let xrcd = dev.alloc_xrcd().unwrap();
     let xrc_srq = xrcd
         .create_xrc_srq(&pd, &qcq, srq_attr(4, 1, 0).attr)

@@ -10,7 +10,7 @@ use bareverbs::{Config, Device, Error};
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{region, sge};
+use common::{cap, region, sge};
 
 fn invalid(what: Invalid) -> Error {
     Error::InvalidArgument { what }
@@ -32,12 +32,7 @@ fn modify_qp_refuses_every_out_of_range_attribute_before_any_command() {
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(8).unwrap();
     let mut qp = pd
-        .create_qp(&QpInitAttr::new(
-            QpType::Rc,
-            &cq,
-            &cq,
-            common::cap_with(8, 2, 64),
-        ))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap(8, 2, 64)))
         .unwrap();
     qp.to_init(1, 0, AccessFlags::LOCAL_WRITE, 0).unwrap();
     let (rtr, rtr_mask) = common::rc_rtr(5, path());
@@ -214,12 +209,7 @@ fn modify_qp_refuses_every_out_of_range_attribute_before_any_command() {
     );
     // From RESET: the INIT attributes.
     let mut fresh = pd
-        .create_qp(&QpInitAttr::new(
-            QpType::Rc,
-            &cq,
-            &cq,
-            common::cap_with(8, 2, 64),
-        ))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap(8, 2, 64)))
         .unwrap();
     let init = QpAttr {
         qp_state: QpState::Init,
@@ -309,17 +299,12 @@ fn ud_destinations_and_messages_are_checked() {
     );
     // A UD message longer than one 4 KiB MTU, by SGEs or inline.
     let mut ud = pd
-        .create_qp(&QpInitAttr::new(
-            QpType::Ud,
-            &cq,
-            &cq,
-            common::cap_with(8, 2, 64),
-        ))
+        .create_qp(&QpInitAttr::new(QpType::Ud, &cq, &cq, cap(8, 2, 64)))
         .unwrap();
     ud.to_init(1, 0, AccessFlags::empty(), 0x11).unwrap();
     ud.to_rtr(0, 0, AhAttr::default(), Mtu::Mtu4096).unwrap();
     ud.to_rts(0).unwrap();
-    let mr = region(&hal, &pd, 8192, AccessFlags::LOCAL_WRITE);
+    let mr = region(&pd, 8192, AccessFlags::LOCAL_WRITE);
     let dest = ah.dest(5, 0x11).unwrap();
     let long = [sge(&mr, 0, 4096), sge(&mr, 4096, 1)];
     let wr = SendWr {
@@ -353,7 +338,7 @@ fn create_qp_refuses_sizes_that_overflowed() {
     for inline in [u32::MAX, u32::MAX - 3, 1 << 20] {
         let c = QpCap {
             max_inline_data: inline,
-            ..common::cap_with(8, 2, 64)
+            ..cap(8, 2, 64)
         };
         let r = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, c));
         assert!(
@@ -370,7 +355,7 @@ fn create_qp_refuses_sizes_that_overflowed() {
     for wr in [u32::MAX, 1 << 30] {
         let c = QpCap {
             max_send_wr: wr,
-            ..common::cap_with(8, 2, 64)
+            ..cap(8, 2, 64)
         };
         assert!(pd
             .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, c))
@@ -408,15 +393,15 @@ fn sizes_near_the_integer_limits_are_errors_not_panics() {
     for c in [
         QpCap {
             max_send_sge: u32::MAX,
-            ..common::cap_with(8, 2, 64)
+            ..cap(8, 2, 64)
         },
         QpCap {
             max_recv_sge: u32::MAX,
-            ..common::cap_with(8, 2, 64)
+            ..cap(8, 2, 64)
         },
         QpCap {
             max_recv_wr: u32::MAX,
-            ..common::cap_with(8, 2, 64)
+            ..cap(8, 2, 64)
         },
     ] {
         assert!(pd
@@ -437,11 +422,11 @@ fn posting_and_object_verbs_refuse_what_the_device_cannot_take() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(8).unwrap();
-    let init = |t| QpInitAttr::new(t, &cq, &cq, common::cap_with(8, 2, 64));
+    let init = |t| QpInitAttr::new(t, &cq, &cq, cap(8, 2, 64));
     let mut rc = pd.create_qp(&init(QpType::Rc)).unwrap();
     let mut peer = pd.create_qp(&init(QpType::Rc)).unwrap();
     let mut ud = pd.create_qp(&init(QpType::Ud)).unwrap();
-    let mr = region(&hal, &pd, 8192, AccessFlags::LOCAL_WRITE);
+    let mr = region(&pd, 8192, AccessFlags::LOCAL_WRITE);
     let one = [sge(&mr, 0, 8)];
     // One entry past the send and receive lists the QP got (requests round up to whole
     // segments, so the QP may hold more than asked).

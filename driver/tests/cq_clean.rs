@@ -8,11 +8,7 @@ use bareverbs::{Config, Device};
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{connect_pair, region, send_wr, sge};
-
-fn cap() -> QpCap {
-    common::cap_with(8, 1, 0)
-}
+use common::{cap, connect_pair, region, send_wr, sge};
 
 #[test]
 fn a_new_qp_with_a_reused_number_sees_only_its_own_completions() {
@@ -20,9 +16,9 @@ fn a_new_qp_with_a_reused_number_sees_only_its_own_completions() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(32).unwrap(), dev.create_cq(32).unwrap());
-    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap());
+    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0));
     let access = AccessFlags::LOCAL_WRITE;
-    let mr = region(&hal, &pd, 4096, access);
+    let mr = region(&pd, 4096, access);
     let s = [sge(&mr, 0, 8)];
     let r = [sge(&mr, 1024, 64)];
     let recv = |wr_id| RecvWr { wr_id, sg_list: &r };
@@ -80,9 +76,9 @@ fn moving_a_qp_to_reset_drops_its_completions() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(32).unwrap(), dev.create_cq(32).unwrap());
-    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap());
+    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0));
     let access = AccessFlags::LOCAL_WRITE;
-    let mr = region(&hal, &pd, 4096, access);
+    let mr = region(&pd, 4096, access);
     let s = [sge(&mr, 0, 8)];
     let r = [sge(&mr, 1024, 64)];
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());

@@ -10,13 +10,9 @@ use bareverbs_hal::Hal;
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{poll_one, region, send_wr, sge};
+use common::{cap, poll_one, region, send_wr, sge};
 
 const PSN: u32 = 0x10;
-
-fn cap() -> QpCap {
-    common::cap_with(16, 2, 128)
-}
 
 fn to_rts<H: Hal>(q: &mut Qp<'_, '_, H>, peer: u32, rnr_retry: u8) {
     let access = AccessFlags::LOCAL_WRITE
@@ -65,7 +61,7 @@ fn rc_send_write_read_atomics_and_inline() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let init = |t| QpInitAttr::new(t, &scq, &rcq, cap());
+    let init = |t| QpInitAttr::new(t, &scq, &rcq, cap(16, 2, 128));
     let mut a = pd.create_qp(&init(QpType::Rc)).unwrap();
     let mut b = pd.create_qp(&init(QpType::Rc)).unwrap();
     connect(&mut a, &mut b, 7);
@@ -73,8 +69,8 @@ fn rc_send_write_read_atomics_and_inline() {
         | AccessFlags::REMOTE_WRITE
         | AccessFlags::REMOTE_READ
         | AccessFlags::REMOTE_ATOMIC;
-    let src = region(&hal, &pd, 8192, all);
-    let dst = region(&hal, &pd, 8192, all);
+    let src = region(&pd, 8192, all);
+    let dst = region(&pd, 8192, all);
     src.buf().write_bytes(0, b"hello, verbs! ").unwrap();
     src.buf().write_bytes(4096, b"second sge").unwrap();
 
@@ -274,11 +270,11 @@ fn bad_requests_stop_at_their_index_and_nothing_is_sent() {
     let mut cq = dev.create_cq(64).unwrap();
     let init = |t| QpInitAttr {
         sq_sig_all: true,
-        ..QpInitAttr::new(t, &cq, &cq, cap())
+        ..QpInitAttr::new(t, &cq, &cq, cap(16, 2, 128))
     };
     let mut a = pd.create_qp(&init(QpType::Rc)).unwrap();
     let mut b = pd.create_qp(&init(QpType::Rc)).unwrap();
-    let mr = region(&hal, &pd, 4096, AccessFlags::LOCAL_WRITE);
+    let mr = region(&pd, 4096, AccessFlags::LOCAL_WRITE);
     let one = [sge(&mr, 0, 8)];
     // Not in RTS yet.
     let e = a.post_send(&[send_wr(1, &one, SendOp::Send)]).unwrap_err();
@@ -369,14 +365,13 @@ fn errors_flush_outstanding_requests() {
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
     let init = QpInitAttr {
         sq_sig_all: true,
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap())
+        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 2, 128))
     };
     let [mut a, mut b, mut c, mut d, mut e, mut f] = [(); 6].map(|()| pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b, 0);
     connect(&mut c, &mut d, 0);
     connect(&mut e, &mut f, 0);
     let mr = region(
-        &hal,
         &pd,
         4096,
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
@@ -467,7 +462,7 @@ fn ud_checks_the_qkey_and_leaves_room_for_the_grh() {
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
     let init = QpInitAttr {
         sq_sig_all: true,
-        ..QpInitAttr::new(QpType::Ud, &scq, &rcq, cap())
+        ..QpInitAttr::new(QpType::Ud, &scq, &rcq, cap(16, 2, 128))
     };
     let mut a = pd.create_qp(&init).unwrap();
     let mut b = pd.create_qp(&init).unwrap();
@@ -476,7 +471,7 @@ fn ud_checks_the_qkey_and_leaves_room_for_the_grh() {
         q.to_rtr(0, 0, AhAttr::default(), Mtu::Mtu4096).unwrap();
         q.to_rts(1).unwrap();
     }
-    let mr = region(&hal, &pd, 4096, AccessFlags::LOCAL_WRITE);
+    let mr = region(&pd, 4096, AccessFlags::LOCAL_WRITE);
     mr.buf().write_bytes(2048, b"datagram").unwrap();
     b.post_recv(&[RecvWr {
         wr_id: 5,
@@ -560,13 +555,13 @@ fn rc_and_ud_between_two_hcas_on_a_fabric() {
         let mut a = p1
             .create_qp(&QpInitAttr {
                 sq_sig_all: true,
-                ..QpInitAttr::new(QpType::Rc, &c1, &c1, cap())
+                ..QpInitAttr::new(QpType::Rc, &c1, &c1, cap(16, 2, 128))
             })
             .unwrap();
         let mut b = p2
             .create_qp(&QpInitAttr {
                 sq_sig_all: true,
-                ..QpInitAttr::new(QpType::Rc, &c2, &c2, cap())
+                ..QpInitAttr::new(QpType::Rc, &c2, &c2, cap(16, 2, 128))
             })
             .unwrap();
         let all = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
@@ -656,7 +651,7 @@ fn rc_and_ud_between_two_hcas_on_a_fabric() {
         let mut x = p1
             .create_qp(&QpInitAttr {
                 sq_sig_all: true,
-                ..QpInitAttr::new(QpType::Rc, &c1, &c1, cap())
+                ..QpInitAttr::new(QpType::Rc, &c1, &c1, cap(16, 2, 128))
             })
             .unwrap();
         x.to_init(1, 0, all, 0).unwrap();
@@ -694,12 +689,12 @@ fn rnr_waits_then_delivers_and_bad_keys_and_destroy_with_work_outstanding() {
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
     let init = QpInitAttr {
         sq_sig_all: true,
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap())
+        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 2, 128))
     };
     let [mut a, mut b, mut c, mut d] = [(); 4].map(|()| pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b, 7);
     connect(&mut c, &mut d, 3);
-    let mr = region(&hal, &pd, 4096, AccessFlags::LOCAL_WRITE);
+    let mr = region(&pd, 4096, AccessFlags::LOCAL_WRITE);
     let one = [sge(&mr, 0, 8)];
 
     // rnr_retry 7: the SEND waits for a receive, then goes again once the responder's RNR
@@ -738,7 +733,7 @@ fn rnr_waits_then_delivers_and_bad_keys_and_destroy_with_work_outstanding() {
     }])
     .unwrap();
     let bad = [Sge {
-        lkey: common::stale_lkey(&hal, &pd),
+        lkey: common::stale_lkey(&pd),
         ..one[0]
     }];
     a.post_send(&[send_wr(5, &bad, SendOp::Send)]).unwrap();
@@ -800,13 +795,13 @@ fn resize_cq_keeps_unpolled_completions_in_order() {
     assert_eq!(scq.capacity(), 8);
     let init = QpInitAttr {
         sq_sig_all: true,
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap())
+        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 2, 128))
     };
     let mut a = pd.create_qp(&init).unwrap();
     let mut b = pd.create_qp(&init).unwrap();
     connect(&mut a, &mut b, 7);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let mr = region(&hal, &pd, 8192, access);
+    let mr = region(&pd, 8192, access);
     let sg = [sge(&mr, 0, 64)];
     let write = SendOp::RdmaWrite {
         remote_addr: mr.addr() + 4096,
@@ -890,14 +885,14 @@ fn completions_of_qps_sharing_a_cq_keep_their_order_and_wr_ids() {
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
     let init = QpInitAttr {
         sq_sig_all: true,
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap())
+        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 2, 128))
     };
     let mut tx: Vec<_> = (0..3).map(|_| pd.create_qp(&init).unwrap()).collect();
     let mut rx: Vec<_> = (0..3).map(|_| pd.create_qp(&init).unwrap()).collect();
     for (a, b) in tx.iter_mut().zip(rx.iter_mut()) {
         connect(a, b, 7);
     }
-    let mr = region(&hal, &pd, 4096, AccessFlags::LOCAL_WRITE);
+    let mr = region(&pd, 4096, AccessFlags::LOCAL_WRITE);
     let order: Vec<usize> = [0, 1, 2, 0, 1, 2, 0, 0, 0, 2, 2, 1].to_vec();
     let mut sent = Vec::new();
     let mut received = Vec::new();
@@ -958,14 +953,14 @@ fn a_region_past_a_thousand_4k_pages_takes_one_or_two_translation_pages() {
     let (mut scq, rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
     let init = QpInitAttr {
         sq_sig_all: true,
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap())
+        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 2, 128))
     };
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b, 7);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
     let len = 24usize << 20;
-    let big = region(&hal, &pd, len, access);
-    let small = region(&hal, &pd, 4096, access);
+    let big = region(&pd, len, access);
+    let small = region(&pd, 4096, access);
     let t = hal
         .model()
         .with(|h| h.mkey(big.lkey().raw() >> 8).map(|k| k.translation.clone()))
@@ -1029,12 +1024,12 @@ fn cqs_past_a_thousand_4k_pages_take_2_mib_pages_and_resize_across_sizes() {
     assert_eq!(pages(&rcq), (4096, 1));
     let init = QpInitAttr {
         sq_sig_all: true,
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap())
+        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 2, 128))
     };
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b, 7);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let mr = region(&hal, &pd, 8192, access);
+    let mr = region(&pd, 8192, access);
     let sg = [sge(&mr, 0, 64)];
     let write = SendOp::RdmaWrite {
         remote_addr: mr.addr() + 4096,
@@ -1085,7 +1080,7 @@ fn a_qp_buffer_past_a_thousand_4k_pages_takes_2_mib_pages() {
     };
     let sender = QpCap {
         max_send_wr: 128,
-        ..cap()
+        ..cap(16, 2, 128)
     };
     let mut a = pd.create_qp(&init(sender)).unwrap();
     let mut b = pd.create_qp(&init(big)).unwrap();
@@ -1095,7 +1090,7 @@ fn a_qp_buffer_past_a_thousand_4k_pages_takes_2_mib_pages() {
         .unwrap();
     assert_eq!((page_size, pages), (2 << 20, 5));
     let access = AccessFlags::LOCAL_WRITE;
-    let mr = region(&hal, &pd, 1 << 20, access);
+    let mr = region(&pd, 1 << 20, access);
     // 8200 receives reach 2 MiB + 2 KiB into the receive queue: past its first page.
     let n = 8200u64;
     for chunk in (0..n).collect::<Vec<_>>().chunks(100) {
@@ -1166,12 +1161,12 @@ fn a_device_without_host_endian_atomics_refuses_atomics_before_the_ring() {
     let (mut scq, rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
     let init = QpInitAttr {
         sq_sig_all: true,
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap())
+        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 2, 128))
     };
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b, 7);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
-    let mr = region(&hal, &pd, 4096, access);
+    let mr = region(&pd, 4096, access);
     let res = [sge(&mr, 0, 8)];
     let write = SendOp::RdmaWrite {
         remote_addr: mr.addr() + 64,
@@ -1261,7 +1256,7 @@ fn a_hal_that_aligns_only_4k_gets_queues_in_4k_pages_and_typed_limits_past_them(
     let mid = QpCap {
         max_send_wr: 4096,
         max_recv_wr: 4096,
-        ..cap()
+        ..cap(16, 2, 128)
     };
     let (mut a, mut b) = (
         pd.create_qp(&init(mid)).unwrap(),
@@ -1273,7 +1268,7 @@ fn a_hal_that_aligns_only_4k_gets_queues_in_4k_pages_and_typed_limits_past_them(
         .unwrap();
     assert_eq!(qp_pages.0, 4096);
     assert!(qp_pages.1 > 200, "{qp_pages:?}");
-    let mr = region(&hal, &pd, 4096, AccessFlags::LOCAL_WRITE);
+    let mr = region(&pd, 4096, AccessFlags::LOCAL_WRITE);
     mr.buf().write_bytes(0, b"small pages").unwrap();
     b.post_recv(&[RecvWr {
         wr_id: 2,
@@ -1301,12 +1296,12 @@ fn a_qp_connected_to_itself_is_its_own_responder() {
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
     let mut q = pd
-        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 2, 128)))
         .unwrap();
     let own = q.qpn().raw();
     to_rts(&mut q, own, 7);
     let all = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let mr = region(&hal, &pd, 32768, all);
+    let mr = region(&pd, 32768, all);
     let pattern: Vec<u8> = (0..3000u32).map(|i| (i * 7 + 3) as u8).collect();
     mr.buf().write_bytes(0, &pattern).unwrap();
     // At MTU 1024: the SEND takes 3 packets, the WRITE 3, the READ's response 3.

@@ -9,19 +9,16 @@ use bareverbs::{AsyncEvent, Config, Device, Error};
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{all_access, region, sge, two_hcas};
+use common::{all_access, cap, region, sge, two_hcas};
 
 const KEY: u64 = 0x0123_4567_89ab_cdef;
 
-fn cap() -> QpCap {
-    QpCap {
-        max_send_wr: 16,
-        max_recv_wr: 0,
-        max_send_sge: 2,
-        max_recv_sge: 0,
-        max_inline_data: 64,
-    }
-}
+/// Sends only: a DCI has no receive queue, a DCT takes its receives from an SRQ.
+const CAP: QpCap = QpCap {
+    max_recv_wr: 0,
+    max_recv_sge: 0,
+    ..cap(16, 2, 64)
+};
 
 fn dc(dc_type: DcType, key: u64) -> DvQpInitAttr {
     DvQpInitAttr {
@@ -155,7 +152,7 @@ macro_rules! dc_pair {
         let mut $scq = $d1.create_cq(64).unwrap();
         let mut $dci = $p1
             .create_qp_dv(
-                &QpInitAttr::new(QpType::Driver, &$scq, &$scq, cap()),
+                &QpInitAttr::new(QpType::Driver, &$scq, &$scq, CAP),
                 &dci_attr($streams),
             )
             .unwrap()
@@ -171,7 +168,7 @@ macro_rules! dc_pair {
             .create_qp_dv(
                 &QpInitAttr {
                     srq: Some(&$srq),
-                    ..QpInitAttr::new(QpType::Driver, &$rcq, &$rcq, cap())
+                    ..QpInitAttr::new(QpType::Driver, &$rcq, &$rcq, CAP)
                 },
                 &dc(DcType::Dct, KEY),
             )
@@ -179,8 +176,8 @@ macro_rules! dc_pair {
             .into_dct()
             .unwrap();
         dct_to_rtr(&mut $dct, all_access());
-        let $src = region(&$h1, &$p1, 4096, all_access());
-        let $dst = region(&h2, &$p2, 4096, all_access());
+        let $src = region(&$p1, 4096, all_access());
+        let $dst = region(&$p2, 4096, all_access());
         let ah = $p1
             .create_ah(AhAttr {
                 dlid: 17,
@@ -296,7 +293,7 @@ fn one_dci_reaches_two_dcts_request_by_request() {
         .create_qp_dv(
             &QpInitAttr {
                 srq: Some(&srq2),
-                ..QpInitAttr::new(QpType::Driver, &rcq2, &rcq2, cap())
+                ..QpInitAttr::new(QpType::Driver, &rcq2, &rcq2, CAP)
             },
             &dc(DcType::Dct, 99),
         )
@@ -496,7 +493,7 @@ fn a_dct_takes_only_linux_transitions_and_masks() {
     let srq = common::srq(&pd, 4, 1);
     let attr = QpInitAttr {
         srq: Some(&srq),
-        ..QpInitAttr::new(QpType::Driver, &cq, &cq, cap())
+        ..QpInitAttr::new(QpType::Driver, &cq, &cq, CAP)
     };
     let mut dct = pd
         .create_qp_dv(&attr, &dc(DcType::Dct, 5))
@@ -614,7 +611,7 @@ fn dci_requests_need_the_dc_batch_and_a_destination() {
     .unwrap();
     // An RC QP has no DC batch; a DCI no stream reset without streams.
     let mut rc = p1
-        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &scq, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &scq, CAP))
         .unwrap();
     assert_eq!(rc.send_batch_dc(|_| ()), dest);
     assert!(matches!(
@@ -641,7 +638,7 @@ fn a_dci_reads_a_small_result_through_its_cqe() {
     attr.comp_mask |= DvQpInitAttrMask::QP_CREATE_FLAGS;
     attr.create_flags = DvQpCreateFlags::ALLOW_SCATTER_TO_CQE;
     let mut dci2 = p1
-        .create_qp_dv(&QpInitAttr::new(QpType::Driver, &scq, &scq, cap()), &attr)
+        .create_qp_dv(&QpInitAttr::new(QpType::Driver, &scq, &scq, CAP), &attr)
         .unwrap()
         .into_qp()
         .unwrap();

@@ -9,11 +9,7 @@ use bareverbs::{Config, Device, Error};
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{all_access, connect_pair, poll_one, region, sge};
-
-fn cap() -> QpCap {
-    common::cap_with(16, 2, 124)
-}
+use common::{all_access, cap, connect_pair, poll_one, region, sge};
 
 fn ops(o: DvSendOpsFlags) -> DvQpInitAttr {
     DvQpInitAttr {
@@ -37,7 +33,7 @@ macro_rules! pair {
         let dev = Device::bring_up(&$hal, Config::default()).unwrap();
         let $pd = dev.alloc_pd().unwrap();
         let mut $cq = dev.create_cq(64).unwrap();
-        let init = QpInitAttr::new(QpType::Rc, &$cq, &$cq, cap());
+        let init = QpInitAttr::new(QpType::Rc, &$cq, &$cq, cap(16, 2, 124));
         let mut $a = $pd
             .create_qp_dv(&init, &ops($ops))
             .unwrap()
@@ -52,9 +48,9 @@ macro_rules! pair {
 fn a_list_key_spreads_an_rdma_write_over_its_pieces_and_gathers_them_back() {
     pair!(DvSendOpsFlags::MR_LIST => hal, pd, cq, a, b);
     let (m1, m2, m3) = (
-        region(&hal, &pd, 4096, all_access()),
-        region(&hal, &pd, 4096, all_access()),
-        region(&hal, &pd, 4096, all_access()),
+        region(&pd, 4096, all_access()),
+        region(&pd, 4096, all_access()),
+        region(&pd, 4096, all_access()),
     );
     let key = pd.create_mkey(&indirect(3)).unwrap();
     assert_eq!(
@@ -73,7 +69,7 @@ fn a_list_key_spreads_an_rdma_write_over_its_pieces_and_gathers_them_back() {
         (1, WcStatus::Success, WcOpcode::Driver1)
     );
     // b writes 210 bytes at the key's offset 0 (its address space starts at 0).
-    let src = region(&hal, &pd, 4096, all_access());
+    let src = region(&pd, 4096, all_access());
     let data: Vec<u8> = (0..210u32).map(|i| (i * 7 + 3) as u8).collect();
     src.buf().write_bytes(0, &data).unwrap();
     b.post_send(&[common::send_wr(
@@ -109,17 +105,17 @@ fn a_list_key_spreads_an_rdma_write_over_its_pieces_and_gathers_them_back() {
     // now in ERR; a READ from a's side through the key into `src` checks the other way.
     let (mut a2, mut b2) = (
         pd.create_qp_dv(
-            &QpInitAttr::new(QpType::Rc, &cq, &cq, cap()),
+            &QpInitAttr::new(QpType::Rc, &cq, &cq, cap(16, 2, 124)),
             &ops(DvSendOpsFlags::MR_LIST),
         )
         .unwrap()
         .into_qp()
         .unwrap(),
-        pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap()))
+        pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap(16, 2, 124)))
             .unwrap(),
     );
     connect_pair(&mut a2, &mut b2, all_access(), Mtu::Mtu1024);
-    let dst = region(&hal, &pd, 4096, all_access());
+    let dst = region(&pd, 4096, all_access());
     b2.post_recv(&[RecvWr {
         wr_id: 9,
         sg_list: &[sge(&dst, 0, 4096)],
@@ -145,8 +141,8 @@ fn a_list_key_spreads_an_rdma_write_over_its_pieces_and_gathers_them_back() {
 fn an_interleaved_key_takes_each_piece_in_turn_with_its_stride() {
     pair!(DvSendOpsFlags::MR_INTERLEAVED | DvSendOpsFlags::MKEY_CONFIGURE => hal, pd, cq, a, b);
     let (m1, m2) = (
-        region(&hal, &pd, 4096, all_access()),
-        region(&hal, &pd, 4096, all_access()),
+        region(&pd, 4096, all_access()),
+        region(&pd, 4096, all_access()),
     );
     let key = pd.create_mkey(&indirect(2)).unwrap();
     let entries = [
@@ -167,7 +163,7 @@ fn an_interleaved_key_takes_each_piece_in_turn_with_its_stride() {
         .unwrap()
         .unwrap();
     assert_eq!(poll_one(&mut cq).status, WcStatus::Success);
-    let src = region(&hal, &pd, 4096, all_access());
+    let src = region(&pd, 4096, all_access());
     let data: Vec<u8> = (1..=18u8).collect();
     src.buf().write_bytes(0, &data).unwrap();
     b.post_send(&[common::send_wr(
@@ -233,7 +229,7 @@ fn an_interleaved_key_takes_each_piece_in_turn_with_its_stride() {
 #[test]
 fn umr_requests_are_refused_by_name_before_anything_is_written() {
     pair!(DvSendOpsFlags::MR_LIST => hal, pd, cq, a, b);
-    let m = region(&hal, &pd, 4096, all_access());
+    let m = region(&pd, 4096, all_access());
     let key = pd.create_mkey(&indirect(4)).unwrap();
     let s = [sge(&m, 0, 8)];
     let e = |what| Err(Error::InvalidArgument { what });
@@ -334,7 +330,7 @@ fn umr_requests_are_refused_by_name_before_anything_is_written() {
     ));
     // Send operations need RC (rdma-core `mlx5_qp_fill_wr_pfns`).
     let uc = pd.create_qp_dv(
-        &QpInitAttr::new(QpType::Uc, &cq, &cq, cap()),
+        &QpInitAttr::new(QpType::Uc, &cq, &cq, cap(16, 2, 124)),
         &ops(DvSendOpsFlags::MR_LIST),
     );
     assert!(matches!(
@@ -354,18 +350,18 @@ fn a_key_of_another_pd_is_refused() {
     let cq = dev.create_cq(8).unwrap();
     let mut a = pd
         .create_qp_dv(
-            &QpInitAttr::new(QpType::Rc, &cq, &cq, cap()),
+            &QpInitAttr::new(QpType::Rc, &cq, &cq, cap(16, 2, 124)),
             &ops(DvSendOpsFlags::MR_LIST),
         )
         .unwrap()
         .into_qp()
         .unwrap();
     let mut b = pd
-        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap(16, 2, 124)))
         .unwrap();
     connect_pair(&mut a, &mut b, all_access(), Mtu::Mtu1024);
     let key = other.create_mkey(&indirect(1)).unwrap();
-    let m = region(&hal, &pd, 4096, all_access());
+    let m = region(&pd, 4096, all_access());
     a.send_batch(|bt| {
         assert_eq!(
             bt.mr_list(1, SendFlags::empty(), &key, all_access(), &[sge(&m, 0, 8)]),
@@ -380,7 +376,7 @@ fn a_key_of_another_pd_is_refused() {
 #[test]
 fn the_request_after_a_umr_is_fenced_in_its_batch_or_the_next() {
     pair!(DvSendOpsFlags::MR_LIST => hal, pd, cq, a, b);
-    let m = region(&hal, &pd, 4096, all_access());
+    let m = region(&pd, 4096, all_access());
     let key = pd.create_mkey(&indirect(1)).unwrap();
     let fenced = || hal.model().with(|h| h.small_fenced());
     let write = |id| {
@@ -442,7 +438,7 @@ fn a_list_longer_than_a_umr_wqe_holds_is_refused_not_written_past_it() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(64).unwrap();
-    let init = QpInitAttr::new(QpType::Rc, &cq, &cq, common::cap_with(4, 2, 892));
+    let init = QpInitAttr::new(QpType::Rc, &cq, &cq, cap(4, 2, 892));
     let mut a = pd
         .create_qp_dv(&init, &ops(DvSendOpsFlags::MR_LIST))
         .unwrap()
@@ -450,7 +446,7 @@ fn a_list_longer_than_a_umr_wqe_holds_is_refused_not_written_past_it() {
         .unwrap();
     let mut b = pd.create_qp(&init).unwrap();
     connect_pair(&mut a, &mut b, all_access(), Mtu::Mtu1024);
-    let m = region(&hal, &pd, 4096, all_access());
+    let m = region(&pd, 4096, all_access());
     let key = pd.create_mkey(&indirect(56)).unwrap();
     let one = sge(&m, 0, 8);
     a.send_batch(|bt| {

@@ -9,11 +9,7 @@ use bareverbs::{Config, Device, Error};
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{all_access, connect_pair, poll_one, region, sge};
-
-fn cap() -> QpCap {
-    common::cap_with(16, 2, 64)
-}
+use common::{all_access, cap, connect_pair, poll_one, region, sge};
 
 fn flags(f: DvQpCreateFlags) -> DvQpInitAttr {
     DvQpInitAttr {
@@ -300,7 +296,7 @@ fn every_mask_bit_and_flag_is_carried_out_or_refused_by_name() {
     for (k, (t, with_srq, dv, want)) in cases.into_iter().enumerate() {
         let attr = QpInitAttr {
             srq: with_srq.then_some(&srq),
-            ..QpInitAttr::new(t, &cq, &cq, cap())
+            ..QpInitAttr::new(t, &cq, &cq, cap(16, 2, 64))
         };
         let got = said(pd.create_qp_dv(&attr, &dv));
         assert_eq!(got, want, "case {k}: {t:?} {dv:?}");
@@ -333,7 +329,10 @@ fn without_the_device_caps_dc_streams_and_packet_credits_are_refused_by_cap_name
         },
         ..DvQpInitAttr::default()
     };
-    let r = pd.create_qp_dv(&QpInitAttr::new(QpType::Driver, &cq, &cq, cap()), &dci);
+    let r = pd.create_qp_dv(
+        &QpInitAttr::new(QpType::Driver, &cq, &cq, cap(16, 2, 64)),
+        &dci,
+    );
     assert!(matches!(
         r,
         Err(Error::DvRefused {
@@ -342,7 +341,7 @@ fn without_the_device_caps_dc_streams_and_packet_credits_are_refused_by_cap_name
         })
     ));
     let r = pd.create_qp_dv(
-        &QpInitAttr::new(QpType::Rc, &cq, &cq, cap()),
+        &QpInitAttr::new(QpType::Rc, &cq, &cq, cap(16, 2, 64)),
         &flags(DvQpCreateFlags::PACKET_BASED_CREDIT_MODE),
     );
     assert!(matches!(
@@ -368,14 +367,14 @@ fn packet_based_credits_reach_the_qp_context() {
     let cq = dev.create_cq(16).unwrap();
     let qp = pd
         .create_qp_dv(
-            &QpInitAttr::new(QpType::Rc, &cq, &cq, cap()),
+            &QpInitAttr::new(QpType::Rc, &cq, &cq, cap(16, 2, 64)),
             &flags(DvQpCreateFlags::PACKET_BASED_CREDIT_MODE),
         )
         .unwrap()
         .into_qp()
         .unwrap();
     let plain = pd
-        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap(16, 2, 64)))
         .unwrap();
     let mode = |qpn: u32| hal.model().with(|h| h.qp_e2e_credit_mode(qpn));
     assert_eq!(mode(qp.qpn().raw()), Some(1));
@@ -403,7 +402,7 @@ macro_rules! rc_dv_pair {
             $pd.create_qp_dv(
                 &QpInitAttr {
                     sq_sig_all: sig_all,
-                    ..QpInitAttr::new(QpType::Rc, &$cq, &$cq, cap())
+                    ..QpInitAttr::new(QpType::Rc, &$cq, &$cq, cap(16, 2, 64))
                 },
                 &$dv,
             )
@@ -413,7 +412,7 @@ macro_rules! rc_dv_pair {
         };
         let (mut $a, mut $b) = (make($sig_all), make(false));
         connect_pair(&mut $a, &mut $b, all_access(), Mtu::Mtu1024);
-        let $mr = region(&$hal, &$pd, 8192, all_access());
+        let $mr = region(&$pd, 8192, all_access());
     };
 }
 
@@ -597,16 +596,16 @@ fn receives_through_an_srq_are_scattered_from_the_cqe_too() {
     let pd = dev.alloc_pd().unwrap();
     let mut cq = dev.create_cq(16).unwrap();
     let srq = common::srq(&pd, 4, 2);
-    let plain = QpInitAttr::new(QpType::Rc, &cq, &cq, cap());
+    let plain = QpInitAttr::new(QpType::Rc, &cq, &cq, cap(16, 2, 64));
     let on_srq = QpInitAttr {
         srq: Some(&srq),
-        ..QpInitAttr::new(QpType::Rc, &cq, &cq, cap())
+        ..QpInitAttr::new(QpType::Rc, &cq, &cq, cap(16, 2, 64))
     };
     let dv = DvQpInitAttr::default();
     let mut a = pd.create_qp_dv(&plain, &dv).unwrap().into_qp().unwrap();
     let mut b = pd.create_qp_dv(&on_srq, &dv).unwrap().into_qp().unwrap();
     connect_pair(&mut a, &mut b, all_access(), Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 8192, all_access());
+    let mr = region(&pd, 8192, all_access());
     srq.post_recv(&[RecvWr {
         wr_id: 0x51,
         sg_list: &[sge(&mr, 4096, 3), sge(&mr, 5000, 64)],
@@ -636,11 +635,11 @@ fn plain_create_qp_never_asks_for_scatter_to_cqe() {
     let mut cq = dev.create_cq(16).unwrap();
     let attr = QpInitAttr {
         sq_sig_all: true,
-        ..QpInitAttr::new(QpType::Rc, &cq, &cq, cap())
+        ..QpInitAttr::new(QpType::Rc, &cq, &cq, cap(16, 2, 64))
     };
     let (mut a, mut b) = (pd.create_qp(&attr).unwrap(), pd.create_qp(&attr).unwrap());
     connect_pair(&mut a, &mut b, all_access(), Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 4096, all_access());
+    let mr = region(&pd, 4096, all_access());
     b.post_recv(&[RecvWr {
         wr_id: 1,
         sg_list: &[sge(&mr, 1024, 64)],

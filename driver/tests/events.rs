@@ -12,14 +12,10 @@ use bareverbs_hal::{Deadline, Hal};
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{connect_pair, poll_one, region, send_wr, sge};
+use common::{cap, connect_pair, poll_one, region, send_wr, sge};
 
 fn up(hal: &SimHal) -> Device<&SimHal> {
     Device::bring_up(hal, Config::default()).unwrap()
-}
-
-fn cap() -> QpCap {
-    common::cap_with(8, 1, 0)
 }
 
 /// A requester CQE of QP 1.
@@ -55,14 +51,14 @@ fn a_channel_delivers_one_event_per_arm_with_the_cq_context() {
     let mut rcq = dev.create_cq_with(&attr).unwrap();
     assert_eq!(rcq.context(), 0xc0ffee);
     let mut a = pd
-        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0)))
         .unwrap();
     let mut b = pd
-        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0)))
         .unwrap();
     let access = AccessFlags::LOCAL_WRITE;
     connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 4096, access);
+    let mr = region(&pd, 4096, access);
     let send = |a: &mut Qp<'_, '_, &SimHal>, id: u64| {
         let s = [sge(&mr, 0, 8)];
         a.post_send(&[send_wr(id, &s, SendOp::Send)]).unwrap();
@@ -378,7 +374,7 @@ fn the_model_raises_asynchronous_events_for_their_objects() {
     // Communication established: the first message at an RC QP still in RTR (IBA 11.6.3;
     // mlx5 COMM_EST, mlx5_ib's IB_EVENT_COMM_EST), once.
     let (scq, rcq) = (dev.create_cq(8).unwrap(), dev.create_cq(8).unwrap());
-    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap());
+    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0));
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     let path = AhAttr {
         dlid: 1,
@@ -392,7 +388,7 @@ fn the_model_raises_asynchronous_events_for_their_objects() {
     a.to_rtr(b.qpn().raw(), 0, path, Mtu::Mtu1024).unwrap();
     a.to_rts(0).unwrap();
     b.to_rtr(a.qpn().raw(), 0, path, Mtu::Mtu1024).unwrap();
-    let mr = region(&hal, &pd, 4096, access);
+    let mr = region(&pd, 4096, access);
     let r = [sge(&mr, 1024, 64)];
     let rw = |id| RecvWr {
         wr_id: id,
@@ -426,10 +422,10 @@ fn what_a_subnet_manager_changes_arrives_as_port_events_and_takes_effect() {
     let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (ca, mut cb) = (a.create_cq(8).unwrap(), b.create_cq(8).unwrap());
     let mut qa = pa
-        .create_qp(&QpInitAttr::new(QpType::Rc, &ca, &ca, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &ca, &ca, cap(8, 1, 0)))
         .unwrap();
     let mut qb = pb
-        .create_qp(&QpInitAttr::new(QpType::Rc, &cb, &cb, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cb, &cb, cap(8, 1, 0)))
         .unwrap();
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     let path = |dlid| AhAttr {
@@ -444,10 +440,7 @@ fn what_a_subnet_manager_changes_arrives_as_port_events_and_takes_effect() {
     qb.to_rtr(qa.qpn().raw(), 0, path(33), Mtu::Mtu1024)
         .unwrap();
     qb.to_rts(0).unwrap();
-    let (ma, mb) = (
-        region(&ha, &pa, 4096, access),
-        region(&hb, &pb, 4096, access),
-    );
+    let (ma, mb) = (region(&pa, 4096, access), region(&pb, 4096, access));
     let s = [sge(&mb, 0, 5)];
     mb.buf().write_bytes(0, b"relid").unwrap();
     let wr = SendWr {

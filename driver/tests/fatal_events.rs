@@ -11,7 +11,7 @@ use bareverbs_hal::Hal;
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{connect_pair, region, send_wr, sge};
+use common::{cap, connect_pair, region, send_wr, sge};
 
 fn up(hal: &SimHal) -> Device<&SimHal> {
     Device::bring_up(hal, Config::default()).unwrap()
@@ -33,11 +33,11 @@ fn a_qp_that_completes_into_an_overrun_cq_is_fatal_once() {
     let pd = dev.alloc_pd().unwrap();
     let mut scq = dev.create_cq(1).unwrap();
     let rcq = dev.create_cq(64).unwrap();
-    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, common::cap_with(16, 1, 0));
+    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 1, 0));
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 4096, access);
+    let mr = region(&pd, 4096, access);
     let s = [sge(&mr, 0, 8)];
     let write = |id| SendWr {
         op: SendOp::RdmaWrite {
@@ -80,11 +80,11 @@ fn a_qp_whose_send_queue_cannot_be_read_is_fatal() {
     let dev = up(&hal);
     let pd = dev.alloc_pd().unwrap();
     let (scq, rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
-    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, common::cap_with(16, 1, 0));
+    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 1, 0));
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     let access = AccessFlags::LOCAL_WRITE;
     connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 4096, access);
+    let mr = region(&pd, 4096, access);
     let qpn = a.qpn().raw();
     // The QP's buffer leaves the device's reach (an IOMMU mapping taken away): the device
     // cannot fetch the WQE the doorbell announces.
@@ -108,11 +108,11 @@ fn a_responder_whose_receive_queue_cannot_be_read_is_fatal_and_answers_nothing()
     let dev = up(&hal);
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
-    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, common::cap_with(16, 1, 0));
+    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 1, 0));
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     let access = AccessFlags::LOCAL_WRITE;
     connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 4096, access);
+    let mr = region(&pd, 4096, access);
     let bqpn = b.qpn().raw();
     let dbr = hal.model().with(|h| h.qp(bqpn).unwrap().dbr);
     hal.model().memory().revoke(dbr, 8);
@@ -144,7 +144,7 @@ fn an_srq_that_cannot_be_read_raises_srq_err_and_its_qps_go_to_err() {
             srq_context: 0,
         })
         .unwrap();
-    let plain = QpInitAttr::new(QpType::Rc, &scq, &rcq, common::cap_with(16, 1, 0));
+    let plain = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 1, 0));
     let on_srq = QpInitAttr {
         srq: Some(&srq),
         ..plain
@@ -154,7 +154,7 @@ fn an_srq_that_cannot_be_read_raises_srq_err_and_its_qps_go_to_err() {
     let mut c = pd.create_qp(&on_srq).unwrap();
     let access = AccessFlags::LOCAL_WRITE;
     connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 4096, access);
+    let mr = region(&pd, 4096, access);
     let r = [sge(&mr, 1024, 64)];
     srq.post_recv(&[RecvWr {
         wr_id: 7,
@@ -244,11 +244,11 @@ fn after_a_fatal_error_every_outstanding_request_completes_once_flushed_and_a_re
     assert_eq!(drain(&dev), []);
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, common::cap_with(16, 1, 0));
+    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 1, 0));
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 4096, access);
+    let mr = region(&pd, 4096, access);
     let srq = pd
         .create_srq(&SrqInitAttr {
             attr: SrqAttr {
@@ -334,10 +334,10 @@ fn after_a_fatal_error_every_outstanding_request_completes_once_flushed_and_a_re
     let pd = dev.alloc_pd().unwrap();
     let mut scq = dev.create_cq(4).unwrap();
     let rcq = dev.create_cq(4).unwrap();
-    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, common::cap_with(4, 1, 0));
+    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(4, 1, 0));
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 4096, access);
+    let mr = region(&pd, 4096, access);
     let s = [sge(&mr, 0, 8)];
     let write = SendWr {
         op: SendOp::RdmaWrite {

@@ -14,7 +14,7 @@ use bareverbs_model::SimHal;
 use std::time::Duration;
 
 mod common;
-use common::{connect_pair, poll_one, region};
+use common::{cap, connect_pair, poll_one, region};
 
 /// A signaled zero-length RDMA WRITE to `at` in `mr`.
 fn write(id: u64, mr: &Mr<'_, '_, &SimHal>, at: u64) -> SendWr<'static> {
@@ -55,11 +55,11 @@ fn with_pair_on(
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
-    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, common::cap_with(depth, 1, 16));
+    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(depth, 1, 16));
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 4096, access);
+    let mr = region(&pd, 4096, access);
     f(&dev, &hal, &mut scq, &mut a, &mr);
 }
 

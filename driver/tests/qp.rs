@@ -1,6 +1,7 @@
 //! Queue pair control path against the model: creation and sizes, the CQ-in-use rule,
 //! transitions through RTS for RC and UD, query, and refused transitions that send nothing.
 
+use bareverbs::testing::cap;
 use bareverbs::verbs::qp_state::ModifyError;
 use bareverbs::verbs::{
     AccessFlags, AhAttr, Mtu, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType,
@@ -8,15 +9,12 @@ use bareverbs::verbs::{
 use bareverbs::{Config, Device, Error};
 use bareverbs_model::{Drive, ModelConfig, SimHal};
 
-fn cap() -> QpCap {
-    QpCap {
-        max_send_wr: 64,
-        max_recv_wr: 100,
-        max_send_sge: 2,
-        max_recv_sge: 3,
-        max_inline_data: 64,
-    }
-}
+/// Uneven sizes, so a mix-up of the send and receive queue's shows.
+const CAP: QpCap = QpCap {
+    max_recv_wr: 100,
+    max_recv_sge: 3,
+    ..cap(64, 2, 64)
+};
 
 #[test]
 fn rc_qp_lifecycle_and_cq_in_use() {
@@ -27,7 +25,7 @@ fn rc_qp_lifecycle_and_cq_in_use() {
     let scq = dev.create_cq(64).unwrap();
     let rcq = dev.create_cq(128).unwrap();
     let mut qp = pd
-        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq, CAP))
         .unwrap();
     let got = qp.cap();
     assert!(
@@ -168,7 +166,7 @@ fn ud_qp_takes_a_qkey_and_no_path() {
     let mut qp = pd
         .create_qp(&QpInitAttr {
             sq_sig_all: true,
-            ..QpInitAttr::new(QpType::Ud, &cq, &cq, cap())
+            ..QpInitAttr::new(QpType::Ud, &cq, &cq, CAP)
         })
         .unwrap();
     // ACCESS_FLAGS is refused for UD at RESET -> INIT; QKEY is required.
@@ -197,13 +195,13 @@ fn sizes_past_the_device_limits_are_refused() {
     let cq = dev.create_cq(16).unwrap();
     let big = QpCap {
         max_send_wr: 1 << 20,
-        ..cap()
+        ..CAP
     };
     let r = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, big));
     assert!(matches!(r, Err(Error::ExceedsLimit { .. })));
     let inline = QpCap {
         max_inline_data: 4096,
-        ..cap()
+        ..CAP
     };
     let r = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, inline));
     assert!(matches!(r, Err(Error::ExceedsLimit { .. })));

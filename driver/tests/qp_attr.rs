@@ -11,17 +11,7 @@ use bareverbs_hal::Hal;
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{connect_pair, region, send_wr, sge};
-
-fn cap() -> QpCap {
-    QpCap {
-        max_send_wr: 8,
-        max_recv_wr: 8,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    }
-}
+use common::{cap, connect_pair, region, send_wr, sge};
 
 #[test]
 fn query_qp_returns_the_attributes_and_how_the_qp_was_created() {
@@ -32,11 +22,11 @@ fn query_qp_returns_the_attributes_and_how_the_qp_was_created() {
     let init = QpInitAttr {
         sq_sig_all: true,
         qp_context: 0xfeed,
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap())
+        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0))
     };
     let mut a = pd.create_qp(&init).unwrap();
     let mut b = pd
-        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0)))
         .unwrap();
     assert_eq!(a.context(), 0xfeed);
     assert_eq!(b.context(), 0);
@@ -77,7 +67,7 @@ fn alternate_paths_are_refused_without_path_migration() {
     assert!(!dev.info().caps.apm, "the model reports no APM");
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(8).unwrap();
-    let init = QpInitAttr::new(QpType::Rc, &cq, &cq, cap());
+    let init = QpInitAttr::new(QpType::Rc, &cq, &cq, cap(8, 1, 0));
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     let path = AhAttr {
         dlid: 1,
@@ -125,11 +115,11 @@ fn work_posted_after_the_device_moved_the_qp_to_err_is_flushed() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
-    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap());
+    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0));
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 4096, access);
+    let mr = region(&pd, 4096, access);
     let s = [sge(&mr, 0, 8)];
     // An RDMA WRITE with a wrong rkey: remote access error, the requester's QP to ERR.
     let bad = send_wr(
@@ -183,9 +173,9 @@ fn an_invalid_request_puts_the_responder_in_err_with_its_event() {
     let init = QpInitAttr {
         cap: QpCap {
             max_send_wr: 4,
-            ..cap()
+            ..cap(8, 1, 0)
         },
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap())
+        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0))
     };
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     let (an, bn) = (a.qpn().raw(), b.qpn().raw());
@@ -217,7 +207,6 @@ fn an_invalid_request_puts_the_responder_in_err_with_its_event() {
     a.modify(&rts, rm).unwrap();
     b.modify(&rts, rm).unwrap();
     let mr = region(
-        &hal,
         &pd,
         4096,
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,

@@ -167,7 +167,7 @@ fn random_traffic_on_three_pairs_sharing_cqs_moves_every_byte_and_completes_in_o
         connect(a, b);
     }
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let region = |len: usize| region(&hal, &pd, len, access);
+    let region = |len: usize| region(&pd, len, access);
     // Sources hold a random pattern; destinations and READ landing areas get 4 KiB per pair.
     let (src, dst, rd) = (region(16 << 10), region(16 << 10), region(16 << 10));
     let pattern: Vec<u8> = (0..16 << 10).map(|_| rng.next() as u8).collect();
@@ -398,7 +398,7 @@ fn random_lists_past_a_full_queue_stop_at_their_index_and_resume_without_loss() 
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let mr = region(&hal, &pd, 8192, access);
+    let mr = region(&pd, 8192, access);
     let payload: Vec<u8> = (0..MAX_INLINE as usize).map(|_| rng.next() as u8).collect();
     let (mut expected, mut seen) = (Vec::new(), Vec::new());
     let (mut next_id, mut fulls, mut run) = (1u64, 0usize, 0usize);
@@ -495,7 +495,7 @@ fn one_thread_posts_while_another_polls_against_a_model_on_its_own_thread() {
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let mr = region(&hal, &pd, 1 << 16, access);
+    let mr = region(&pd, 1 << 16, access);
     // Under Miri (the test command runs it there: it found the model's byte accesses racing
     // with the driver's atomics, and a poll reading a CQE before its read barrier) a few
     // dozen requests, with time for Miri's pace.
@@ -583,12 +583,8 @@ fn random_errors_flush_what_follows_and_reset_queues_start_over_cleanly() {
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let (src, dst) = (
-        region(&hal, &pd, 8192, access),
-        region(&hal, &pd, 8192, access),
-    );
+    let (src, dst) = (region(&pd, 8192, access), region(&pd, 8192, access));
     let read_only = region(
-        &hal,
         &pd,
         8192,
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
@@ -734,7 +730,7 @@ fn random_datagrams_arrive_when_they_should_with_the_grh_area_and_are_dropped_ot
     }
     let qpns: Vec<u32> = qps.iter().map(|q| q.qpn().raw()).collect();
     let port_guid = dev.ports()[0].port_guid;
-    let mr = region(&hal, &pd, 64 << 10, AccessFlags::LOCAL_WRITE);
+    let mr = region(&pd, 64 << 10, AccessFlags::LOCAL_WRITE);
     let pattern: Vec<u8> = (0..2048).map(|_| rng.next() as u8).collect();
     mr.buf().write_bytes(0, &pattern).unwrap();
     // Receive buffers: 40 + 1024 bytes each, in slots from 4 KiB on.
@@ -895,7 +891,7 @@ fn random_uc_traffic_drops_what_finds_no_receive_and_delivers_the_rest() {
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 16 << 10, access);
+    let mr = region(&pd, 16 << 10, access);
     let pattern: Vec<u8> = (0..4096).map(|_| rng.next() as u8).collect();
     mr.buf().write_bytes(0, &pattern).unwrap();
     let mut posted: VecDeque<(u64, u64)> = VecDeque::new();
@@ -1035,7 +1031,7 @@ fn random_atomics_agree_with_a_shadow_of_the_counters() {
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
     connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 4096, access);
+    let mr = region(&pd, 4096, access);
     let mut shadow = [0u64; 8];
     for (k, v) in shadow.iter_mut().enumerate() {
         *v = rng.next();

@@ -12,19 +12,9 @@ use bareverbs_hal::Hal;
 use bareverbs_model::{Drive, ModelConfig, SimHal};
 
 mod common;
-use common::{poll_one, send_wr, sge};
+use common::{cap, poll_one, send_wr, sge};
 
 const QKEY: u32 = 0x1111;
-
-fn cap() -> QpCap {
-    QpCap {
-        max_send_wr: 16,
-        max_recv_wr: 16,
-        max_send_sge: 2,
-        max_recv_sge: 2,
-        max_inline_data: 64,
-    }
-}
 
 fn all_access() -> AccessFlags {
     AccessFlags::LOCAL_WRITE
@@ -137,7 +127,7 @@ fn new_qp<'p, 'd, 'h>(
 ) -> Qp<'p, 'd, &'h SimHal> {
     pd.create_qp(&QpInitAttr {
         sq_sig_all: true,
-        ..QpInitAttr::new(qp_type, send_cq, recv_cq, cap())
+        ..QpInitAttr::new(qp_type, send_cq, recv_cq, cap(16, 2, 64))
     })
     .unwrap()
 }
@@ -536,7 +526,7 @@ fn send_error_moves_an_unreliable_qp_to_sqe(t: QpType) {
     mr.buf().write_bytes(0, b"to a").unwrap();
     let good = [sge(&mr, 0, 4)];
     let bad = [Sge {
-        lkey: common::stale_lkey(&hal, &pd),
+        lkey: common::stale_lkey(&pd),
         ..good[0]
     }];
     // A local protection error, and two requests behind it.
@@ -612,7 +602,7 @@ fn rc_send_error_still_moves_the_qp_to_err() {
     let mr = mr(&hal, &pd);
     let good = [sge(&mr, 0, 4)];
     let bad = [Sge {
-        lkey: common::stale_lkey(&hal, &pd),
+        lkey: common::stale_lkey(&pd),
         ..good[0]
     }];
     a.post_recv(&[recv(10, &good)]).unwrap();

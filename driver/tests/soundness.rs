@@ -12,7 +12,7 @@ use bareverbs_hal::Hal;
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{connect_pair, region, sge};
+use common::{cap, connect_pair, region, sge};
 
 fn invalid(what: Invalid) -> Error {
     Error::InvalidArgument { what }
@@ -43,10 +43,10 @@ fn inline_flagged_lengths_never_reach_a_ring() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (scq, rcq) = (dev.create_cq(8).unwrap(), dev.create_cq(8).unwrap());
-    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, common::cap_with(8, 2, 0));
+    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 2, 0));
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect_pair(&mut a, &mut b, AccessFlags::LOCAL_WRITE, Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 4096, AccessFlags::LOCAL_WRITE);
+    let mr = region(&pd, 4096, AccessFlags::LOCAL_WRITE);
     let good = sge(&mr, 0, 64);
     let bad = [
         (

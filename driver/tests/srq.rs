@@ -446,8 +446,8 @@ fn two_qps_share_an_rmp_and_take_its_wqes_in_list_order() {
 
     // Each receive buffer is 256 bytes of `dst`, one per SRQ WQE; the messages are 100 + k
     // bytes of byte value k.
-    let dst = region(&hal, &pd, SrqRing::N * 256, AccessFlags::LOCAL_WRITE);
-    let src = region(&hal, &pd, PAGE, AccessFlags::LOCAL_WRITE);
+    let dst = region(&pd, SrqRing::N * 256, AccessFlags::LOCAL_WRITE);
+    let src = region(&pd, PAGE, AccessFlags::LOCAL_WRITE);
     let slot = |i: usize| [sge(&dst, (i * 256) as u64, 256)];
     // Message k: 100 + k bytes of value k.
     let sent = std::cell::Cell::new(0u8);
@@ -767,12 +767,11 @@ fn an_xrc_initiator_sends_through_one_target_into_the_srq_each_message_names() {
     xrc_to_rts(&dev, ini, tgt, 7);
 
     let dst = region(
-        &hal,
         &pd,
         4 * SrqRing::N * 256,
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
     );
-    let src = region(&hal, &pd, PAGE, AccessFlags::LOCAL_WRITE);
+    let src = region(&pd, PAGE, AccessFlags::LOCAL_WRITE);
     let mut pi = 0u16;
     let mut msg = 0u8;
     let mut send = |hal: &SimHal, pi: &mut u16, srqn: u32| -> (u32, u8) {

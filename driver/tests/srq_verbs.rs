@@ -10,20 +10,10 @@ use bareverbs::{AsyncEvent, Config, Device, Error};
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{connect_pair, region, send_wr, sge};
+use common::{cap, connect_pair, region, send_wr, sge};
 
 fn up(hal: &SimHal) -> Device<&SimHal> {
     Device::bring_up(hal, Config::default()).unwrap()
-}
-
-fn cap() -> QpCap {
-    QpCap {
-        max_send_wr: 8,
-        max_recv_wr: 8,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    }
 }
 
 fn srq_attr(max_wr: u32, max_sge: u32, srq_limit: u32) -> SrqInitAttr {
@@ -59,9 +49,9 @@ fn qps_share_an_srq_and_its_receives_complete_with_their_wr_ids() {
     assert!(srq.attr().max_sge >= 2);
     let on_srq = QpInitAttr {
         srq: Some(&srq),
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap())
+        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0))
     };
-    let plain = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap());
+    let plain = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0));
     let (mut a1, mut b1) = (
         pd.create_qp(&plain).unwrap(),
         pd.create_qp(&on_srq).unwrap(),
@@ -75,7 +65,7 @@ fn qps_share_an_srq_and_its_receives_complete_with_their_wr_ids() {
     let access = AccessFlags::LOCAL_WRITE;
     connect_pair(&mut a1, &mut b1, access, Mtu::Mtu1024);
     connect_pair(&mut a2, &mut b2, access, Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 8192, access);
+    let mr = region(&pd, 8192, access);
     // A QP on an SRQ has no receive queue to post to.
     let s0 = [sge(&mr, 4096, 64)];
     let err = b1
@@ -170,15 +160,15 @@ fn the_limit_event_fires_once_and_last_wqe_is_announced() {
     let mut srq = pd.create_srq(&srq_attr(15, 1, 0)).unwrap();
     let on_srq = QpInitAttr {
         srq: Some(&srq),
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap())
+        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0))
     };
     let mut a = pd
-        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0)))
         .unwrap();
     let mut b = pd.create_qp(&on_srq).unwrap();
     let access = AccessFlags::LOCAL_WRITE;
     connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 8192, access);
+    let mr = region(&pd, 8192, access);
     let s = [sge(&mr, 4096, 64)];
     let recvs: Vec<_> = (0..4)
         .map(|k| RecvWr {
@@ -282,7 +272,7 @@ fn bad_srq_arguments_are_refused_by_name() {
     ));
     // More SGEs than the SRQ takes: the first bad request is named, those before posted.
     let srq = pd.create_srq(&srq_attr(4, 1, 0)).unwrap();
-    let mr = region(&hal, &pd, 4096, AccessFlags::LOCAL_WRITE);
+    let mr = region(&pd, 4096, AccessFlags::LOCAL_WRITE);
     let one = [sge(&mr, 0, 8)];
     let many = vec![sge(&mr, 0, 8); srq.attr().max_sge as usize + 1];
     let e = srq
@@ -312,7 +302,7 @@ fn bad_srq_arguments_are_refused_by_name() {
     let pd2 = dev2.alloc_pd().unwrap();
     let r = pd2.create_qp(&QpInitAttr {
         srq: Some(&srq),
-        ..QpInitAttr::new(QpType::Rc, &cq2, &cq2, cap())
+        ..QpInitAttr::new(QpType::Rc, &cq2, &cq2, cap(8, 1, 0))
     });
     assert!(matches!(
         r.err(),
@@ -334,10 +324,10 @@ fn exchange<'p, 'd, 'h>(
 ) {
     let mut qps = Vec::new();
     for srq in srqs {
-        let plain = QpInitAttr::new(QpType::Rc, &*scq, &*rcq, cap());
+        let plain = QpInitAttr::new(QpType::Rc, &*scq, &*rcq, cap(8, 1, 0));
         let on = QpInitAttr {
             srq: Some(srq),
-            ..QpInitAttr::new(QpType::Rc, &*scq, &*rcq, cap())
+            ..QpInitAttr::new(QpType::Rc, &*scq, &*rcq, cap(8, 1, 0))
         };
         let (mut a, mut b) = (pd.create_qp(&plain).unwrap(), pd.create_qp(&on).unwrap());
         connect_pair(&mut a, &mut b, AccessFlags::LOCAL_WRITE, Mtu::Mtu1024);
@@ -383,7 +373,7 @@ fn two_srqs_on_one_cq_hand_back_their_own_wr_ids() {
     let pd = dev.alloc_pd().unwrap();
     let mut scq = dev.create_cq(32).unwrap();
     let mut rcq = dev.create_cq(32).unwrap();
-    let mr = region(&hal, &pd, 8192, AccessFlags::LOCAL_WRITE);
+    let mr = region(&pd, 8192, AccessFlags::LOCAL_WRITE);
     let one = pd.create_srq(&srq_attr(7, 1, 0)).unwrap();
     let two = pd.create_srq(&srq_attr(7, 1, 0)).unwrap();
     exchange(&pd, &mr, [&one, &two], [100, 200], (&mut scq, &mut rcq));

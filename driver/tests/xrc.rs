@@ -394,8 +394,8 @@ fn xrc_traffic_between_two_hcas_lands_in_the_srq_each_request_names() {
     tgt.to_rtr(ini.qpn().raw(), 0, to(1), Mtu::Mtu1024).unwrap();
     ini.to_rts(0).unwrap();
 
-    let src = common::region(&h1, &p1, 4096, AccessFlags::LOCAL_WRITE);
-    let dst = common::region(&h2, &p2, 16 * 256, all);
+    let src = common::region(&p1, 4096, AccessFlags::LOCAL_WRITE);
+    let dst = common::region(&p2, 16 * 256, all);
     // Eight messages, alternating SRQs: each SRQ's three-WQE ring is used past its end, so
     // WQEs come back to the free list as their completions are polled.
     let mut srqs = [(&s1, &mut c1), (&s2, &mut c2)];
@@ -537,7 +537,7 @@ fn an_xrc_srq_is_queried_armed_and_refuses_what_mlx5_refuses() {
         s.modify(&a, SrqAttrMask::MAX_WR),
         Err(invalid(Invalid::UnsupportedTransition))
     );
-    let mr = common::region(&hal, &pd, 4096, AccessFlags::LOCAL_WRITE);
+    let mr = common::region(&pd, 4096, AccessFlags::LOCAL_WRITE);
     let sg = [common::sge(&mr, 0, 8); 4];
     assert_eq!(
         s.post_recv(&[recv_wr(1, &sg)]).unwrap_err().error,

@@ -227,7 +227,7 @@ pub struct QpInitInfo {
 /// A queue pair. Destroyed on drop; outstanding work requests are not processed and produce
 /// no completions.
 pub struct Qp<'p, 'd, H: Hal> {
-    pd: &'p Pd<'d, H>,
+    pub(crate) pd: &'p Pd<'d, H>,
     qpn: Qpn,
     qp_type: QpType,
     state: QpState,
