@@ -305,6 +305,39 @@ impl<H: Hal> UdPair<'_, '_, H> {
 /// the region, its `mtu` to nothing: a datagram's limit is the port's), and releases it all
 /// after.
 ///
+/// A datagram from `a` lands in `b`'s receive after the 40 bytes of room for a GRH:
+///
+/// ```
+/// use bareverbs::testing::{cap, poll_one, with_ud_pair, PairAttr};
+/// use bareverbs::verbs::{RecvWr, SendFlags, SendOp, SendWr};
+/// use bareverbs::{Config, Device};
+/// use bareverbs_model::SimHal;
+///
+/// let hal = SimHal::synchronous();
+/// let dev = Device::bring_up(&hal, Config::default()).unwrap();
+/// with_ud_pair(&dev, PairAttr::new(cap(4, 1, 0)), |p| {
+///     let into = [p.sge(0, 40 + 64)];
+///     p.b.post_recv(&[RecvWr { wr_id: 1, sg_list: &into }]).unwrap();
+///     p.mr.buf().write_bytes(1024, b"datagram").unwrap();
+///     let from = [p.sge(1024, 8)];
+///     let wr = SendWr {
+///         wr_id: 2,
+///         sg_list: &from,
+///         inline_data: &[],
+///         op: SendOp::Send,
+///         flags: SendFlags::SIGNALED,
+///         ud: Some(p.to_b()),
+///     };
+///     p.a.post_send(&[wr]).unwrap();
+///     assert_eq!(poll_one(&mut p.scq).wr_id, 2);
+///     let wc = poll_one(&mut p.rcq);
+///     assert_eq!((wc.wr_id, wc.byte_len, wc.src_qp), (1, 40 + 8, p.a.qpn().raw()));
+///     let mut got = [0u8; 8];
+///     p.mr.buf().read_bytes(40, &mut got).unwrap();
+///     assert_eq!(&got, b"datagram");
+/// });
+/// ```
+///
 /// # Panics
 /// When a set-up step fails.
 #[track_caller]
@@ -371,8 +404,39 @@ impl<H: Hal> XrcPair<'_, '_, H> {
 }
 
 /// Runs `f` with a fresh [`XrcPair`] of `dev` built as `attr` says (the SRQ holds
-/// `cap.max_recv_wr` receives of `cap.max_recv_sge` entries; the initiator's `recv_cqe` is
-/// the SRQ's CQ), connected through port 1, and releases it all after.
+/// `cap.max_recv_wr` receives of `cap.max_recv_sge` entries and completes on a CQ of
+/// `recv_cqe` entries), connected through port 1, and releases it all after.
+///
+/// A send from the initiator naming the SRQ takes the SRQ's receive and completes on its CQ
+/// with the target's QP number:
+///
+/// ```
+/// use bareverbs::testing::{cap, poll_one, with_xrc_pair, PairAttr};
+/// use bareverbs::verbs::{RecvWr, SendFlags, SendOp, SendWr};
+/// use bareverbs::{Config, Device};
+/// use bareverbs_model::SimHal;
+///
+/// let hal = SimHal::synchronous();
+/// let dev = Device::bring_up(&hal, Config::default()).unwrap();
+/// with_xrc_pair(&dev, PairAttr::new(cap(4, 1, 0)), |p| {
+///     let into = [p.sge(0, 64)];
+///     p.srq.post_recv(&[RecvWr { wr_id: 1, sg_list: &into }]).unwrap();
+///     p.mr.buf().write_bytes(1024, b"xrc").unwrap();
+///     let from = [p.sge(1024, 3)];
+///     let wr = SendWr {
+///         wr_id: 2,
+///         sg_list: &from,
+///         inline_data: &[],
+///         op: SendOp::Send,
+///         flags: SendFlags::SIGNALED,
+///         ud: None,
+///     };
+///     p.ini.post_send_xrc(p.srq.srq_num(), &[wr]).unwrap();
+///     assert_eq!(poll_one(&mut p.scq).wr_id, 2);
+///     let wc = poll_one(&mut p.rcq);
+///     assert_eq!((wc.wr_id, wc.qp_num, wc.byte_len), (1, p.tgt.qpn().raw(), 3));
+/// });
+/// ```
 ///
 /// # Panics
 /// When a set-up step fails.
@@ -478,6 +542,42 @@ pub struct EthPair<'p, 'd, H: Hal> {
 
 /// Runs `f` with an [`EthPair`]: an end on `da` built as `attrs[0]` says and one on `db` as
 /// `attrs[1]` says (two devices whose Ethernet ports share a wire), and releases it all after.
+///
+/// A frame `a` sends to `b`'s MAC arrives on `b`'s receive queue:
+///
+/// ```
+/// use bareverbs::eth::Pkt;
+/// use bareverbs::testing::{with_eth_pair, EthEndAttr};
+/// use bareverbs::{Config, Device};
+/// use bareverbs_model::{Drive, Fabric, ModelConfig, SimHal};
+///
+/// let wire = Fabric::new();
+/// let hca = |n: u64| {
+///     let cfg = ModelConfig {
+///         port_type_eth: true,
+///         node_guid: ModelConfig::default().node_guid + (n << 8),
+///         base_lid: 1 + 16 * n as u16,
+///         ..ModelConfig::default()
+///     };
+///     SimHal::on_fabric(cfg, Drive::Synchronous, &wire)
+/// };
+/// let (ha, hb) = (hca(0), hca(1));
+/// let da = Device::bring_up(&ha, Config::default()).unwrap();
+/// let db = Device::bring_up(&hb, Config::default()).unwrap();
+/// with_eth_pair(&da, &db, [EthEndAttr::default(); 2], |p| {
+///     let mut frame = [0u8; 60];
+///     frame[..6].copy_from_slice(&p.b.port.mac());
+///     frame[6..12].copy_from_slice(&p.a.port.mac());
+///     frame[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
+///     let mut pkt = p.a.pool.alloc().unwrap();
+///     p.a.pool.write(&mut pkt, 0, &frame).unwrap();
+///     assert_eq!(p.a.txq.tx_burst(&[pkt]), 1);
+///     let mut got = [Pkt::EMPTY; 4];
+///     assert_eq!(p.b.rxq.rx_burst(&mut got), 1);
+///     assert_eq!(got[0].len(), 60);
+///     p.b.pool.free(got[0]).unwrap();
+/// });
+/// ```
 ///
 /// # Panics
 /// When a set-up step fails (a device without an Ethernet port among them).

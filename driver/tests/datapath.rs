@@ -10,7 +10,7 @@ use bareverbs_hal::Hal;
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{cap, poll_one, region, send_wr, sge};
+use common::{cap, poll_one, region, send_wr, sge, with_ud_pair, PairAttr, UdPair};
 
 const PSN: u32 = 0x10;
 
@@ -458,77 +458,83 @@ fn errors_flush_outstanding_requests() {
 fn ud_checks_the_qkey_and_leaves_room_for_the_grh() {
     let hal = SimHal::synchronous();
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
-    let pd = dev.alloc_pd().unwrap();
-    let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let init = QpInitAttr {
+    let attr = PairAttr {
         sq_sig_all: true,
-        ..QpInitAttr::new(QpType::Ud, &scq, &rcq, cap(16, 2, 128))
+        access: AccessFlags::LOCAL_WRITE,
+        qkey: 0x1111,
+        ..PairAttr::new(cap(16, 2, 128))
     };
-    let mut a = pd.create_qp(&init).unwrap();
-    let mut b = pd.create_qp(&init).unwrap();
-    for q in [&mut a, &mut b] {
-        q.to_init(1, 0, AccessFlags::empty(), 0x1111).unwrap();
-        q.to_rtr(0, 0, AhAttr::default(), Mtu::Mtu4096).unwrap();
-        q.to_rts(1).unwrap();
-    }
-    let mr = region(&pd, 4096, AccessFlags::LOCAL_WRITE);
-    mr.buf().write_bytes(2048, b"datagram").unwrap();
-    b.post_recv(&[RecvWr {
-        wr_id: 5,
-        sg_list: &[sge(&mr, 0, 40 + 64)],
-    }])
-    .unwrap();
-    let dest = |qkey| {
-        Some(common::ud_dest(
-            &pd,
-            AhAttr {
-                dlid: 1,
-                sl: 2,
-                port_num: 1,
-                ..AhAttr::default()
-            },
-            b.qpn().raw(),
-            qkey,
-        ))
-    };
-    let sg = [sge(&mr, 2048, 8)];
-    // Wrong Q_Key: dropped at the receiver, success at the sender.
-    a.post_send(&[SendWr {
-        ud: dest(0x2222),
-        ..send_wr(4, &sg, SendOp::Send)
-    }])
-    .unwrap();
-    assert_eq!(poll_one(&mut scq).status, WcStatus::Success);
-    assert_eq!(rcq.poll(&mut [Wc::EMPTY; 2]), 0);
-    a.post_send(&[SendWr {
-        ud: dest(0x1111),
-        ..send_wr(6, &sg, SendOp::Send)
-    }])
-    .unwrap();
-    poll_one(&mut scq);
-    let r = poll_one(&mut rcq);
-    assert_eq!(
-        (r.wr_id, r.byte_len, r.src_qp, r.sl),
-        (5, 48, a.qpn().raw(), 2)
+    with_ud_pair(
+        &dev,
+        attr,
+        |UdPair {
+             a,
+             b,
+             scq,
+             rcq,
+             mr,
+             pd,
+             ..
+         }| {
+            mr.buf().write_bytes(2048, b"datagram").unwrap();
+            b.post_recv(&[RecvWr {
+                wr_id: 5,
+                sg_list: &[sge(mr, 0, 40 + 64)],
+            }])
+            .unwrap();
+            let dest = |qkey| {
+                Some(common::ud_dest(
+                    pd,
+                    AhAttr {
+                        dlid: 1,
+                        sl: 2,
+                        port_num: 1,
+                        ..AhAttr::default()
+                    },
+                    b.qpn().raw(),
+                    qkey,
+                ))
+            };
+            let sg = [sge(mr, 2048, 8)];
+            // Wrong Q_Key: dropped at the receiver, success at the sender.
+            a.post_send(&[SendWr {
+                ud: dest(0x2222),
+                ..send_wr(4, &sg, SendOp::Send)
+            }])
+            .unwrap();
+            assert_eq!(poll_one(scq).status, WcStatus::Success);
+            assert_eq!(rcq.poll(&mut [Wc::EMPTY; 2]), 0);
+            a.post_send(&[SendWr {
+                ud: dest(0x1111),
+                ..send_wr(6, &sg, SendOp::Send)
+            }])
+            .unwrap();
+            poll_one(scq);
+            let r = poll_one(rcq);
+            assert_eq!(
+                (r.wr_id, r.byte_len, r.src_qp, r.sl),
+                (5, 48, a.qpn().raw(), 2)
+            );
+            let mut got = [0u8; 8];
+            mr.buf().read_bytes(40, &mut got).unwrap();
+            assert_eq!(&got, b"datagram");
+            // RDMA on UD is refused before posting.
+            let e = a
+                .post_send(&[SendWr {
+                    ud: dest(0x1111),
+                    ..send_wr(
+                        0,
+                        &sg,
+                        SendOp::RdmaWrite {
+                            remote_addr: 0,
+                            rkey: 0,
+                        },
+                    )
+                }])
+                .unwrap_err();
+            assert!(matches!(e.error, Error::InvalidArgument { .. }));
+        },
     );
-    let mut got = [0u8; 8];
-    mr.buf().read_bytes(40, &mut got).unwrap();
-    assert_eq!(&got, b"datagram");
-    // RDMA on UD is refused before posting.
-    let e = a
-        .post_send(&[SendWr {
-            ud: dest(0x1111),
-            ..send_wr(
-                0,
-                &sg,
-                SendOp::RdmaWrite {
-                    remote_addr: 0,
-                    rkey: 0,
-                },
-            )
-        }])
-        .unwrap_err();
-    assert!(matches!(e.error, Error::InvalidArgument { .. }));
 }
 
 #[test]

@@ -9,7 +9,7 @@ use bareverbs::{AsyncEvent, Config, Device, Error};
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{all_access, cap, region, sge, two_hcas};
+use common::{all_access, cap, poll_one, region, sge, two_hcas};
 
 const KEY: u64 = 0x0123_4567_89ab_cdef;
 
@@ -109,10 +109,6 @@ fn dct_to_rtr<H: bareverbs_hal::Hal>(t: &mut Dct<'_, '_, H>, access: AccessFlags
         QpAttrMask::STATE | QpAttrMask::MIN_RNR_TIMER | QpAttrMask::AV | QpAttrMask::PATH_MTU,
     )
     .unwrap();
-}
-
-fn poll_one<H: bareverbs_hal::Hal>(cq: &mut Cq<'_, H>) -> Wc {
-    common::poll_one(cq)
 }
 
 /// The next completion of `cq`, waiting on the model's clock for retries to run out.

@@ -11,7 +11,7 @@ use bareverbs_hal::Hal;
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{cap, connect_pair, region, send_wr, sge};
+use common::{cap, connect_pair, region, send_wr, sge, with_rc_pair, PairAttr, RcPair};
 
 #[test]
 fn query_qp_returns_the_attributes_and_how_the_qp_was_created() {
@@ -113,52 +113,59 @@ fn alternate_paths_are_refused_without_path_migration() {
 fn work_posted_after_the_device_moved_the_qp_to_err_is_flushed() {
     let hal = SimHal::synchronous();
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
-    let pd = dev.alloc_pd().unwrap();
-    let (mut scq, mut rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
-    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0));
-    let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
-    let mr = region(&pd, 4096, access);
-    let s = [sge(&mr, 0, 8)];
-    // An RDMA WRITE with a wrong rkey: remote access error, the requester's QP to ERR.
-    let bad = send_wr(
-        1,
-        &s,
-        SendOp::RdmaWrite {
-            remote_addr: mr.addr(),
-            rkey: mr.rkey().raw() ^ 0x100,
+    let attr = PairAttr {
+        send_cqe: 16,
+        recv_cqe: 16,
+        access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        ..PairAttr::new(cap(8, 1, 0))
+    };
+    with_rc_pair(
+        &dev,
+        attr,
+        |RcPair {
+             a, b, scq, rcq, mr, ..
+         }| {
+            let s = [sge(mr, 0, 8)];
+            // An RDMA WRITE with a wrong rkey: remote access error, the requester's QP to ERR.
+            let bad = send_wr(
+                1,
+                &s,
+                SendOp::RdmaWrite {
+                    remote_addr: mr.addr(),
+                    rkey: mr.rkey().raw() ^ 0x100,
+                },
+            );
+            a.post_send(&[bad]).unwrap();
+            let mut wc = [Wc::EMPTY; 4];
+            assert_eq!(scq.poll(&mut wc), 1);
+            assert_eq!(wc[0].status, WcStatus::RemAccessErr);
+            // The driver still believes RTS; the device says ERR. Posting is accepted and each
+            // request completes, flushed, send and receive queue alike.
+            a.post_send(&[send_wr(2, &s, SendOp::Send)]).unwrap();
+            assert_eq!(scq.poll(&mut wc), 1);
+            assert_eq!((wc[0].wr_id, wc[0].status), (2, WcStatus::WrFlushErr));
+            let r = [sge(mr, 1024, 64)];
+            a.post_recv(&[RecvWr {
+                wr_id: 3,
+                sg_list: &r,
+            }])
+            .unwrap();
+            // The device notices receives posted in ERR when it next looks at the doorbell record
+            // (on a timer tick here), not at once: nothing rings for receives.
+            hal.delay(std::time::Duration::from_micros(1));
+            assert_eq!(rcq.poll(&mut wc), 1);
+            assert_eq!((wc[0].wr_id, wc[0].status), (3, WcStatus::WrFlushErr));
+            assert_eq!(a.query().unwrap().qp_state, QpState::Err);
+            // The responder went to ERR too and said so on the QP (IBA 9.9.3.1 class C; mlx5
+            // WQ_ACCESS_ERROR: IBV_EVENT_QP_ACCESS_ERR).
+            assert_eq!(b.query().unwrap().qp_state, QpState::Err);
+            dev.poll_events();
+            let events: Vec<_> = std::iter::from_fn(|| dev.next_event()).collect();
+            assert!(
+                events.contains(&AsyncEvent::QpAccessErr { qpn: b.qpn().raw() }),
+                "{events:?}"
+            );
         },
-    );
-    a.post_send(&[bad]).unwrap();
-    let mut wc = [Wc::EMPTY; 4];
-    assert_eq!(scq.poll(&mut wc), 1);
-    assert_eq!(wc[0].status, WcStatus::RemAccessErr);
-    // The driver still believes RTS; the device says ERR. Posting is accepted and each
-    // request completes, flushed, send and receive queue alike.
-    a.post_send(&[send_wr(2, &s, SendOp::Send)]).unwrap();
-    assert_eq!(scq.poll(&mut wc), 1);
-    assert_eq!((wc[0].wr_id, wc[0].status), (2, WcStatus::WrFlushErr));
-    let r = [sge(&mr, 1024, 64)];
-    a.post_recv(&[RecvWr {
-        wr_id: 3,
-        sg_list: &r,
-    }])
-    .unwrap();
-    // The device notices receives posted in ERR when it next looks at the doorbell record
-    // (on a timer tick here), not at once: nothing rings for receives.
-    hal.delay(std::time::Duration::from_micros(1));
-    assert_eq!(rcq.poll(&mut wc), 1);
-    assert_eq!((wc[0].wr_id, wc[0].status), (3, WcStatus::WrFlushErr));
-    assert_eq!(a.query().unwrap().qp_state, QpState::Err);
-    // The responder went to ERR too and said so on the QP (IBA 9.9.3.1 class C; mlx5
-    // WQ_ACCESS_ERROR: IBV_EVENT_QP_ACCESS_ERR).
-    assert_eq!(b.query().unwrap().qp_state, QpState::Err);
-    dev.poll_events();
-    let events: Vec<_> = std::iter::from_fn(|| dev.next_event()).collect();
-    assert!(
-        events.contains(&AsyncEvent::QpAccessErr { qpn: b.qpn().raw() }),
-        "{events:?}"
     );
 }
 

@@ -13,7 +13,7 @@ use bareverbs_model::SimHal;
 
 mod common;
 use bareverbs_model::rng::Rng;
-use common::{connect_pair, region};
+use common::{cap, connect_pair, region, with_rc_pair, PairAttr, RcPair};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -1011,88 +1011,79 @@ fn random_atomics_agree_with_a_shadow_of_the_counters() {
     let mut rng = Rng(0x7777_aaaa_5555_3333);
     let hal = SimHal::synchronous();
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
-    let pd = dev.alloc_pd().unwrap();
-    let (mut scq, rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(16).unwrap());
-    let init = QpInitAttr {
+    let attr = PairAttr {
+        cap: QpCap {
+            max_recv_wr: 1,
+            ..cap(8, 1, 0)
+        },
+        recv_cqe: 16,
         sq_sig_all: true,
-        ..QpInitAttr::new(
-            QpType::Rc,
-            &scq,
-            &rcq,
-            QpCap {
-                max_send_wr: 8,
-                max_recv_wr: 1,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-        )
+        access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC,
+        ..PairAttr::new(cap(8, 1, 0))
     };
-    let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
-    connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
-    let mr = region(&pd, 4096, access);
-    let mut shadow = [0u64; 8];
-    for (k, v) in shadow.iter_mut().enumerate() {
-        *v = rng.next();
-        mr.buf().write_bytes(8 * k, &v.to_ne_bytes()).unwrap();
-    }
-    for id in 0..2000u64 {
-        let k = rng.below(8) as usize;
-        let target = mr.addr() + 8 * k as u64;
-        let rkey = mr.rkey().raw();
-        let old = shadow[k];
-        let op = if rng.coin() {
-            let add = rng.next() >> rng.below(64);
-            shadow[k] = old.wrapping_add(add);
-            SendOp::AtomicFetchAndAdd {
-                remote_addr: target,
-                rkey,
-                add,
-            }
-        } else {
-            // Half the compares match.
-            let compare = if rng.coin() { old } else { rng.next() };
-            let swap = rng.next();
-            if compare == old {
-                shadow[k] = swap;
-            }
-            SendOp::AtomicCmpAndSwp {
-                remote_addr: target,
-                rkey,
-                compare,
-                swap,
-            }
-        };
-        let result = [Sge {
-            addr: mr.addr() + 2048,
-            length: 8,
-            lkey: mr.lkey(),
-        }];
-        a.post_send(&[SendWr {
-            wr_id: id,
-            sg_list: &result,
-            inline_data: &[],
-            op,
-            flags: SendFlags::SIGNALED,
-            ud: None,
-        }])
-        .unwrap();
-        let mut wc = [Wc::EMPTY; 2];
-        assert_eq!(scq.poll(&mut wc), 1);
-        assert_eq!(
-            (wc[0].wr_id, wc[0].status, wc[0].byte_len),
-            (id, WcStatus::Success, 8)
-        );
-        assert_eq!(
-            mr.buf().read_ne64(2048),
-            old,
-            "returned value, request {id}"
-        );
-        assert_eq!(
-            mr.buf().read_ne64(8 * k),
-            shadow[k],
-            "counter {k}, request {id}"
-        );
-    }
+    with_rc_pair(&dev, attr, |RcPair { a, scq, mr, .. }| {
+        let mut shadow = [0u64; 8];
+        for (k, v) in shadow.iter_mut().enumerate() {
+            *v = rng.next();
+            mr.buf().write_bytes(8 * k, &v.to_ne_bytes()).unwrap();
+        }
+        for id in 0..2000u64 {
+            let k = rng.below(8) as usize;
+            let target = mr.addr() + 8 * k as u64;
+            let rkey = mr.rkey().raw();
+            let old = shadow[k];
+            let op = if rng.coin() {
+                let add = rng.next() >> rng.below(64);
+                shadow[k] = old.wrapping_add(add);
+                SendOp::AtomicFetchAndAdd {
+                    remote_addr: target,
+                    rkey,
+                    add,
+                }
+            } else {
+                // Half the compares match.
+                let compare = if rng.coin() { old } else { rng.next() };
+                let swap = rng.next();
+                if compare == old {
+                    shadow[k] = swap;
+                }
+                SendOp::AtomicCmpAndSwp {
+                    remote_addr: target,
+                    rkey,
+                    compare,
+                    swap,
+                }
+            };
+            let result = [Sge {
+                addr: mr.addr() + 2048,
+                length: 8,
+                lkey: mr.lkey(),
+            }];
+            a.post_send(&[SendWr {
+                wr_id: id,
+                sg_list: &result,
+                inline_data: &[],
+                op,
+                flags: SendFlags::SIGNALED,
+                ud: None,
+            }])
+            .unwrap();
+            let mut wc = [Wc::EMPTY; 2];
+            assert_eq!(scq.poll(&mut wc), 1);
+            assert_eq!(
+                (wc[0].wr_id, wc[0].status, wc[0].byte_len),
+                (id, WcStatus::Success, 8)
+            );
+            assert_eq!(
+                mr.buf().read_ne64(2048),
+                old,
+                "returned value, request {id}"
+            );
+            assert_eq!(
+                mr.buf().read_ne64(8 * k),
+                shadow[k],
+                "counter {k}, request {id}"
+            );
+        }
+    });
 }

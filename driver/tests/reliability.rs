@@ -12,16 +12,9 @@ use bareverbs_hal::Hal;
 use bareverbs_model::{Drive, ModelConfig, SimHal};
 
 mod common;
-use common::{cap, poll_one, send_wr, sge};
+use common::{all_access, cap, poll_one, region, send_wr, sge};
 
 const QKEY: u32 = 0x1111;
-
-fn all_access() -> AccessFlags {
-    AccessFlags::LOCAL_WRITE
-        | AccessFlags::REMOTE_WRITE
-        | AccessFlags::REMOTE_READ
-        | AccessFlags::REMOTE_ATOMIC
-}
 
 /// How one QP is brought to RTS.
 #[derive(Clone, Copy)]
@@ -149,12 +142,6 @@ fn pair<'p, 'd, 'h>(
     (a, b)
 }
 
-fn mr<'p, 'd, 'h>(hal: &SimHal, pd: &'p Pd<'d, &'h SimHal>) -> Mr<'p, 'd, &'h SimHal> {
-    pd.reg_mr(hal.dma_alloc(8192, 4096).unwrap().share(), all_access())
-        .map_err(|(e, _)| e)
-        .unwrap()
-}
-
 fn retries(hal: &SimHal, q: u32) -> u64 {
     hal.model().with(|h| h.qp_retries(q)).unwrap()
 }
@@ -202,7 +189,7 @@ fn psns_advance_by_packets_per_mtu_and_wrap_at_24_bits() {
             ..Link::to(an)
         },
     );
-    let m = mr(&hal, &pd);
+    let m = region(&pd, 8192, all_access());
     // SEND of 3000 bytes at MTU 1024: three packets, across the wrap.
     b.post_recv(&[recv(1, &[sge(&m, 4096, 4096)])]).unwrap();
     a.post_send(&[send_wr(1, &[sge(&m, 0, 3000)], SendOp::Send)])
@@ -258,7 +245,7 @@ fn a_psn_ahead_of_the_responder_retries_retry_cnt_times_then_fails_and_flushes()
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let m = mr(&hal, &pd);
+    let m = region(&pd, 8192, all_access());
     for retry_cnt in [0u8, 3, 7] {
         let (mut a, mut b) = pair(
             &pd,
@@ -313,7 +300,10 @@ fn a_psn_behind_the_responder_is_acknowledged_but_not_delivered() {
         },
     );
     let an = a.qpn().raw();
-    let (src, dst) = (mr(&hal, &pd), mr(&hal, &pd));
+    let (src, dst) = (
+        region(&pd, 8192, all_access()),
+        region(&pd, 8192, all_access()),
+    );
     src.buf().write_bytes(0, b"payload!").unwrap();
     dst.buf().write_bytes(512, b"remote--").unwrap();
     b.post_recv(&[recv(20, &[sge(&dst, 0, 64)])]).unwrap();
@@ -371,7 +361,7 @@ fn uc_takes_a_message_with_an_unexpected_psn_and_resynchronises() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let m = mr(&hal, &pd);
+    let m = region(&pd, 8192, all_access());
     // The sender ahead of the receiver, then behind it.
     for (sq_psn, rq_psn) in [(1000, 7), (5, 500)] {
         let (mut a, mut b) = pair(
@@ -410,7 +400,7 @@ fn no_responder_retries_retry_cnt_times_then_retry_exceeded() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let m = mr(&hal, &pd);
+    let m = region(&pd, 8192, all_access());
     let sg = [sge(&m, 0, 8)];
     // A peer left in INIT, a UC peer (wrong type), a QP number nobody has, a LID nobody owns.
     let mut init_peer = new_qp(&pd, QpType::Rc, &scq, &rcq);
@@ -452,7 +442,7 @@ fn ack_timeout_zero_never_times_out_and_the_qp_can_still_be_destroyed() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let m = mr(&hal, &pd);
+    let m = region(&pd, 8192, all_access());
     let sg = [sge(&m, 0, 8)];
     let mut a = new_qp(&pd, QpType::Rc, &scq, &rcq);
     up(
@@ -505,7 +495,7 @@ fn send_error_moves_an_unreliable_qp_to_sqe(t: QpType) {
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
     let (mut a, mut b) = pair(&pd, t, (&scq, &rcq), Link::default(), Link::default());
     let (an, bn) = (a.qpn().raw(), b.qpn().raw());
-    let mr = mr(&hal, &pd);
+    let mr = region(&pd, 8192, all_access());
     let dest = |qpn| {
         (t == QpType::Ud).then_some(common::ud_dest(
             &pd,
@@ -599,7 +589,7 @@ fn rc_send_error_still_moves_the_qp_to_err() {
         Link::default(),
         Link::default(),
     );
-    let mr = mr(&hal, &pd);
+    let mr = region(&pd, 8192, all_access());
     let good = [sge(&mr, 0, 4)];
     let bad = [Sge {
         lkey: common::stale_lkey(&pd),
@@ -694,7 +684,7 @@ fn receive_completions_carry_the_dlid_path_bits() {
     assert_eq!(ports[1].lid, 12);
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let m = mr(&hal, &pd);
+    let m = region(&pd, 8192, all_access());
     let sg = [sge(&m, 0, 8)];
     // UD: the address handle picks the path bits.
     let mut a = new_qp(&pd, QpType::Ud, &scq, &rcq);
@@ -767,7 +757,7 @@ fn read_and_atomics_without_responder_resources_are_remote_invalid_requests() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let m = mr(&hal, &pd);
+    let m = region(&pd, 8192, all_access());
     m.buf().write_bytes(512, b"readable").unwrap();
     let (raddr, rkey) = (m.addr() + 512, m.rkey().raw());
     let read = SendOp::RdmaRead {
@@ -835,7 +825,7 @@ fn a_message_over_the_qps_limit_fails_locally() {
         Link::default(),
         Link::default(),
     );
-    let m = mr(&hal, &pd);
+    let m = region(&pd, 8192, all_access());
     let len = u32::try_from(max + 1).unwrap();
     a.post_send(&[send_wr(
         1,
@@ -859,7 +849,7 @@ fn rnr_retries_wait_out_the_responders_rnr_timer() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
-    let m = mr(&hal, &pd);
+    let m = region(&pd, 8192, all_access());
     let one = [sge(&m, 0, 8)];
     for (timer, us) in [(1u8, 10u64), (14, 1280), (20, 10240)] {
         let responder = Link {
