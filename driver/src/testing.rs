@@ -30,7 +30,7 @@
 
 use bareverbs_hal::Hal;
 
-use crate::device::Device;
+use crate::device::{AsyncEvent, Device};
 use crate::eth::{
     EthPort, FlowDest, FlowMatch, FlowRule, PktPool, RxQueue, RxQueueAttr, TxQueue, TxQueueAttr,
 };
@@ -93,6 +93,14 @@ pub fn poll_one<H: Hal>(cq: &mut Cq<'_, H>) -> Wc {
     let mut wc = [Wc::EMPTY; 1];
     assert_eq!(cq.poll(&mut wc), 1, "expected a completion");
     wc[0]
+}
+
+/// The event an event queue entry reports, decoded as [`Device::poll_events`] decodes the
+/// entries it does not handle itself (page requests and command completions): for feeding
+/// the decoder bytes no device wrote (fuzzing). Unknown types come back as
+/// [`AsyncEvent::Other`].
+pub fn decode_eqe(eqe: &[u8; 64]) -> AsyncEvent {
+    AsyncEvent::from_eqe(eqe)
 }
 
 /// The path to port 1 of `dev` itself (its LID as read at bring-up or by the last

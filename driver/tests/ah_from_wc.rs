@@ -3,9 +3,9 @@
 //! SLID, SL, path bits, and with a GRH the GRH reversed, the source GID index found in the
 //! port's table), between two model HCAs, with and without a GRH; and `ibv_query_gid`.
 
-use bareverbs::error::{Invalid, Limit};
 use bareverbs::verbs::*;
 use bareverbs::{Config, Device, Error};
+use bareverbs::{Invalid, Limit};
 
 mod common;
 use common::{cap, poll_one, region, send_wr, sge, two_hcas};

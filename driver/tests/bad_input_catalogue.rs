@@ -6,9 +6,9 @@
 //! refusal needs the device's answer, a state or an object it holds, are marked and counted
 //! apart). `bad_inputs.rs` and `soundness.rs` hold more, closer to the code they test.
 
-use bareverbs::error::{Invalid, Limit};
 use bareverbs::verbs::*;
 use bareverbs::{Config, Device, Error};
+use bareverbs::{Invalid, Limit};
 use bareverbs_hal::Hal;
 use bareverbs_model::SimHal;
 

@@ -4,8 +4,8 @@
 //! limits are the device's (P_Key and GID tables, ports, RDMA read/atomic resources); static
 //! rates are `enum ib_rate` as Linux 6.12 `ib_rate_to_mlx5` accepts them.
 
-use bareverbs::error::Invalid;
 use bareverbs::verbs::*;
+use bareverbs::Invalid;
 use bareverbs::{Config, Device, Error};
 use bareverbs_model::SimHal;
 
@@ -345,7 +345,7 @@ fn create_qp_refuses_sizes_that_overflowed() {
             matches!(
                 r,
                 Err(Error::ExceedsLimit {
-                    limit: bareverbs::error::Limit::InlineData,
+                    limit: bareverbs::Limit::InlineData,
                     ..
                 })
             ),

@@ -1,7 +1,7 @@
 //! The data path end to end against the model: QPs of one HCA talk to each other; every test
 //! checks what a user sees (completions, statuses, byte counts, buffer contents, QP state).
 
-use bareverbs::verbs::qp_state::QpState;
+use bareverbs::verbs::QpState;
 use bareverbs::verbs::*;
 use std::time::Duration;
 
@@ -837,7 +837,7 @@ fn resize_cq_keeps_unpolled_completions_in_order() {
     assert!(matches!(
         scq.resize(3),
         Err(Error::InvalidArgument {
-            what: bareverbs::error::Invalid::FewerEntriesThanUnpolled
+            what: bareverbs::Invalid::FewerEntriesThanUnpolled
         })
     ));
     assert_eq!(m.trace().len(), before, "no command for a refused resize");
@@ -865,7 +865,7 @@ fn resize_cq_keeps_unpolled_completions_in_order() {
     assert!(matches!(
         scq.resize(0),
         Err(Error::InvalidArgument {
-            what: bareverbs::error::Invalid::ZeroEntries
+            what: bareverbs::Invalid::ZeroEntries
         })
     ));
     assert!(matches!(
@@ -1191,7 +1191,7 @@ fn a_device_without_host_endian_atomics_refuses_atomics_before_the_ring() {
         (
             1,
             Error::InvalidArgument {
-                what: bareverbs::error::Invalid::AtomicsUnsupported
+                what: bareverbs::Invalid::AtomicsUnsupported
             }
         )
     );
@@ -1215,7 +1215,7 @@ fn a_hal_that_aligns_only_4k_gets_queues_in_4k_pages_and_typed_limits_past_them(
     let before = m.memory().allocated_bytes();
     match dev.create_cq(100_000) {
         Err(Error::ExceedsLimit {
-            limit: bareverbs::error::Limit::CqEntries,
+            limit: bareverbs::Limit::CqEntries,
             max,
             ..
         }) => assert_eq!(max, 992 * 4096 / 64 - 1),
@@ -1243,7 +1243,7 @@ fn a_hal_that_aligns_only_4k_gets_queues_in_4k_pages_and_typed_limits_past_them(
     let before = m.memory().allocated_bytes();
     match pd.create_qp(&init(big)) {
         Err(Error::ExceedsLimit {
-            limit: bareverbs::error::Limit::QpBufferBytes,
+            limit: bareverbs::Limit::QpBufferBytes,
             requested,
             max,
         }) => {

@@ -3,8 +3,8 @@
 //! another per request, the target's access key, its SRQ and CQ, its state rules, DCI
 //! streams; checked against the data that lands.
 
-use bareverbs::error::Invalid;
 use bareverbs::verbs::*;
+use bareverbs::Invalid;
 use bareverbs::{AsyncEvent, Config, Device, Error};
 use bareverbs_model::SimHal;
 

@@ -3,8 +3,8 @@
 //! requests the model executes, then used by RDMA and by local scatter/gather, data checked
 //! byte by byte through the layout.
 
-use bareverbs::error::Invalid;
 use bareverbs::verbs::*;
+use bareverbs::Invalid;
 use bareverbs::{Config, Device, Error};
 use bareverbs_model::SimHal;
 
@@ -324,7 +324,7 @@ fn umr_requests_are_refused_by_name_before_anything_is_written() {
     assert!(matches!(
         pd.create_mkey(&indirect(u16::MAX)),
         Err(Error::ExceedsLimit {
-            limit: bareverbs::error::Limit::MkeyEntries,
+            limit: bareverbs::Limit::MkeyEntries,
             ..
         })
     ));

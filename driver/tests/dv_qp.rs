@@ -3,8 +3,8 @@
 //! results the device puts inside the completion, copied by the poll into the buffers —
 //! around its 32-byte threshold, against the model.
 
-use bareverbs::error::Invalid;
 use bareverbs::verbs::*;
+use bareverbs::Invalid;
 use bareverbs::{Config, Device, Error};
 use bareverbs_model::SimHal;
 

@@ -313,7 +313,7 @@ fn bad_packets_are_refused_with_typed_errors_and_stay_the_callers() {
     assert!(matches!(
         txq.take_refused(),
         Some(Error::InvalidArgument {
-            what: bareverbs::error::Invalid::PacketLength
+            what: bareverbs::Invalid::PacketLength
         })
     ));
     // Longer than the port's MTU (1500 + 22 bytes of L2 header, tag and FCS).
@@ -328,7 +328,7 @@ fn bad_packets_are_refused_with_typed_errors_and_stay_the_callers() {
     assert!(matches!(
         pool.free(q),
         Err(Error::InvalidArgument {
-            what: bareverbs::error::Invalid::ForeignPacket
+            what: bareverbs::Invalid::ForeignPacket
         })
     ));
     pool.set_len(&mut p, 60).unwrap();
@@ -383,7 +383,7 @@ fn an_infiniband_port_is_not_ethernet() {
     assert!(matches!(
         dev.open_eth(),
         Err(Error::InvalidArgument {
-            what: bareverbs::error::Invalid::NotEthernet
+            what: bareverbs::Invalid::NotEthernet
         })
     ));
 }

@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use bareverbs::error::{Invalid, Limit};
 use bareverbs::verbs::*;
 use bareverbs::{AsyncEvent, Config, Device, Error};
+use bareverbs::{Invalid, Limit};
 use bareverbs_hal::{Deadline, Hal};
 use bareverbs_model::SimHal;
 

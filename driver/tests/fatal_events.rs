@@ -4,8 +4,8 @@
 //! that next uses that CQ; a queue whose WQEs cannot be accessed) and where Linux 6.12's
 //! health poll finds a fatal sensor.
 
-use bareverbs::health::HEALTH_POLL_INTERVAL;
 use bareverbs::verbs::*;
+use bareverbs::HEALTH_POLL_INTERVAL;
 use bareverbs::{AsyncEvent, Config, Device, Error, FatalSensor};
 use bareverbs_hal::Hal;
 use bareverbs_model::SimHal;

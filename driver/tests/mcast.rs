@@ -3,9 +3,9 @@
 //! is attached; detach stops delivery; the sender's own QP gets a copy when attached (mlx5
 //! loops multicast back unless `block_lb_mc`); Linux ib_core's checks before any command.
 
-use bareverbs::error::{Invalid, Limit};
 use bareverbs::verbs::*;
 use bareverbs::{Config, Device, Error};
+use bareverbs::{Invalid, Limit};
 use bareverbs_model::SimHal;
 
 mod common;

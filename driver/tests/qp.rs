@@ -2,7 +2,7 @@
 //! transitions through RTS for RC and UD, query, and refused transitions that send nothing.
 
 use bareverbs::testing::cap;
-use bareverbs::verbs::qp_state::ModifyError;
+use bareverbs::verbs::ModifyError;
 use bareverbs::verbs::{
     AccessFlags, AhAttr, Mtu, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType,
 };
@@ -209,8 +209,8 @@ fn sizes_past_the_device_limits_are_refused() {
 
 #[test]
 fn the_qp_table_holds_max_qps_and_cq_uses_come_and_go() {
-    use bareverbs::error::Limit;
     use bareverbs::verbs::{Cq, MAX_QPS};
+    use bareverbs::Limit;
 
     let hal = SimHal::synchronous();
     let m = hal.model();

@@ -4,8 +4,8 @@
 //! device already moved to ERR completing with WR_FLUSH_ERR (IBA 10.3.1: every WR posted in
 //! the error state is completed in error).
 
-use bareverbs::error::Invalid;
 use bareverbs::verbs::*;
+use bareverbs::Invalid;
 use bareverbs::{AsyncEvent, Config, Device, Error};
 use bareverbs_hal::Hal;
 use bareverbs_model::SimHal;

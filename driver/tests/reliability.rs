@@ -4,9 +4,9 @@
 //! acknowledged without delivery, UC resynchronising, the SQE
 //! state of UC and UD send queues, SQD refused, DLID path bits, and remote invalid requests.
 
-use bareverbs::error::Invalid;
-use bareverbs::verbs::qp_state::QpState;
+use bareverbs::verbs::QpState;
 use bareverbs::verbs::*;
+use bareverbs::Invalid;
 use bareverbs::{Config, Device, Error};
 use bareverbs_hal::Hal;
 use bareverbs_model::{Drive, ModelConfig, SimHal};
@@ -654,11 +654,9 @@ fn sqd_is_refused_before_any_command() {
             &from_sqd(QpState::Sqd),
             QpAttrMask::STATE | QpAttrMask::CUR_STATE
         ),
-        Err(Error::ModifyQp(
-            bareverbs::verbs::qp_state::ModifyError::NotAllowed {
-                attrs: QpAttrMask::CUR_STATE
-            }
-        ))
+        Err(Error::ModifyQp(bareverbs::verbs::ModifyError::NotAllowed {
+            attrs: QpAttrMask::CUR_STATE
+        }))
     );
     assert_eq!(
         m.trace().len(),

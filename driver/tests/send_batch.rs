@@ -2,7 +2,7 @@
 //! user expects, completions come back in order with their ids, and a refused request inside
 //! a batch leaves no trace while the others are posted under one doorbell.
 
-use bareverbs::verbs::qp_state::QpState;
+use bareverbs::verbs::QpState;
 use bareverbs::verbs::*;
 use bareverbs::{Config, Device, Error};
 use bareverbs_hal::Hal;
@@ -44,7 +44,7 @@ fn every_batch_method_moves_data_and_completes_in_order() {
     assert_eq!(
         a.send_batch(|_| ran = true),
         Err(Error::InvalidArgument {
-            what: bareverbs::error::Invalid::QpState
+            what: bareverbs::Invalid::QpState
         })
     );
     assert!(!ran);
@@ -107,7 +107,7 @@ fn every_batch_method_moves_data_and_completes_in_order() {
     assert_eq!(
         results[2],
         Err(Error::InvalidArgument {
-            what: bareverbs::error::Invalid::InlineTooLarge
+            what: bareverbs::Invalid::InlineTooLarge
         })
     );
 

@@ -5,8 +5,8 @@
 //! skips every memory-region check on mlx5 hardware, cannot be named; a doctest of
 //! `bareverbs::verbs::Lkey` checks it does not compile).
 
-use bareverbs::error::Invalid;
 use bareverbs::verbs::*;
+use bareverbs::Invalid;
 use bareverbs::{Config, Device, Error};
 use bareverbs_hal::Hal;
 use bareverbs_model::SimHal;

@@ -4,9 +4,9 @@
 //! srq.c for what mlx5 refuses (resize), the limit event armed once
 //! (`IBV_EVENT_SRQ_LIMIT_REACHED`) and the last-WQE event.
 
-use bareverbs::error::{Invalid, Limit};
 use bareverbs::verbs::*;
 use bareverbs::{AsyncEvent, Config, Device, Error};
+use bareverbs::{Invalid, Limit};
 use bareverbs_model::SimHal;
 
 mod common;

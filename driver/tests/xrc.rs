@@ -4,8 +4,8 @@
 //! `_mlx5_post_send`), XRC SRQs and the target QPs a domain shares (seed 001
 //! `ibv_*_xrc_rcv_qp`).
 
-use bareverbs::error::Invalid;
 use bareverbs::verbs::*;
+use bareverbs::Invalid;
 use bareverbs::{CmdFailure, Config, Device, Error};
 use bareverbs_firmware_cmd::commands::DeallocXrcd;
 use bareverbs_firmware_cmd::ifc::*;
@@ -309,7 +309,7 @@ fn a_domain_shares_a_fixed_number_of_target_qps_and_drop_destroys_them() {
     assert_eq!(
         xrcd.create_xrc_rcv_qp(),
         Err(Error::ExceedsLimit {
-            limit: bareverbs::error::Limit::SharedXrcQps,
+            limit: bareverbs::Limit::SharedXrcQps,
             requested: MAX_SHARED_XRC_QPS as u64 + 1,
             max: MAX_SHARED_XRC_QPS as u64,
         })
