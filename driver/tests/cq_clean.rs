@@ -95,10 +95,8 @@ fn moving_a_qp_to_reset_drops_its_completions() {
             }])
             .unwrap();
             a.post_send(&[send_wr(1, &s, SendOp::Send)]).unwrap();
-            let reset = QpAttr {
-                qp_state: QpState::Reset,
-                ..QpAttr::default()
-            };
+            let mut reset = QpAttr::default();
+            reset.qp_state = QpState::Reset;
             a.modify(&reset, QpAttrMask::STATE).unwrap();
             b.modify(&reset, QpAttrMask::STATE).unwrap();
             let mut wc = [Wc::EMPTY; 4];

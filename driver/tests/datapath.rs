@@ -10,7 +10,7 @@ use bareverbs_hal::Hal;
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{cap, poll_one, region, send_wr, sge, with_ud_pair, PairAttr, UdPair};
+use common::{cap, poll_one, region, send_wr, sge, with, with_ud_pair, PairAttr, UdPair};
 
 const PSN: u32 = 0x10;
 
@@ -31,15 +31,13 @@ fn to_rts<H: Hal>(q: &mut Qp<'_, '_, H>, peer: u32, rnr_retry: u8) {
         Mtu::Mtu1024,
     )
     .unwrap();
-    let attr = QpAttr {
-        qp_state: QpState::Rts,
-        sq_psn: PSN,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry,
-        max_rd_atomic: 1,
-        ..QpAttr::default()
-    };
+    let mut attr = QpAttr::default();
+    attr.qp_state = QpState::Rts;
+    attr.sq_psn = PSN;
+    attr.timeout = 14;
+    attr.retry_cnt = 7;
+    attr.rnr_retry = rnr_retry;
+    attr.max_rd_atomic = 1;
     let mask = QpAttrMask::STATE
         | QpAttrMask::SQ_PSN
         | QpAttrMask::TIMEOUT
@@ -268,9 +266,10 @@ fn bad_requests_stop_at_their_index_and_nothing_is_sent() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let mut cq = dev.create_cq(64).unwrap();
-    let init = |t| QpInitAttr {
-        sq_sig_all: true,
-        ..QpInitAttr::new(t, &cq, &cq, cap(16, 2, 128))
+    let init = |t| {
+        with(QpInitAttr::new(t, &cq, &cq, cap(16, 2, 128)), |a| {
+            a.sq_sig_all = true
+        })
     };
     let mut a = pd.create_qp(&init(QpType::Rc)).unwrap();
     let mut b = pd.create_qp(&init(QpType::Rc)).unwrap();
@@ -363,10 +362,8 @@ fn errors_flush_outstanding_requests() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let init = QpInitAttr {
-        sq_sig_all: true,
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 2, 128))
-    };
+    let mut init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 2, 128));
+    init.sq_sig_all = true;
     let [mut a, mut b, mut c, mut d, mut e, mut f] = [(); 6].map(|()| pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b, 0);
     connect(&mut c, &mut d, 0);
@@ -428,10 +425,7 @@ fn errors_flush_outstanding_requests() {
     ])
     .unwrap();
     d.modify(
-        &QpAttr {
-            qp_state: QpState::Err,
-            ..QpAttr::default()
-        },
+        &with(QpAttr::default(), |a| a.qp_state = QpState::Err),
         QpAttrMask::STATE,
     )
     .unwrap();
@@ -559,16 +553,16 @@ fn rc_and_ud_between_two_hcas_on_a_fabric() {
         let (p1, p2) = (d1.alloc_pd().unwrap(), d2.alloc_pd().unwrap());
         let (mut c1, mut c2) = (d1.create_cq(64).unwrap(), d2.create_cq(64).unwrap());
         let mut a = p1
-            .create_qp(&QpInitAttr {
-                sq_sig_all: true,
-                ..QpInitAttr::new(QpType::Rc, &c1, &c1, cap(16, 2, 128))
-            })
+            .create_qp(&with(
+                QpInitAttr::new(QpType::Rc, &c1, &c1, cap(16, 2, 128)),
+                |a| a.sq_sig_all = true,
+            ))
             .unwrap();
         let mut b = p2
-            .create_qp(&QpInitAttr {
-                sq_sig_all: true,
-                ..QpInitAttr::new(QpType::Rc, &c2, &c2, cap(16, 2, 128))
-            })
+            .create_qp(&with(
+                QpInitAttr::new(QpType::Rc, &c2, &c2, cap(16, 2, 128)),
+                |a| a.sq_sig_all = true,
+            ))
             .unwrap();
         let all = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
         let m1 = p1
@@ -655,10 +649,10 @@ fn rc_and_ud_between_two_hcas_on_a_fabric() {
         );
         // A LID nobody owns: transport retries exceeded.
         let mut x = p1
-            .create_qp(&QpInitAttr {
-                sq_sig_all: true,
-                ..QpInitAttr::new(QpType::Rc, &c1, &c1, cap(16, 2, 128))
-            })
+            .create_qp(&with(
+                QpInitAttr::new(QpType::Rc, &c1, &c1, cap(16, 2, 128)),
+                |a| a.sq_sig_all = true,
+            ))
             .unwrap();
         x.to_init(1, 0, all, 0).unwrap();
         x.to_rtr(
@@ -693,10 +687,8 @@ fn rnr_waits_then_delivers_and_bad_keys_and_destroy_with_work_outstanding() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let init = QpInitAttr {
-        sq_sig_all: true,
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 2, 128))
-    };
+    let mut init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 2, 128));
+    init.sq_sig_all = true;
     let [mut a, mut b, mut c, mut d] = [(); 4].map(|()| pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b, 7);
     connect(&mut c, &mut d, 3);
@@ -799,10 +791,8 @@ fn resize_cq_keeps_unpolled_completions_in_order() {
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(4).unwrap(), dev.create_cq(4).unwrap());
     assert_eq!(scq.capacity(), 8);
-    let init = QpInitAttr {
-        sq_sig_all: true,
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 2, 128))
-    };
+    let mut init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 2, 128));
+    init.sq_sig_all = true;
     let mut a = pd.create_qp(&init).unwrap();
     let mut b = pd.create_qp(&init).unwrap();
     connect(&mut a, &mut b, 7);
@@ -889,10 +879,8 @@ fn completions_of_qps_sharing_a_cq_keep_their_order_and_wr_ids() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let init = QpInitAttr {
-        sq_sig_all: true,
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 2, 128))
-    };
+    let mut init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 2, 128));
+    init.sq_sig_all = true;
     let mut tx: Vec<_> = (0..3).map(|_| pd.create_qp(&init).unwrap()).collect();
     let mut rx: Vec<_> = (0..3).map(|_| pd.create_qp(&init).unwrap()).collect();
     for (a, b) in tx.iter_mut().zip(rx.iter_mut()) {
@@ -957,10 +945,8 @@ fn a_region_past_a_thousand_4k_pages_takes_one_or_two_translation_pages() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
-    let init = QpInitAttr {
-        sq_sig_all: true,
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 2, 128))
-    };
+    let mut init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 2, 128));
+    init.sq_sig_all = true;
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b, 7);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
@@ -1028,10 +1014,8 @@ fn cqs_past_a_thousand_4k_pages_take_2_mib_pages_and_resize_across_sizes() {
     };
     assert_eq!(pages(&scq), (2 << 20, 4));
     assert_eq!(pages(&rcq), (4096, 1));
-    let init = QpInitAttr {
-        sq_sig_all: true,
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 2, 128))
-    };
+    let mut init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 2, 128));
+    init.sq_sig_all = true;
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b, 7);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
@@ -1080,9 +1064,10 @@ fn a_qp_buffer_past_a_thousand_4k_pages_takes_2_mib_pages() {
         max_recv_sge: 16,
         max_inline_data: 0,
     };
-    let init = |cap| QpInitAttr {
-        sq_sig_all: true,
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap)
+    let init = |cap| {
+        with(QpInitAttr::new(QpType::Rc, &scq, &rcq, cap), |a| {
+            a.sq_sig_all = true
+        })
     };
     let sender = QpCap {
         max_send_wr: 128,
@@ -1165,10 +1150,8 @@ fn a_device_without_host_endian_atomics_refuses_atomics_before_the_ring() {
     assert_eq!(sets, 1, "only the general SET_HCA_CAP");
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
-    let init = QpInitAttr {
-        sq_sig_all: true,
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 2, 128))
-    };
+    let mut init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 2, 128));
+    init.sq_sig_all = true;
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b, 7);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
@@ -1229,9 +1212,10 @@ fn a_hal_that_aligns_only_4k_gets_queues_in_4k_pages_and_typed_limits_past_them(
             .unwrap()
     };
     assert_eq!(pages(&scq), (4096, 16));
-    let init = |cap| QpInitAttr {
-        sq_sig_all: true,
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap)
+    let init = |cap| {
+        with(QpInitAttr::new(QpType::Rc, &scq, &rcq, cap), |a| {
+            a.sq_sig_all = true
+        })
     };
     let big = QpCap {
         max_send_wr: 16_384,

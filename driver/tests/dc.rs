@@ -9,7 +9,7 @@ use bareverbs::{AsyncEvent, Config, Device, Error};
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{all_access, cap, poll_one, region, sge, two_hcas};
+use common::{all_access, cap, poll_one, region, sge, two_hcas, with};
 
 const KEY: u64 = 0x0123_4567_89ab_cdef;
 
@@ -21,53 +21,43 @@ const CAP: QpCap = QpCap {
 };
 
 fn dc(dc_type: DcType, key: u64) -> DvQpInitAttr {
-    DvQpInitAttr {
-        comp_mask: DvQpInitAttrMask::DC,
-        dc_init_attr: DcInitAttr {
-            dc_type,
-            dct_access_key: key,
-            ..DcInitAttr::default()
-        },
-        ..DvQpInitAttr::default()
-    }
+    with(DvQpInitAttr::default(), |x| {
+        x.comp_mask = DvQpInitAttrMask::DC;
+        x.dc_init_attr.dc_type = dc_type;
+        x.dc_init_attr.dct_access_key = key;
+    })
 }
 
 /// A DCI brought to RTS on port 1 (rdma-core dcping's masks).
 fn dci_to_rts<H: bareverbs_hal::Hal>(q: &mut Qp<'_, '_, H>, retry_cnt: u8) {
-    let a = QpAttr {
-        qp_state: QpState::Init,
-        pkey_index: 0,
-        port_num: 1,
-        ..QpAttr::default()
-    };
+    let mut a = QpAttr::default();
+    a.qp_state = QpState::Init;
+    a.pkey_index = 0;
+    a.port_num = 1;
     q.modify(
         &a,
         QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT,
     )
     .unwrap();
-    let a = QpAttr {
-        qp_state: QpState::Rtr,
-        path_mtu: Mtu::Mtu1024,
-        ah_attr: AhAttr {
-            port_num: 1,
-            ..AhAttr::default()
-        },
-        ..QpAttr::default()
+    let mut a = QpAttr::default();
+    a.qp_state = QpState::Rtr;
+    a.path_mtu = Mtu::Mtu1024;
+    a.ah_attr = AhAttr {
+        port_num: 1,
+        ..AhAttr::default()
     };
     q.modify(
         &a,
         QpAttrMask::STATE | QpAttrMask::PATH_MTU | QpAttrMask::AV,
     )
     .unwrap();
-    let a = QpAttr {
-        qp_state: QpState::Rts,
-        timeout: 4,
-        retry_cnt,
-        rnr_retry: 7,
-        sq_psn: 0,
-        max_rd_atomic: 1,
-        ..QpAttr::default()
-    };
+    let mut a = QpAttr::default();
+    a.qp_state = QpState::Rts;
+    a.timeout = 4;
+    a.retry_cnt = retry_cnt;
+    a.rnr_retry = 7;
+    a.sq_psn = 0;
+    a.max_rd_atomic = 1;
     q.modify(
         &a,
         QpAttrMask::STATE
@@ -82,27 +72,23 @@ fn dci_to_rts<H: bareverbs_hal::Hal>(q: &mut Qp<'_, '_, H>, retry_cnt: u8) {
 
 /// A DCT brought to RTR (Linux `mlx5_ib_modify_dct`'s masks) with `access`.
 fn dct_to_rtr<H: bareverbs_hal::Hal>(t: &mut Dct<'_, '_, H>, access: AccessFlags) {
-    let a = QpAttr {
-        qp_state: QpState::Init,
-        qp_access_flags: access,
-        pkey_index: 0,
-        port_num: 1,
-        ..QpAttr::default()
-    };
+    let mut a = QpAttr::default();
+    a.qp_state = QpState::Init;
+    a.qp_access_flags = access;
+    a.pkey_index = 0;
+    a.port_num = 1;
     t.modify(
         &a,
         QpAttrMask::STATE | QpAttrMask::ACCESS_FLAGS | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT,
     )
     .unwrap();
-    let a = QpAttr {
-        qp_state: QpState::Rtr,
-        min_rnr_timer: 1,
-        path_mtu: Mtu::Mtu1024,
-        ah_attr: AhAttr {
-            port_num: 1,
-            ..AhAttr::default()
-        },
-        ..QpAttr::default()
+    let mut a = QpAttr::default();
+    a.qp_state = QpState::Rtr;
+    a.min_rnr_timer = 1;
+    a.path_mtu = Mtu::Mtu1024;
+    a.ah_attr = AhAttr {
+        port_num: 1,
+        ..AhAttr::default()
     };
     t.modify(
         &a,
@@ -162,10 +148,9 @@ macro_rules! dc_pair {
         #[allow(unused_mut)]
         let mut $dct = $p2
             .create_qp_dv(
-                &QpInitAttr {
-                    srq: Some(&$srq),
-                    ..QpInitAttr::new(QpType::Driver, &$rcq, &$rcq, CAP)
-                },
+                &with(QpInitAttr::new(QpType::Driver, &$rcq, &$rcq, CAP), |a| {
+                    a.srq = Some(&$srq)
+                }),
                 &dc(DcType::Dct, KEY),
             )
             .unwrap()
@@ -287,10 +272,9 @@ fn one_dci_reaches_two_dcts_request_by_request() {
     let srq2 = common::srq(&p2, 4, 1);
     let mut dct2 = p2
         .create_qp_dv(
-            &QpInitAttr {
-                srq: Some(&srq2),
-                ..QpInitAttr::new(QpType::Driver, &rcq2, &rcq2, CAP)
-            },
+            &with(QpInitAttr::new(QpType::Driver, &rcq2, &rcq2, CAP), |a| {
+                a.srq = Some(&srq2)
+            }),
             &dc(DcType::Dct, 99),
         )
         .unwrap()
@@ -487,10 +471,8 @@ fn a_dct_takes_only_linux_transitions_and_masks() {
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(8).unwrap();
     let srq = common::srq(&pd, 4, 1);
-    let attr = QpInitAttr {
-        srq: Some(&srq),
-        ..QpInitAttr::new(QpType::Driver, &cq, &cq, CAP)
-    };
+    let mut attr = QpInitAttr::new(QpType::Driver, &cq, &cq, CAP);
+    attr.srq = Some(&srq);
     let mut dct = pd
         .create_qp_dv(&attr, &dc(DcType::Dct, 5))
         .unwrap()
@@ -505,12 +487,10 @@ fn a_dct_takes_only_linux_transitions_and_masks() {
         "nothing on the device yet"
     );
     assert_eq!(dct.arm_key_violation(), Err(Error::NotUp));
-    let init = QpAttr {
-        qp_state: QpState::Init,
-        qp_access_flags: AccessFlags::REMOTE_WRITE | AccessFlags::LOCAL_WRITE,
-        port_num: 1,
-        ..QpAttr::default()
-    };
+    let mut init = QpAttr::default();
+    init.qp_state = QpState::Init;
+    init.qp_access_flags = AccessFlags::REMOTE_WRITE | AccessFlags::LOCAL_WRITE;
+    init.port_num = 1;
     let m = QpAttrMask::STATE | QpAttrMask::ACCESS_FLAGS | QpAttrMask::PKEY_INDEX;
     assert_eq!(dct.modify(&init, m), bad, "PORT missing");
     assert_eq!(
@@ -518,25 +498,17 @@ fn a_dct_takes_only_linux_transitions_and_masks() {
         bad,
         "QKEY extra"
     );
-    let rtr = QpAttr {
-        qp_state: QpState::Rtr,
-        path_mtu: Mtu::Mtu2048,
-        ah_attr: AhAttr {
-            port_num: 1,
-            ..AhAttr::default()
-        },
-        ..QpAttr::default()
+    let mut rtr = QpAttr::default();
+    rtr.qp_state = QpState::Rtr;
+    rtr.path_mtu = Mtu::Mtu2048;
+    rtr.ah_attr = AhAttr {
+        port_num: 1,
+        ..AhAttr::default()
     };
     let rm = QpAttrMask::STATE | QpAttrMask::MIN_RNR_TIMER | QpAttrMask::AV | QpAttrMask::PATH_MTU;
     assert_eq!(dct.modify(&rtr, rm), bad, "RESET -> RTR");
     assert_eq!(
-        dct.modify(
-            &QpAttr {
-                port_num: 9,
-                ..init
-            },
-            m | QpAttrMask::PORT
-        ),
+        dct.modify(&with(init, |a| a.port_num = 9), m | QpAttrMask::PORT),
         Err(Error::InvalidArgument {
             what: Invalid::Port
         })
@@ -546,10 +518,8 @@ fn a_dct_takes_only_linux_transitions_and_masks() {
     assert_eq!(dct.dctn(), None);
     dct.modify(&rtr, rm).unwrap();
     assert_eq!(dct.state(), QpState::Rtr);
-    let rts = QpAttr {
-        qp_state: QpState::Rts,
-        ..QpAttr::default()
-    };
+    let mut rts = QpAttr::default();
+    rts.qp_state = QpState::Rts;
     assert_eq!(
         dct.modify(&rts, QpAttrMask::STATE),
         bad,

@@ -9,21 +9,17 @@ use bareverbs::{Config, Device, Error};
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{all_access, cap, connect_pair, poll_one, region, sge};
+use common::{all_access, cap, connect_pair, poll_one, region, sge, with};
 
 fn ops(o: DvSendOpsFlags) -> DvQpInitAttr {
-    DvQpInitAttr {
-        comp_mask: DvQpInitAttrMask::SEND_OPS_FLAGS,
-        send_ops_flags: o,
-        ..DvQpInitAttr::default()
-    }
+    with(DvQpInitAttr::default(), |a| {
+        a.comp_mask = DvQpInitAttrMask::SEND_OPS_FLAGS;
+        a.send_ops_flags = o;
+    })
 }
 
 fn indirect(n: u16) -> MkeyInitAttr {
-    MkeyInitAttr {
-        create_flags: MkeyInitFlags::INDIRECT,
-        max_entries: n,
-    }
+    MkeyInitAttr::new(MkeyInitFlags::INDIRECT, n)
 }
 
 /// An RC pair on one HCA: `$a` with send operations `$ops`, `$b` plain; a CQ, a PD.
@@ -192,10 +188,9 @@ fn an_interleaved_key_takes_each_piece_in_turn_with_its_stride() {
             3,
             SendFlags::SIGNALED,
             &key,
-            &MkeyConf {
-                access: Some(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ),
-                layout: MkeyLayout::Unchanged,
-            },
+            &with(MkeyConf::new(MkeyLayout::Unchanged), |a| {
+                a.access = Some(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
+            }),
         )
     })
     .unwrap()
@@ -245,10 +240,7 @@ fn umr_requests_are_refused_by_name_before_anything_is_written() {
             e(Invalid::SendOpNotEnabled),
             "only MR_LIST on this QP"
         );
-        let conf = MkeyConf {
-            access: None,
-            layout: MkeyLayout::Unchanged,
-        };
+        let conf = MkeyConf::new(MkeyLayout::Unchanged);
         assert_eq!(
             bt.mkey_configure(1, SendFlags::empty(), &key, &conf),
             e(Invalid::SendOpNotEnabled)
@@ -288,11 +280,8 @@ fn umr_requests_are_refused_by_name_before_anything_is_written() {
     assert_eq!(cq.poll(&mut none), 0);
     // create_mkey's refusals.
     assert_eq!(
-        pd.create_mkey(&MkeyInitAttr {
-            create_flags: MkeyInitFlags::empty(),
-            max_entries: 1
-        })
-        .err(),
+        pd.create_mkey(&MkeyInitAttr::new(MkeyInitFlags::empty(), 1))
+            .err(),
         Some(Error::InvalidArgument {
             what: Invalid::MkeyFlags
         })
@@ -310,10 +299,7 @@ fn umr_requests_are_refused_by_name_before_anything_is_written() {
         MkeyInitFlags::REMOTE_INVALIDATE,
     ] {
         assert!(matches!(
-            pd.create_mkey(&MkeyInitAttr {
-                create_flags: MkeyInitFlags::INDIRECT | f,
-                max_entries: 1
-            }),
+            pd.create_mkey(&MkeyInitAttr::new(MkeyInitFlags::INDIRECT | f, 1)),
             Err(Error::DvRefused {
                 why: DvRefusal::NotInDriver { .. },
                 ..

@@ -9,14 +9,13 @@ use bareverbs::{Config, Device, Error};
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{all_access, cap, connect_pair, poll_one, region, sge};
+use common::{all_access, cap, connect_pair, poll_one, region, sge, with};
 
 fn flags(f: DvQpCreateFlags) -> DvQpInitAttr {
-    DvQpInitAttr {
-        comp_mask: DvQpInitAttrMask::QP_CREATE_FLAGS,
-        create_flags: f,
-        ..DvQpInitAttr::default()
-    }
+    with(DvQpInitAttr::default(), |a| {
+        a.comp_mask = DvQpInitAttrMask::QP_CREATE_FLAGS;
+        a.create_flags = f;
+    })
 }
 
 fn scattered(hal: &SimHal) -> u64 {
@@ -65,33 +64,25 @@ fn every_mask_bit_and_flag_is_carried_out_or_refused_by_name() {
     let cq = dev.create_cq(16).unwrap();
     let srq = common::srq(&pd, 4, 1);
     let dci = |streams: Option<DciStreams>| {
-        let mut a = DvQpInitAttr {
-            comp_mask: DvQpInitAttrMask::DC,
-            dc_init_attr: DcInitAttr {
-                dc_type: DcType::Dci,
-                ..DcInitAttr::default()
-            },
-            ..DvQpInitAttr::default()
-        };
+        let mut a = with(DvQpInitAttr::default(), |x| {
+            x.comp_mask = DvQpInitAttrMask::DC;
+            x.dc_init_attr.dc_type = DcType::Dci;
+        });
         if let Some(s) = streams {
             a.comp_mask |= DvQpInitAttrMask::DCI_STREAMS;
             a.dc_init_attr.dci_streams = s;
         }
         a
     };
-    let dct = DvQpInitAttr {
-        comp_mask: DvQpInitAttrMask::DC,
-        dc_init_attr: DcInitAttr {
-            dc_type: DcType::Dct,
-            dct_access_key: 1,
-            ..DcInitAttr::default()
-        },
-        ..DvQpInitAttr::default()
-    };
-    let ops = |o: DvSendOpsFlags| DvQpInitAttr {
-        comp_mask: DvQpInitAttrMask::SEND_OPS_FLAGS,
-        send_ops_flags: o,
-        ..DvQpInitAttr::default()
+    let mut dct = DvQpInitAttr::default();
+    dct.comp_mask = DvQpInitAttrMask::DC;
+    dct.dc_init_attr.dc_type = DcType::Dct;
+    dct.dc_init_attr.dct_access_key = 1;
+    let ops = |o: DvSendOpsFlags| {
+        with(DvQpInitAttr::default(), |a| {
+            a.comp_mask = DvQpInitAttrMask::SEND_OPS_FLAGS;
+            a.send_ops_flags = o;
+        })
     };
     let raw = "RAW_PACKET";
     let _ = raw;
@@ -100,10 +91,9 @@ fn every_mask_bit_and_flag_is_carried_out_or_refused_by_name() {
         (
             QpType::Rc,
             false,
-            DvQpInitAttr {
-                comp_mask: DvQpInitAttrMask::from_bits_retain(1 << 9),
-                ..DvQpInitAttr::default()
-            },
+            with(DvQpInitAttr::default(), |a| {
+                a.comp_mask = DvQpInitAttrMask::from_bits_retain(1 << 9)
+            }),
             Said::Refused(F::UnknownCompMask(1 << 9), "unknown"),
         ),
         (
@@ -231,29 +221,26 @@ fn every_mask_bit_and_flag_is_carried_out_or_refused_by_name() {
         (
             QpType::Driver,
             true,
-            DvQpInitAttr {
-                comp_mask: DvQpInitAttrMask::DC | DvQpInitAttrMask::DCI_STREAMS,
-                ..dct
-            },
+            with(dct, |a| {
+                a.comp_mask = DvQpInitAttrMask::DC | DvQpInitAttrMask::DCI_STREAMS
+            }),
             Said::Refused(F::DciStreams, "type"),
         ),
         (
             QpType::Driver,
             true,
-            DvQpInitAttr {
-                comp_mask: DvQpInitAttrMask::DC | DvQpInitAttrMask::SEND_OPS_FLAGS,
-                ..dct
-            },
+            with(dct, |a| {
+                a.comp_mask = DvQpInitAttrMask::DC | DvQpInitAttrMask::SEND_OPS_FLAGS
+            }),
             Said::Refused(F::SendOpsFlags, "type"),
         ),
         (
             QpType::Driver,
             true,
-            DvQpInitAttr {
-                comp_mask: DvQpInitAttrMask::DC | DvQpInitAttrMask::QP_CREATE_FLAGS,
-                create_flags: C::ALLOW_SCATTER_TO_CQE,
-                ..dct
-            },
+            with(dct, |a| {
+                a.comp_mask = DvQpInitAttrMask::DC | DvQpInitAttrMask::QP_CREATE_FLAGS;
+                a.create_flags = C::ALLOW_SCATTER_TO_CQE;
+            }),
             Said::Refused(F::AllowScatterToCqe, "type"),
         ),
         (
@@ -285,19 +272,16 @@ fn every_mask_bit_and_flag_is_carried_out_or_refused_by_name() {
         (
             QpType::Driver,
             false,
-            DvQpInitAttr {
-                comp_mask: DvQpInitAttrMask::DC | DvQpInitAttrMask::SEND_OPS_FLAGS,
-                send_ops_flags: DvSendOpsFlags::MKEY_CONFIGURE,
-                ..dci(None)
-            },
+            with(dci(None), |a| {
+                a.comp_mask = DvQpInitAttrMask::DC | DvQpInitAttrMask::SEND_OPS_FLAGS;
+                a.send_ops_flags = DvSendOpsFlags::MKEY_CONFIGURE;
+            }),
             Said::Refused(F::MkeyConfigure, "type"),
         ),
     ];
     for (k, (t, with_srq, dv, want)) in cases.into_iter().enumerate() {
-        let attr = QpInitAttr {
-            srq: with_srq.then_some(&srq),
-            ..QpInitAttr::new(t, &cq, &cq, cap(16, 2, 64))
-        };
+        let mut attr = QpInitAttr::new(t, &cq, &cq, cap(16, 2, 64));
+        attr.srq = with_srq.then_some(&srq);
         let got = said(pd.create_qp_dv(&attr, &dv));
         assert_eq!(got, want, "case {k}: {t:?} {dv:?}");
     }
@@ -321,14 +305,9 @@ fn without_the_device_caps_dc_streams_and_packet_credits_are_refused_by_cap_name
     assert!(!dev.info().caps.qp_packet_based);
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(16).unwrap();
-    let dci = DvQpInitAttr {
-        comp_mask: DvQpInitAttrMask::DC,
-        dc_init_attr: DcInitAttr {
-            dc_type: DcType::Dci,
-            ..DcInitAttr::default()
-        },
-        ..DvQpInitAttr::default()
-    };
+    let mut dci = DvQpInitAttr::default();
+    dci.comp_mask = DvQpInitAttrMask::DC;
+    dci.dc_init_attr.dc_type = DcType::Dci;
     let r = pd.create_qp_dv(
         &QpInitAttr::new(QpType::Driver, &cq, &cq, cap(16, 2, 64)),
         &dci,
@@ -400,10 +379,10 @@ macro_rules! rc_dv_pair {
         let mut $cq = dev.create_cq(64).unwrap();
         let make = |sig_all| {
             $pd.create_qp_dv(
-                &QpInitAttr {
-                    sq_sig_all: sig_all,
-                    ..QpInitAttr::new(QpType::Rc, &$cq, &$cq, cap(16, 2, 64))
-                },
+                &with(
+                    QpInitAttr::new(QpType::Rc, &$cq, &$cq, cap(16, 2, 64)),
+                    |a| a.sq_sig_all = sig_all,
+                ),
                 &$dv,
             )
             .unwrap()
@@ -597,10 +576,8 @@ fn receives_through_an_srq_are_scattered_from_the_cqe_too() {
     let mut cq = dev.create_cq(16).unwrap();
     let srq = common::srq(&pd, 4, 2);
     let plain = QpInitAttr::new(QpType::Rc, &cq, &cq, cap(16, 2, 64));
-    let on_srq = QpInitAttr {
-        srq: Some(&srq),
-        ..QpInitAttr::new(QpType::Rc, &cq, &cq, cap(16, 2, 64))
-    };
+    let mut on_srq = QpInitAttr::new(QpType::Rc, &cq, &cq, cap(16, 2, 64));
+    on_srq.srq = Some(&srq);
     let dv = DvQpInitAttr::default();
     let mut a = pd.create_qp_dv(&plain, &dv).unwrap().into_qp().unwrap();
     let mut b = pd.create_qp_dv(&on_srq, &dv).unwrap().into_qp().unwrap();
@@ -633,10 +610,8 @@ fn plain_create_qp_never_asks_for_scatter_to_cqe() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let mut cq = dev.create_cq(16).unwrap();
-    let attr = QpInitAttr {
-        sq_sig_all: true,
-        ..QpInitAttr::new(QpType::Rc, &cq, &cq, cap(16, 2, 64))
-    };
+    let mut attr = QpInitAttr::new(QpType::Rc, &cq, &cq, cap(16, 2, 64));
+    attr.sq_sig_all = true;
     let (mut a, mut b) = (pd.create_qp(&attr).unwrap(), pd.create_qp(&attr).unwrap());
     connect_pair(&mut a, &mut b, all_access(), Mtu::Mtu1024);
     let mr = region(&pd, 4096, all_access());

@@ -47,6 +47,12 @@ fn with_ports(f: impl FnOnce(&EthPort<'_, &SimHal>, &EthPort<'_, &SimHal>, &SimH
     f(&pa, &pb, &hb);
 }
 
+/// `attr` with VLAN stripping on.
+fn strip_vlan(mut attr: RxQueueAttr) -> RxQueueAttr {
+    attr.vlan_strip = true;
+    attr
+}
+
 /// A UDP/IPv4 frame from `src` to `dst`, ports `sport` → `dport`, checksums left zero (for
 /// the NIC to fill) unless `fill`.
 fn udp(dst: [u8; 6], src: [u8; 6], sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
@@ -169,10 +175,7 @@ fn a_udp_frame_crosses_the_wire_with_its_checksums_filled_and_checked() {
 #[test]
 fn steering_sends_each_frame_to_the_first_rule_it_matches_and_drops_the_rest() {
     // The receiver's rules are the test's; its fixture queue takes the echo port.
-    let attr = RxQueueAttr {
-        entries: 16,
-        vlan_strip: false,
-    };
+    let attr = RxQueueAttr::new(16);
     let receiver = EthEndAttr {
         pool_bufs: 128,
         rx: attr,
@@ -254,10 +257,7 @@ fn rss_spreads_udp_flows_over_its_queues_by_the_toeplitz_hash() {
             PktPool::new(pb, 256, 2048).unwrap(),
         );
         let mut txq = TxQueue::new(pa, &pool_a, TxQueueAttr::default()).unwrap();
-        let attr = RxQueueAttr {
-            entries: 32,
-            vlan_strip: false,
-        };
+        let attr = RxQueueAttr::new(32);
         let mut qs: Vec<_> = (0..4)
             .map(|_| RxQueue::new(pb, &pool_b, attr).unwrap())
             .collect();
@@ -305,7 +305,7 @@ fn bad_packets_are_refused_with_typed_errors_and_stay_the_callers() {
     let port = dev.open_eth().unwrap();
     let pool = PktPool::new(&port, 16, 2048).unwrap();
     let other = PktPool::new(&port, 4, 2048).unwrap();
-    let mut txq = TxQueue::new(&port, &pool, TxQueueAttr { entries: 8 }).unwrap();
+    let mut txq = TxQueue::new(&port, &pool, TxQueueAttr::new(8)).unwrap();
     // A runt (shorter than an Ethernet header).
     let mut p = pool.alloc().unwrap();
     pool.write(&mut p, 0, &[0u8; 10]).unwrap();
@@ -362,18 +362,10 @@ fn bad_packets_are_refused_with_typed_errors_and_stay_the_callers() {
     // Nonsense sizes.
     assert!(PktPool::new(&port, 0, 2048).is_err());
     assert!(
-        RxQueue::new(
-            &port,
-            &pool,
-            RxQueueAttr {
-                entries: 64,
-                vlan_strip: false
-            }
-        )
-        .is_err(),
+        RxQueue::new(&port, &pool, RxQueueAttr::new(64)).is_err(),
         "more entries than buffers"
     );
-    assert!(TxQueue::new(&port, &pool, TxQueueAttr { entries: 0 }).is_err());
+    assert!(TxQueue::new(&port, &pool, TxQueueAttr::new(0)).is_err());
 }
 
 #[test]
@@ -393,10 +385,7 @@ fn a_full_pool_backs_off_and_the_device_drops_what_finds_no_buffer() {
     // 8 buffers posted on the receiver, 2 spare; every frame steered to its queue.
     let receiver = EthEndAttr {
         pool_bufs: 10,
-        rx: RxQueueAttr {
-            entries: 8,
-            vlan_strip: false,
-        },
+        rx: RxQueueAttr::new(8),
         steer: false,
         ..EthEndAttr::default()
     };
@@ -442,24 +431,8 @@ fn everything_is_released_when_the_objects_go() {
     {
         let port = dev.open_eth().unwrap();
         let pool = PktPool::new(&port, 512, 2048).unwrap();
-        let q1 = RxQueue::new(
-            &port,
-            &pool,
-            RxQueueAttr {
-                entries: 64,
-                vlan_strip: false,
-            },
-        )
-        .unwrap();
-        let q2 = RxQueue::new(
-            &port,
-            &pool,
-            RxQueueAttr {
-                entries: 16,
-                vlan_strip: true,
-            },
-        )
-        .unwrap();
+        let q1 = RxQueue::new(&port, &pool, RxQueueAttr::new(64)).unwrap();
+        let q2 = RxQueue::new(&port, &pool, strip_vlan(RxQueueAttr::new(16))).unwrap();
         let _t = TxQueue::new(&port, &pool, TxQueueAttr::default());
         let rss = RssGroup::new(&port, &[&q1, &q2], RssFields::Ipv4, &DEFAULT_RSS_KEY).unwrap();
         let r1 = port
@@ -500,24 +473,8 @@ fn vlan_tags_are_stripped_on_request_and_frames_past_the_receivers_mtu_are_dropp
             PktPool::new(pb, 64, 2048).unwrap(),
         );
         let mut txq = TxQueue::new(pa, &pool_a, TxQueueAttr::default()).unwrap();
-        let mut strip = RxQueue::new(
-            pb,
-            &pool_b,
-            RxQueueAttr {
-                entries: 16,
-                vlan_strip: true,
-            },
-        )
-        .unwrap();
-        let mut keep = RxQueue::new(
-            pb,
-            &pool_b,
-            RxQueueAttr {
-                entries: 16,
-                vlan_strip: false,
-            },
-        )
-        .unwrap();
+        let mut strip = RxQueue::new(pb, &pool_b, strip_vlan(RxQueueAttr::new(16))).unwrap();
+        let mut keep = RxQueue::new(pb, &pool_b, RxQueueAttr::new(16)).unwrap();
         let _a = pb
             .add_rule(&FlowMatch::any().vlan_id(5), FlowDest::Queue(&strip))
             .unwrap();
@@ -590,15 +547,7 @@ fn a_vlan_tag_is_inserted_on_send_in_the_inline_headers_or_by_the_nic() {
     ];
     let mut txa = TxQueue::new(&pa, &pools[0], TxQueueAttr::default()).unwrap();
     let mut txc = TxQueue::new(&pc, &pools[2], TxQueueAttr::default()).unwrap();
-    let mut rx = RxQueue::new(
-        &pb,
-        &pools[1],
-        RxQueueAttr {
-            entries: 8,
-            vlan_strip: false,
-        },
-    )
-    .unwrap();
+    let mut rx = RxQueue::new(&pb, &pools[1], RxQueueAttr::new(8)).unwrap();
     let _r = pb
         .add_rule(&FlowMatch::any().vlan_id(0x123), FlowDest::Queue(&rx))
         .unwrap();
@@ -647,10 +596,7 @@ fn a_vlan_tag_is_inserted_on_send_in_the_inline_headers_or_by_the_nic() {
 fn counted_rules_count_what_they_match_and_an_admin_down_port_is_silent() {
     let end = |steer| EthEndAttr {
         pool_bufs: 32,
-        rx: RxQueueAttr {
-            entries: 8,
-            vlan_strip: false,
-        },
+        rx: RxQueueAttr::new(8),
         steer,
         ..EthEndAttr::default()
     };
@@ -700,15 +646,7 @@ fn queues_run_on_their_own_threads_sharing_one_pool() {
             PktPool::new(pa, 256, 2048).unwrap(),
             PktPool::new(pb, 256, 2048).unwrap(),
         );
-        let mut rxq = RxQueue::new(
-            pb,
-            &pool_b,
-            RxQueueAttr {
-                entries: 128,
-                vlan_strip: false,
-            },
-        )
-        .unwrap();
+        let mut rxq = RxQueue::new(pb, &pool_b, RxQueueAttr::new(128)).unwrap();
         let _r = pb
             .add_rule(&FlowMatch::any().dmac(pb.mac()), FlowDest::Queue(&rxq))
             .unwrap();
@@ -724,7 +662,7 @@ fn queues_run_on_their_own_threads_sharing_one_pool() {
                     &[sender; 32],
                 );
                 s.spawn(move || {
-                    let mut txq = TxQueue::new(pa, pool, TxQueueAttr { entries: 16 }).unwrap();
+                    let mut txq = TxQueue::new(pa, pool, TxQueueAttr::new(16)).unwrap();
                     let mut sent = 0;
                     while sent < 50 {
                         let mut p = pool.alloc().expect("a buffer");
@@ -789,10 +727,7 @@ fn ipv6_rules_and_rss_over_ipv6_udp() {
             PktPool::new(pb, 256, 2048).unwrap(),
         );
         let mut txq = TxQueue::new(pa, &pool_a, TxQueueAttr::default()).unwrap();
-        let attr = RxQueueAttr {
-            entries: 32,
-            vlan_strip: false,
-        };
+        let attr = RxQueueAttr::new(32);
         let mut qs: Vec<_> = (0..2)
             .map(|_| RxQueue::new(pb, &pool_b, attr).unwrap())
             .collect();

@@ -12,7 +12,7 @@ use bareverbs_hal::{Deadline, Hal};
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{cap, connect_pair, poll_one, region, send_wr, sge};
+use common::{cap, connect_pair, poll_one, region, send_wr, sge, with};
 
 fn up(hal: &SimHal) -> Device<&SimHal> {
     Device::bring_up(hal, Config::default()).unwrap()
@@ -43,11 +43,9 @@ fn a_channel_delivers_one_event_per_arm_with_the_cq_context() {
     let ch = dev.create_comp_channel().unwrap();
     let pd = dev.alloc_pd().unwrap();
     let mut scq = dev.create_cq(16).unwrap();
-    let attr = CqInitAttr {
-        channel: Some(&ch),
-        cq_context: 0xc0ffee,
-        ..CqInitAttr::new(16)
-    };
+    let mut attr = CqInitAttr::new(16);
+    attr.channel = Some(&ch);
+    attr.cq_context = 0xc0ffee;
     let mut rcq = dev.create_cq_with(&attr).unwrap();
     assert_eq!(rcq.context(), 0xc0ffee);
     let mut a = pd
@@ -158,21 +156,17 @@ fn bad_channel_arguments_are_refused() {
     let dev2 = up(&other);
     let ch2 = dev2.create_comp_channel().unwrap();
     let ch = dev.create_comp_channel().unwrap();
-    let r = dev.create_cq_with(&CqInitAttr {
-        channel: Some(&ch2),
-        ..CqInitAttr::new(4)
-    });
+    let r = dev.create_cq_with(&with(CqInitAttr::new(4), |a| a.channel = Some(&ch2)));
     assert!(matches!(
         r,
         Err(Error::InvalidArgument {
             what: Invalid::ForeignObject
         })
     ));
-    let r = dev.create_cq_with(&CqInitAttr {
-        channel: Some(&ch),
-        comp_vector: 1,
-        ..CqInitAttr::new(4)
-    });
+    let r = dev.create_cq_with(&with(CqInitAttr::new(4), |a| {
+        a.channel = Some(&ch);
+        a.comp_vector = 1;
+    }));
     assert!(matches!(
         r,
         Err(Error::InvalidArgument {
@@ -180,10 +174,8 @@ fn bad_channel_arguments_are_refused() {
         })
     ));
     // A channel serves CHANNEL_CQS CQs; one more is refused by name.
-    let attr = CqInitAttr {
-        channel: Some(&ch),
-        ..CqInitAttr::new(2)
-    };
+    let mut attr = CqInitAttr::new(2);
+    attr.channel = Some(&ch);
     let cqs: Vec<_> = (0..CHANNEL_CQS)
         .map(|_| dev.create_cq_with(&attr).unwrap())
         .collect();
@@ -219,14 +211,7 @@ fn armed_cqs_without_a_channel_cannot_overrun_a_small_asynchronous_eq() {
     // armed; all of them fire, with port events besides, and every event arrives (the model
     // drops an EQE only when the EQ is full).
     let hal = SimHal::synchronous();
-    let dev = Device::bring_up(
-        &hal,
-        Config {
-            async_eq_log_size: 7,
-            ..Config::default()
-        },
-    )
-    .unwrap();
+    let dev = Device::bring_up(&hal, with(Config::default(), |a| a.async_eq_log_size = 7)).unwrap();
     let mut cqs: Vec<_> = (0..65).map(|_| dev.create_cq(2).unwrap()).collect();
     let armed: Vec<_> = cqs.iter_mut().map(|c| c.req_notify(false)).collect();
     assert!(armed[..64].iter().all(Result::is_ok));
@@ -266,17 +251,12 @@ fn every_cq_of_a_full_channel_gets_its_event_and_can_be_rearmed() {
     let hal = SimHal::synchronous();
     let dev = up(&hal);
     let ch = dev.create_comp_channel().unwrap();
-    let attr = CqInitAttr {
-        channel: Some(&ch),
-        ..CqInitAttr::new(4)
-    };
+    let mut attr = CqInitAttr::new(4);
+    attr.channel = Some(&ch);
     let mut cqs: Vec<_> = (0..CHANNEL_CQS)
         .map(|i| {
-            dev.create_cq_with(&CqInitAttr {
-                cq_context: i as u64,
-                ..attr
-            })
-            .unwrap()
+            dev.create_cq_with(&with(attr, |a| a.cq_context = i as u64))
+                .unwrap()
         })
         .collect();
     for round in 0..3 {

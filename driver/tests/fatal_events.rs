@@ -136,20 +136,15 @@ fn an_srq_that_cannot_be_read_raises_srq_err_and_its_qps_go_to_err() {
     let pd = dev.alloc_pd().unwrap();
     let (scq, rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
     let srq = pd
-        .create_srq(&SrqInitAttr {
-            attr: SrqAttr {
-                max_wr: 8,
-                max_sge: 1,
-                srq_limit: 0,
-            },
-            srq_context: 0,
-        })
+        .create_srq(&SrqInitAttr::new(SrqAttr {
+            max_wr: 8,
+            max_sge: 1,
+            srq_limit: 0,
+        }))
         .unwrap();
     let plain = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 1, 0));
-    let on_srq = QpInitAttr {
-        srq: Some(&srq),
-        ..plain
-    };
+    let mut on_srq = plain;
+    on_srq.srq = Some(&srq);
     let mut a = pd.create_qp(&plain).unwrap();
     let mut b = pd.create_qp(&on_srq).unwrap();
     let mut c = pd.create_qp(&on_srq).unwrap();
@@ -251,14 +246,11 @@ fn after_a_fatal_error_every_outstanding_request_completes_once_flushed_and_a_re
     connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
     let mr = region(&pd, 4096, access);
     let srq = pd
-        .create_srq(&SrqInitAttr {
-            attr: SrqAttr {
-                max_wr: 4,
-                max_sge: 1,
-                srq_limit: 0,
-            },
-            srq_context: 0,
-        })
+        .create_srq(&SrqInitAttr::new(SrqAttr {
+            max_wr: 4,
+            max_sge: 1,
+            srq_limit: 0,
+        }))
         .unwrap();
     let s = [sge(&mr, 0, 8)];
     let r = [sge(&mr, 1024, 64)];

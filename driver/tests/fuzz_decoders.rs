@@ -70,16 +70,10 @@ fn random_cqes_poll_without_panicking() {
 
 /// Bring-up, a few verbs and teardown; the first error ends it.
 fn scenario(hal: &SimHal) -> Result<(), bareverbs::Error> {
-    use bareverbs::Timeouts;
     use bareverbs_hal::Hal;
     use std::time::Duration;
-    let cfg = Config {
-        timeouts: Timeouts {
-            command: Duration::from_millis(50),
-            ..Timeouts::default()
-        },
-        ..Config::default()
-    };
+    let mut cfg = Config::default();
+    cfg.timeouts.command = Duration::from_millis(50);
     let dev = Device::bring_up(hal, cfg).map_err(|e| e.error)?;
     dev.query_port(1)?;
     dev.query_gid(1, 0)?;

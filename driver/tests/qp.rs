@@ -9,6 +9,9 @@ use bareverbs::verbs::{
 use bareverbs::{Config, Device, Error};
 use bareverbs_model::{Drive, ModelConfig, SimHal};
 
+mod common;
+use common::with;
+
 /// Uneven sizes, so a mix-up of the send and receive queue's shows.
 const CAP: QpCap = QpCap {
     max_recv_wr: 100,
@@ -42,20 +45,16 @@ fn rc_qp_lifecycle_and_cq_in_use() {
 
     // RESET -> RTR directly is not in the table: nothing is sent.
     let before = m.trace().len();
-    let bad = QpAttr {
-        qp_state: QpState::Rtr,
-        ..QpAttr::default()
-    };
+    let mut bad = QpAttr::default();
+    bad.qp_state = QpState::Rtr;
     assert!(matches!(
         qp.modify(&bad, QpAttrMask::STATE),
         Err(Error::ModifyQp(ModifyError::InvalidTransition { .. }))
     ));
     // INIT needs PKEY_INDEX | PORT | ACCESS_FLAGS for RC: the missing ones are named.
-    let init = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        ..QpAttr::default()
-    };
+    let mut init = QpAttr::default();
+    init.qp_state = QpState::Init;
+    init.port_num = 1;
     match qp.modify(&init, QpAttrMask::STATE | QpAttrMask::PORT) {
         Err(Error::ModifyQp(ModifyError::Missing { attrs })) => {
             assert_eq!(attrs, QpAttrMask::PKEY_INDEX | QpAttrMask::ACCESS_FLAGS)
@@ -125,19 +124,13 @@ fn rc_qp_lifecycle_and_cq_in_use() {
     assert_eq!(e, Error::Busy);
     // Any state -> ERR -> RESET.
     qp.modify(
-        &QpAttr {
-            qp_state: QpState::Err,
-            ..QpAttr::default()
-        },
+        &with(QpAttr::default(), |a| a.qp_state = QpState::Err),
         QpAttrMask::STATE,
     )
     .unwrap();
     assert_eq!(qp.query().unwrap().qp_state, QpState::Err);
     qp.modify(
-        &QpAttr {
-            qp_state: QpState::Reset,
-            ..QpAttr::default()
-        },
+        &with(QpAttr::default(), |a| a.qp_state = QpState::Reset),
         QpAttrMask::STATE,
     )
     .unwrap();
@@ -164,18 +157,15 @@ fn ud_qp_takes_a_qkey_and_no_path() {
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(16).unwrap();
     let mut qp = pd
-        .create_qp(&QpInitAttr {
-            sq_sig_all: true,
-            ..QpInitAttr::new(QpType::Ud, &cq, &cq, CAP)
-        })
+        .create_qp(&with(QpInitAttr::new(QpType::Ud, &cq, &cq, CAP), |a| {
+            a.sq_sig_all = true
+        }))
         .unwrap();
     // ACCESS_FLAGS is refused for UD at RESET -> INIT; QKEY is required.
-    let a = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 2,
-        qkey: 0x1111_2222,
-        ..QpAttr::default()
-    };
+    let mut a = QpAttr::default();
+    a.qp_state = QpState::Init;
+    a.port_num = 2;
+    a.qkey = 0x1111_2222;
     let rc_mask =
         QpAttrMask::STATE | QpAttrMask::PORT | QpAttrMask::PKEY_INDEX | QpAttrMask::ACCESS_FLAGS;
     assert!(matches!(qp.modify(&a, rc_mask), Err(Error::ModifyQp(_))));

@@ -11,7 +11,7 @@ use bareverbs_hal::Hal;
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{cap, connect_pair, region, send_wr, sge, with_rc_pair, PairAttr, RcPair};
+use common::{cap, connect_pair, region, send_wr, sge, with, with_rc_pair, PairAttr, RcPair};
 
 #[test]
 fn query_qp_returns_the_attributes_and_how_the_qp_was_created() {
@@ -19,11 +19,9 @@ fn query_qp_returns_the_attributes_and_how_the_qp_was_created() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (scq, rcq) = (dev.create_cq(8).unwrap(), dev.create_cq(8).unwrap());
-    let init = QpInitAttr {
-        sq_sig_all: true,
-        qp_context: 0xfeed,
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0))
-    };
+    let mut init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0));
+    init.sq_sig_all = true;
+    init.qp_context = 0xfeed;
     let mut a = pd.create_qp(&init).unwrap();
     let mut b = pd
         .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0)))
@@ -86,22 +84,18 @@ fn alternate_paths_are_refused_without_path_migration() {
         | QpAttrMask::RNR_RETRY
         | QpAttrMask::SQ_PSN
         | QpAttrMask::MAX_QP_RD_ATOMIC;
-    let to_rts = QpAttr {
-        qp_state: QpState::Rts,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        alt_ah_attr: path,
-        alt_port_num: 1,
-        alt_timeout: 14,
-        ..QpAttr::default()
-    };
+    let mut to_rts = QpAttr::default();
+    to_rts.qp_state = QpState::Rts;
+    to_rts.timeout = 14;
+    to_rts.retry_cnt = 7;
+    to_rts.rnr_retry = 7;
+    to_rts.alt_ah_attr = path;
+    to_rts.alt_port_num = 1;
+    to_rts.alt_timeout = 14;
     // Before: accepted, and an all-zero alternate path went to the device.
     assert_eq!(a.modify(&to_rts, rts | QpAttrMask::ALT_PATH), no_apm);
-    let armed = QpAttr {
-        path_mig_state: MigState::Armed,
-        ..to_rts
-    };
+    let mut armed = to_rts;
+    armed.path_mig_state = MigState::Armed;
     assert_eq!(a.modify(&armed, rts | QpAttrMask::PATH_MIG_STATE), no_apm);
     assert_eq!(a.state(), QpState::Rtr, "nothing sent");
     // The state QPs are created with is accepted and read back.
@@ -177,12 +171,10 @@ fn an_invalid_request_puts_the_responder_in_err_with_its_event() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
-    let init = QpInitAttr {
-        cap: QpCap {
-            max_send_wr: 4,
-            ..cap(8, 1, 0)
-        },
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0))
+    let mut init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0));
+    init.cap = QpCap {
+        max_send_wr: 4,
+        ..cap(8, 1, 0)
     };
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     let (an, bn) = (a.qpn().raw(), b.qpn().raw());
@@ -194,22 +186,8 @@ fn an_invalid_request_puts_the_responder_in_err_with_its_event() {
     a.to_init(1, 0, AccessFlags::LOCAL_WRITE, 0).unwrap();
     b.to_init(1, 0, AccessFlags::LOCAL_WRITE, 0).unwrap();
     let (rtr, m) = common::rc_rtr(0, path);
-    a.modify(
-        &QpAttr {
-            dest_qp_num: bn,
-            ..rtr
-        },
-        m,
-    )
-    .unwrap();
-    b.modify(
-        &QpAttr {
-            dest_qp_num: an,
-            ..rtr
-        },
-        m,
-    )
-    .unwrap();
+    a.modify(&with(rtr, |a| a.dest_qp_num = bn), m).unwrap();
+    b.modify(&with(rtr, |a| a.dest_qp_num = an), m).unwrap();
     let (rts, rm) = common::rc_rts();
     a.modify(&rts, rm).unwrap();
     b.modify(&rts, rm).unwrap();

@@ -13,7 +13,7 @@ use bareverbs_model::SimHal;
 
 mod common;
 use bareverbs_model::rng::Rng;
-use common::{cap, connect_pair, region, with_rc_pair, PairAttr, RcPair};
+use common::{cap, connect_pair, region, with, with_rc_pair, PairAttr, RcPair};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -679,10 +679,7 @@ fn random_errors_flush_what_follows_and_reset_queues_start_over_cleanly() {
             // Both back through RESET: queues, counters and books start over.
             for q in [&mut a, &mut b] {
                 q.modify(
-                    &QpAttr {
-                        qp_state: QpState::Reset,
-                        ..QpAttr::default()
-                    },
+                    &with(QpAttr::default(), |a| a.qp_state = QpState::Reset),
                     QpAttrMask::STATE,
                 )
                 .unwrap();
@@ -707,21 +704,19 @@ fn random_datagrams_arrive_when_they_should_with_the_grh_area_and_are_dropped_ot
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
     const QKEY: u32 = 0x1111;
-    let init = QpInitAttr {
-        sq_sig_all: true,
-        ..QpInitAttr::new(
-            QpType::Ud,
-            &scq,
-            &rcq,
-            QpCap {
-                max_send_wr: 8,
-                max_recv_wr: 8,
-                max_send_sge: 2,
-                max_recv_sge: 1,
-                max_inline_data: 64,
-            },
-        )
-    };
+    let mut init = QpInitAttr::new(
+        QpType::Ud,
+        &scq,
+        &rcq,
+        QpCap {
+            max_send_wr: 8,
+            max_recv_wr: 8,
+            max_send_sge: 2,
+            max_recv_sge: 1,
+            max_inline_data: 64,
+        },
+    );
+    init.sq_sig_all = true;
     let mut qps: Vec<_> = (0..3).map(|_| pd.create_qp(&init).unwrap()).collect();
     for q in qps.iter_mut() {
         q.to_init(1, 0, AccessFlags::empty(), QKEY).unwrap();
@@ -873,21 +868,19 @@ fn random_uc_traffic_drops_what_finds_no_receive_and_delivers_the_rest() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let init = QpInitAttr {
-        sq_sig_all: true,
-        ..QpInitAttr::new(
-            QpType::Uc,
-            &scq,
-            &rcq,
-            QpCap {
-                max_send_wr: 8,
-                max_recv_wr: 8,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 64,
-            },
-        )
-    };
+    let mut init = QpInitAttr::new(
+        QpType::Uc,
+        &scq,
+        &rcq,
+        QpCap {
+            max_send_wr: 8,
+            max_recv_wr: 8,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 64,
+        },
+    );
+    init.sq_sig_all = true;
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);

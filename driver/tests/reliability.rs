@@ -12,7 +12,7 @@ use bareverbs_hal::Hal;
 use bareverbs_model::{Drive, ModelConfig, SimHal};
 
 mod common;
-use common::{all_access, cap, poll_one, region, send_wr, sge};
+use common::{all_access, cap, poll_one, region, send_wr, sge, with};
 
 const QKEY: u32 = 0x1111;
 
@@ -59,20 +59,18 @@ fn up<H: Hal>(q: &mut Qp<'_, '_, H>, l: Link) {
         q.to_rts(l.sq_psn).unwrap();
         return;
     }
-    let rtr = QpAttr {
-        qp_state: QpState::Rtr,
-        dest_qp_num: l.peer,
-        rq_psn: l.rq_psn,
-        ah_attr: AhAttr {
-            dlid: l.dlid,
-            port_num: 1,
-            ..AhAttr::default()
-        },
-        path_mtu: Mtu::Mtu1024,
-        max_dest_rd_atomic: l.max_dest_rd_atomic,
-        min_rnr_timer: l.min_rnr_timer,
-        ..QpAttr::default()
+    let mut rtr = QpAttr::default();
+    rtr.qp_state = QpState::Rtr;
+    rtr.dest_qp_num = l.peer;
+    rtr.rq_psn = l.rq_psn;
+    rtr.ah_attr = AhAttr {
+        dlid: l.dlid,
+        port_num: 1,
+        ..AhAttr::default()
     };
+    rtr.path_mtu = Mtu::Mtu1024;
+    rtr.max_dest_rd_atomic = l.max_dest_rd_atomic;
+    rtr.min_rnr_timer = l.min_rnr_timer;
     let mut mask = QpAttrMask::STATE
         | QpAttrMask::AV
         | QpAttrMask::PATH_MTU
@@ -82,15 +80,13 @@ fn up<H: Hal>(q: &mut Qp<'_, '_, H>, l: Link) {
         mask |= QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER;
     }
     q.modify(&rtr, mask).unwrap();
-    let rts = QpAttr {
-        qp_state: QpState::Rts,
-        sq_psn: l.sq_psn,
-        timeout: l.timeout,
-        retry_cnt: l.retry_cnt,
-        rnr_retry: 7,
-        max_rd_atomic: 1,
-        ..QpAttr::default()
-    };
+    let mut rts = QpAttr::default();
+    rts.qp_state = QpState::Rts;
+    rts.sq_psn = l.sq_psn;
+    rts.timeout = l.timeout;
+    rts.retry_cnt = l.retry_cnt;
+    rts.rnr_retry = 7;
+    rts.max_rd_atomic = 1;
     let mut mask = QpAttrMask::STATE | QpAttrMask::SQ_PSN;
     if t == QpType::Rc {
         mask |= QpAttrMask::TIMEOUT
@@ -118,10 +114,10 @@ fn new_qp<'p, 'd, 'h>(
     send_cq: &Cq<'d, &'h SimHal>,
     recv_cq: &Cq<'d, &'h SimHal>,
 ) -> Qp<'p, 'd, &'h SimHal> {
-    pd.create_qp(&QpInitAttr {
-        sq_sig_all: true,
-        ..QpInitAttr::new(qp_type, send_cq, recv_cq, cap(16, 2, 64))
-    })
+    pd.create_qp(&with(
+        QpInitAttr::new(qp_type, send_cq, recv_cq, cap(16, 2, 64)),
+        |a| a.sq_sig_all = true,
+    ))
     .unwrap()
 }
 
@@ -547,10 +543,7 @@ fn send_error_moves_an_unreliable_qp_to_sqe(t: QpType) {
     );
     // SQE -> RTS with the state the query left: SQERR2RTS_QP, and sending works again.
     a.modify(
-        &QpAttr {
-            qp_state: QpState::Rts,
-            ..QpAttr::default()
-        },
+        &with(QpAttr::default(), |a| a.qp_state = QpState::Rts),
         QpAttrMask::STATE,
     )
     .unwrap();
@@ -610,11 +603,10 @@ fn rc_send_error_still_moves_the_qp_to_err() {
     assert_eq!(a.query().unwrap().qp_state, QpState::Err);
     let e = a
         .modify(
-            &QpAttr {
-                qp_state: QpState::Rts,
-                cur_qp_state: QpState::Sqe,
-                ..QpAttr::default()
-            },
+            &with(QpAttr::default(), |a| {
+                a.qp_state = QpState::Rts;
+                a.cur_qp_state = QpState::Sqe;
+            }),
             QpAttrMask::STATE | QpAttrMask::CUR_STATE,
         )
         .unwrap_err();
@@ -636,16 +628,15 @@ fn sqd_is_refused_before_any_command() {
     };
     let before = m.trace().len();
     // RTS -> SQD: valid for the kernel's table, impossible on mlx5.
-    let to_sqd = QpAttr {
-        qp_state: QpState::Sqd,
-        ..QpAttr::default()
-    };
+    let mut to_sqd = QpAttr::default();
+    to_sqd.qp_state = QpState::Sqd;
     assert_eq!(a.modify(&to_sqd, QpAttrMask::STATE), Err(unsupported));
     // SQD -> RTS and SQD -> SQD, claiming SQD as the current state.
-    let from_sqd = |next| QpAttr {
-        qp_state: next,
-        cur_qp_state: QpState::Sqd,
-        ..QpAttr::default()
+    let from_sqd = |next| {
+        with(QpAttr::default(), |a| {
+            a.qp_state = next;
+            a.cur_qp_state = QpState::Sqd;
+        })
     };
     let mask = QpAttrMask::STATE | QpAttrMask::CUR_STATE;
     assert_eq!(a.modify(&from_sqd(QpState::Rts), mask), Err(unsupported));

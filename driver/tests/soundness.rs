@@ -94,14 +94,11 @@ fn inline_flagged_lengths_never_reach_a_ring() {
 
         // The same on an SRQ, after one good request (posted) in the same call.
         let srq = pd
-            .create_srq(&SrqInitAttr {
-                attr: SrqAttr {
-                    max_wr: 8,
-                    max_sge: 2,
-                    srq_limit: 0,
-                },
-                srq_context: 0,
-            })
+            .create_srq(&SrqInitAttr::new(SrqAttr {
+                max_wr: 8,
+                max_sge: 2,
+                srq_limit: 0,
+            }))
             .unwrap();
         for (s, what) in bad {
             let ok = [good];

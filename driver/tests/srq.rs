@@ -379,13 +379,11 @@ fn connect(q: &mut Qp<'_, '_, &SimHal>, peer: u32, rnr_retry: u8) {
         ..AhAttr::default()
     };
     q.to_rtr(peer, 0, path, Mtu::Mtu4096).unwrap();
-    let attr = QpAttr {
-        qp_state: QpState::Rts,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry,
-        ..QpAttr::default()
-    };
+    let mut attr = QpAttr::default();
+    attr.qp_state = QpState::Rts;
+    attr.timeout = 14;
+    attr.retry_cnt = 7;
+    attr.rnr_retry = rnr_retry;
     let mask = QpAttrMask::STATE
         | QpAttrMask::SQ_PSN
         | QpAttrMask::TIMEOUT

@@ -10,21 +10,21 @@ use bareverbs::{Invalid, Limit};
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{cap, connect_pair, region, send_wr, sge};
+use common::{cap, connect_pair, region, send_wr, sge, with};
 
 fn up(hal: &SimHal) -> Device<&SimHal> {
     Device::bring_up(hal, Config::default()).unwrap()
 }
 
 fn srq_attr(max_wr: u32, max_sge: u32, srq_limit: u32) -> SrqInitAttr {
-    SrqInitAttr {
-        attr: SrqAttr {
+    with(
+        SrqInitAttr::new(SrqAttr {
             max_wr,
             max_sge,
             srq_limit,
-        },
-        srq_context: 0x5e,
-    }
+        }),
+        |a| a.srq_context = 0x5e,
+    )
 }
 
 /// Events of the device since the last call that `want` picks.
@@ -47,10 +47,8 @@ fn qps_share_an_srq_and_its_receives_complete_with_their_wr_ids() {
     // Sizes at least those asked for: 8 WQEs (the tail stays linked in), 3 SGEs by stride.
     assert_eq!(srq.attr().max_wr, 7);
     assert!(srq.attr().max_sge >= 2);
-    let on_srq = QpInitAttr {
-        srq: Some(&srq),
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0))
-    };
+    let mut on_srq = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0));
+    on_srq.srq = Some(&srq);
     let plain = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0));
     let (mut a1, mut b1) = (
         pd.create_qp(&plain).unwrap(),
@@ -158,10 +156,8 @@ fn the_limit_event_fires_once_and_last_wqe_is_announced() {
     let pd = dev.alloc_pd().unwrap();
     let (scq, mut rcq) = (dev.create_cq(32).unwrap(), dev.create_cq(32).unwrap());
     let mut srq = pd.create_srq(&srq_attr(15, 1, 0)).unwrap();
-    let on_srq = QpInitAttr {
-        srq: Some(&srq),
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0))
-    };
+    let mut on_srq = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0));
+    on_srq.srq = Some(&srq);
     let mut a = pd
         .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0)))
         .unwrap();
@@ -226,10 +222,8 @@ fn the_limit_event_fires_once_and_last_wqe_is_announced() {
 
     // The QP to ERR: it announces its last WQE (IBV_EVENT_QP_LAST_WQE_REACHED).
     let qpn = b.qpn().raw();
-    let err = QpAttr {
-        qp_state: QpState::Err,
-        ..QpAttr::default()
-    };
+    let mut err = QpAttr::default();
+    err.qp_state = QpState::Err;
     b.modify(&err, QpAttrMask::STATE).unwrap();
     assert_eq!(
         events(&dev, |e| e == AsyncEvent::QpLastWqeReached { qpn }),
@@ -300,10 +294,10 @@ fn bad_srq_arguments_are_refused_by_name() {
     let dev2 = up(&other);
     let cq2 = dev2.create_cq(4).unwrap();
     let pd2 = dev2.alloc_pd().unwrap();
-    let r = pd2.create_qp(&QpInitAttr {
-        srq: Some(&srq),
-        ..QpInitAttr::new(QpType::Rc, &cq2, &cq2, cap(8, 1, 0))
-    });
+    let r = pd2.create_qp(&with(
+        QpInitAttr::new(QpType::Rc, &cq2, &cq2, cap(8, 1, 0)),
+        |a| a.srq = Some(&srq),
+    ));
     assert!(matches!(
         r.err(),
         Some(Error::InvalidArgument {
@@ -325,10 +319,8 @@ fn exchange<'p, 'd, 'h>(
     let mut qps = Vec::new();
     for srq in srqs {
         let plain = QpInitAttr::new(QpType::Rc, &*scq, &*rcq, cap(8, 1, 0));
-        let on = QpInitAttr {
-            srq: Some(srq),
-            ..QpInitAttr::new(QpType::Rc, &*scq, &*rcq, cap(8, 1, 0))
-        };
+        let mut on = QpInitAttr::new(QpType::Rc, &*scq, &*rcq, cap(8, 1, 0));
+        on.srq = Some(srq);
         let (mut a, mut b) = (pd.create_qp(&plain).unwrap(), pd.create_qp(&on).unwrap());
         connect_pair(&mut a, &mut b, AccessFlags::LOCAL_WRITE, Mtu::Mtu1024);
         qps.push((a, b));

@@ -257,14 +257,11 @@ fn dci(kind: Kind, batch: usize, iters: usize) {
     let pd = dev.alloc_pd().unwrap_or_else(|e| panic!("{e}"));
     let (mut scq, mut rcq) = (dev.create_cq(4095).unwrap(), dev.create_cq(4095).unwrap());
     let srq = pd
-        .create_srq(&SrqInitAttr {
-            attr: SrqAttr {
-                max_wr: 4096,
-                max_sge: 1,
-                srq_limit: 0,
-            },
-            srq_context: 0,
-        })
+        .create_srq(&SrqInitAttr::new(SrqAttr {
+            max_wr: 4096,
+            max_sge: 1,
+            srq_limit: 0,
+        }))
         .unwrap_or_else(|e| panic!("{e}"));
     let cap = QpCap {
         max_send_wr: 32,
@@ -272,14 +269,12 @@ fn dci(kind: Kind, batch: usize, iters: usize) {
         max_inline_data: 64,
         ..QpCap::default()
     };
-    let dc = |dc_type| DvQpInitAttr {
-        comp_mask: DvQpInitAttrMask::DC,
-        dc_init_attr: DcInitAttr {
-            dc_type,
-            dct_access_key: 7,
-            ..DcInitAttr::default()
-        },
-        ..DvQpInitAttr::default()
+    let dc = |dc_type| {
+        let mut a = DvQpInitAttr::default();
+        a.comp_mask = DvQpInitAttrMask::DC;
+        a.dc_init_attr.dc_type = dc_type;
+        a.dc_init_attr.dct_access_key = 7;
+        a
     };
     let mut qp = pd
         .create_qp_dv(
@@ -289,14 +284,10 @@ fn dci(kind: Kind, batch: usize, iters: usize) {
         .unwrap_or_else(|e| panic!("{e}"))
         .into_qp()
         .unwrap();
+    let mut on_srq = QpInitAttr::new(QpType::Driver, &rcq, &rcq, cap);
+    on_srq.srq = Some(&srq);
     let mut dct = pd
-        .create_qp_dv(
-            &QpInitAttr {
-                srq: Some(&srq),
-                ..QpInitAttr::new(QpType::Driver, &rcq, &rcq, cap)
-            },
-            &dc(DcType::Dct),
-        )
+        .create_qp_dv(&on_srq, &dc(DcType::Dct))
         .unwrap_or_else(|e| panic!("{e}"))
         .into_dct()
         .unwrap();

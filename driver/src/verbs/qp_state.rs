@@ -19,12 +19,10 @@
 //! let (pd, cq) = (dev.alloc_pd().unwrap(), dev.create_cq(4).unwrap());
 //! let cap = bareverbs::verbs::QpCap { max_send_wr: 1, max_send_sge: 1, ..Default::default() };
 //! let mut qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap)).unwrap();
-//! let attr = QpAttr {
-//!     qp_state: QpState::Init,
-//!     port_num: 1,
-//!     qp_access_flags: AccessFlags::LOCAL_WRITE,
-//!     ..QpAttr::default()
-//! };
+//! let mut attr = QpAttr::default();
+//! attr.qp_state = QpState::Init;
+//! attr.port_num = 1;
+//! attr.qp_access_flags = AccessFlags::LOCAL_WRITE;
 //! let init = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
 //! assert_eq!(
 //!     qp.modify(&attr, init),

@@ -31,15 +31,13 @@ pub fn ud_dest<H: Hal>(pd: &Pd<'_, H>, ah: AhAttr, qpn: u32, qkey: u32) -> UdDes
 /// An RC QP's INIT → RTR attributes to `dest_qpn` over `path` (MTU 1024, one RDMA read
 /// served, RNR timer 12, PSN 0) and their mask.
 pub fn rc_rtr(dest_qpn: u32, path: AhAttr) -> (QpAttr, QpAttrMask) {
-    let a = QpAttr {
-        qp_state: QpState::Rtr,
-        path_mtu: Mtu::Mtu1024,
-        dest_qp_num: dest_qpn,
-        ah_attr: path,
-        max_dest_rd_atomic: 1,
-        min_rnr_timer: 12,
-        ..QpAttr::default()
-    };
+    let mut a = QpAttr::default();
+    a.qp_state = QpState::Rtr;
+    a.path_mtu = Mtu::Mtu1024;
+    a.dest_qp_num = dest_qpn;
+    a.ah_attr = path;
+    a.max_dest_rd_atomic = 1;
+    a.min_rnr_timer = 12;
     let m = QpAttrMask::STATE
         | QpAttrMask::AV
         | QpAttrMask::PATH_MTU
@@ -53,15 +51,13 @@ pub fn rc_rtr(dest_qpn: u32, path: AhAttr) -> (QpAttr, QpAttrMask) {
 /// An RC QP's RTR → RTS attributes (IB's defaults: timeout 14, retries 7, one RDMA read in
 /// flight, PSN 0) and their mask.
 pub fn rc_rts() -> (QpAttr, QpAttrMask) {
-    let a = QpAttr {
-        qp_state: QpState::Rts,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        sq_psn: 0,
-        max_rd_atomic: 1,
-        ..QpAttr::default()
-    };
+    let mut a = QpAttr::default();
+    a.qp_state = QpState::Rts;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.sq_psn = 0;
+    a.max_rd_atomic = 1;
     let m = QpAttrMask::STATE
         | QpAttrMask::TIMEOUT
         | QpAttrMask::RETRY_CNT
@@ -146,13 +142,17 @@ pub fn two_hcas() -> (SimHal, SimHal) {
 
 /// An SRQ of `pd` holding `max_wr` receives of `max_sge` entries, no limit armed.
 pub fn srq<'p, 'd, H: Hal>(pd: &'p Pd<'d, H>, max_wr: u32, max_sge: u32) -> Srq<'p, 'd, H> {
-    pd.create_srq(&SrqInitAttr {
-        attr: SrqAttr {
-            max_wr,
-            max_sge,
-            srq_limit: 0,
-        },
-        srq_context: 0,
-    })
+    pd.create_srq(&SrqInitAttr::new(SrqAttr {
+        max_wr,
+        max_sge,
+        srq_limit: 0,
+    }))
     .unwrap()
+}
+
+/// `base` changed by `f`: a variant of an attribute struct in one expression, for the structs
+/// the driver marks `#[non_exhaustive]` (no struct literal or update syntax outside it).
+pub fn with<T>(mut base: T, f: impl FnOnce(&mut T)) -> T {
+    f(&mut base);
+    base
 }
