@@ -129,7 +129,7 @@ fn pow2(log: u64) -> u32 {
 
 impl Caps {
     /// Decodes the general capabilities.
-    pub fn from_cap(v: &View<'_, CmdHcaCap>) -> Self {
+    pub(crate) fn from_cap(v: &View<'_, CmdHcaCap>) -> Self {
         let g = |f| v.get(f);
         Caps {
             max_qp: pow2(g(c::log_max_qp)),
@@ -184,7 +184,7 @@ impl Caps {
 
     /// Adds what the atomic capabilities (group 3, current) allow: IB atomics need both
     /// 8-byte operations on QPs and host-endian requests (mlx5_ib `get_atomic_caps`).
-    pub fn with_atomic_caps(mut self, v: &View<'_, AtomicCaps>) -> Self {
+    pub(crate) fn with_atomic_caps(mut self, v: &View<'_, AtomicCaps>) -> Self {
         let both = atomic::OPS_CMP_SWAP | atomic::OPS_FETCH_ADD;
         let ops = v.get(atomic_caps::atomic_operations) as u16;
         let size = v.get(atomic_caps::atomic_size_qp) as u16;

@@ -2,8 +2,10 @@
 
 use core::time::Duration;
 
-/// How long the driver waits for the device.
+/// How long the driver waits for the device. Non-exhaustive: start from
+/// [`Timeouts::default`] and set fields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Timeouts {
     /// For `initializing` to clear before the command interface is touched
     /// (`FW_PRE_INIT_TIMEOUT`, 120 s).
@@ -27,8 +29,9 @@ impl Default for Timeouts {
     }
 }
 
-/// Bring-up options.
+/// Bring-up options. Non-exhaustive: start from [`Config::default`] and set fields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Config {
     /// Timeouts.
     pub timeouts: Timeouts,

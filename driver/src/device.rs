@@ -159,7 +159,7 @@ pub enum AsyncEvent {
 
 impl AsyncEvent {
     /// Decodes an EQE (not a page request or command completion) into the event it reports.
-    pub fn from_eqe(eqe: &[u8; EQE_BYTES]) -> Self {
+    pub(crate) fn from_eqe(eqe: &[u8; EQE_BYTES]) -> Self {
         let (ty, sub) = (eqe[1], eqe[3]);
         let Ok(e) = View::<Eqe>::new_checked(eqe) else {
             return AsyncEvent::Other {

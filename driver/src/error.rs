@@ -333,7 +333,7 @@ pub enum Limit {
     SrqCount,
     /// XRC target QPs registered in one XRC domain ([`MAX_SHARED_XRC_QPS`]).
     ///
-    /// [`MAX_SHARED_XRC_QPS`]: crate::verbs::xrc::MAX_SHARED_XRC_QPS
+    /// [`MAX_SHARED_XRC_QPS`]: crate::verbs::MAX_SHARED_XRC_QPS
     SharedXrcQps,
     /// Entries of an indirect memory key (`log_max_klm_list_size`).
     MkeyEntries,

@@ -3,9 +3,16 @@
 //! VFIO, bare metal, or the in-process model. The `alloc` feature keeps the per-QP tables on
 //! the heap instead of inline (lifting their limit of 64 QPs); nothing else allocates.
 //!
-//! Where things are: the command queue and mailboxes in [`cmdq`], bring-up and teardown in
-//! `bringup.rs`, the generic `exec`, page requests and events in [`device`], firmware pages in
-//! `pages.rs`, the event queue ring in `eq.rs`, health in [`health`].
+//! The API: [`Device`] (bring-up, the firmware command interface, events, health) at the
+//! crate root with its configuration, errors and diagnostics; the ibverbs objects in
+//! [`verbs`]; raw Ethernet queues in [`eth`]. Every module under them is private and each name
+//! is re-exported once, at the root, `verbs::` or `eth::`. The `testing` feature adds
+//! `bareverbs::testing`: the fixtures (connected QP pairs, Ethernet ends, queue sizes) that
+//! the tests and examples share.
+//!
+//! Where things are: the command queue and mailboxes in `cmdq.rs`, bring-up and teardown in
+//! `bringup.rs`, the generic `exec`, page requests and events in `device.rs`, firmware pages
+//! in `pages.rs`, the event queue ring in `eq.rs`, health in `health.rs`.
 //!
 //! ```
 //! use bareverbs::{Config, Device};
@@ -24,30 +31,34 @@
 mod fmt;
 
 mod bringup;
-pub mod caps;
-pub mod cmdq;
-pub mod config;
-pub mod device;
+mod caps;
+mod cmdq;
+mod config;
+mod device;
 mod eq;
 mod eq_commands;
-pub mod error;
+mod error;
 pub mod eth;
-pub mod health;
+mod health;
 mod pages;
-pub mod port;
+mod port;
 mod slot_table;
 mod table;
-pub mod trace;
-pub mod uar;
+#[cfg(feature = "testing")]
+pub mod testing;
+mod trace;
+mod uar;
 pub mod verbs;
 mod wq;
 
 pub use bareverbs_firmware_cmd as firmware_cmd;
 pub use bareverbs_hal as hal;
 pub use caps::{Caps, LinkLayer};
+pub use cmdq::MAX_MESSAGE;
 pub use config::{Config, Timeouts};
-pub use device::{AsyncEvent, Device, DeviceInfo, SpecialKeys};
-pub use error::{CmdError, CmdFailure, Error, Step, StepError};
-pub use health::{FatalSensor, HealthReport};
+pub use device::{AsyncEvent, Device, DeviceInfo, SpecialKeys, EVENT_QUEUE_LEN, MAX_PORTS};
+pub use error::{CmdError, CmdFailure, Error, Invalid, Limit, Step, StepError};
+pub use health::{FatalSensor, HealthReport, HEALTH_POLL_INTERVAL, MAX_MISSES};
 pub use port::{PortInfo, PortState};
-pub use trace::{Trace, TraceRecord};
+pub use trace::{Outcome as TraceOutcome, Trace, TraceRecord, TRACE_LEN};
+pub use uar::Uar;

@@ -3,18 +3,14 @@
 //! SLID, SL, path bits, and with a GRH the GRH reversed, the source GID index found in the
 //! port's table), between two model HCAs, with and without a GRH; and `ibv_query_gid`.
 
-use bareverbs::error::{Invalid, Limit};
 use bareverbs::verbs::*;
 use bareverbs::{Config, Device, Error};
+use bareverbs::{Invalid, Limit};
 
 mod common;
-use common::{poll_one, region, send_wr, sge, two_hcas};
+use common::{cap, poll_one, region, send_wr, sge, two_hcas};
 
 const QKEY: u32 = 0x1111;
-
-fn cap() -> QpCap {
-    common::cap_with(4, 1, 0)
-}
 
 #[test]
 fn a_reply_through_the_ah_from_a_completion_reaches_the_sender() {
@@ -42,10 +38,10 @@ fn a_reply_through_the_ah_from_a_completion_reaches_the_sender() {
     let (p1, p2) = (d1.alloc_pd().unwrap(), d2.alloc_pd().unwrap());
     let (mut cq1, mut cq2) = (d1.create_cq(16).unwrap(), d2.create_cq(16).unwrap());
     let mut a = p1
-        .create_qp(&QpInitAttr::new(QpType::Ud, &cq1, &cq1, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Ud, &cq1, &cq1, cap(4, 1, 0)))
         .unwrap();
     let mut b = p2
-        .create_qp(&QpInitAttr::new(QpType::Ud, &cq2, &cq2, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Ud, &cq2, &cq2, cap(4, 1, 0)))
         .unwrap();
     for q in [&mut a, &mut b] {
         q.to_init(1, 0, AccessFlags::empty(), QKEY).unwrap();
@@ -53,8 +49,8 @@ fn a_reply_through_the_ah_from_a_completion_reaches_the_sender() {
         q.to_rts(0).unwrap();
     }
     let (m1, m2) = (
-        region(&h1, &p1, 4096, AccessFlags::LOCAL_WRITE),
-        region(&h2, &p2, 4096, AccessFlags::LOCAL_WRITE),
+        region(&p1, 4096, AccessFlags::LOCAL_WRITE),
+        region(&p2, 4096, AccessFlags::LOCAL_WRITE),
     );
     for global in [false, true] {
         // a → b, with a GRH or not.

@@ -6,14 +6,14 @@
 //! refusal needs the device's answer, a state or an object it holds, are marked and counted
 //! apart). `bad_inputs.rs` and `soundness.rs` hold more, closer to the code they test.
 
-use bareverbs::error::{Invalid, Limit};
 use bareverbs::verbs::*;
 use bareverbs::{Config, Device, Error};
+use bareverbs::{Invalid, Limit};
 use bareverbs_hal::Hal;
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{region, sge};
+use common::{cap, region, sge, with};
 
 type H<'h> = &'h SimHal;
 
@@ -110,14 +110,13 @@ fn every_bad_input_in_the_catalogue_gets_its_typed_error_and_nothing_panics() {
     let dead_pd = dead.alloc_pd().unwrap();
     let other_cq = other.create_cq(4).unwrap();
     let other_ch = other.create_comp_channel().unwrap();
-    let cap = common::cap_with(4, 2, 64);
-    let srq_attr = |max_wr, max_sge, srq_limit| SrqInitAttr {
-        attr: SrqAttr {
+    let cap = cap(4, 2, 64);
+    let srq_attr = |max_wr, max_sge, srq_limit| {
+        SrqInitAttr::new(SrqAttr {
             max_wr,
             max_sge,
             srq_limit,
-        },
-        srq_context: 0,
+        })
     };
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     // A device in its error state, with an RTS QP and an SRQ.
@@ -145,10 +144,7 @@ fn every_bad_input_in_the_catalogue_gets_its_typed_error_and_nothing_panics() {
     let mut ud = pd.create_qp(&init_of(QpType::Ud)).unwrap();
     let mut srq = pd.create_srq(&srq_attr(4, 1, 0)).unwrap();
     let mut on_srq = pd
-        .create_qp(&QpInitAttr {
-            srq: Some(&srq),
-            ..init_of(QpType::Rc)
-        })
+        .create_qp(&with(init_of(QpType::Rc), |a| a.srq = Some(&srq)))
         .unwrap();
     init.to_init(1, 0, access, 0).unwrap();
     rtr.to_init(1, 0, access, 0).unwrap();
@@ -157,7 +153,7 @@ fn every_bad_input_in_the_catalogue_gets_its_typed_error_and_nothing_panics() {
     common::connect_pair(&mut uc, &mut uc_peer, access, Mtu::Mtu1024);
     on_srq.to_init(1, 0, access, 0).unwrap();
     ud_up(&mut ud);
-    let mr = region(&hal, &pd, 8192, access);
+    let mr = region(&pd, 8192, access);
     let xrcd = dev.alloc_xrcd().unwrap();
     let xrc_srq = xrcd
         .create_xrc_srq(&pd, &qcq, srq_attr(4, 1, 0).attr)
@@ -201,12 +197,10 @@ fn every_bad_input_in_the_catalogue_gets_its_typed_error_and_nothing_panics() {
     let dest = ah.dest(ud.qpn().raw(), 0x11).unwrap();
     let (rtr_attr, rtr_mask) = common::rc_rtr(rc.qpn().raw(), path());
     let (rts_attr, rts_mask) = common::rc_rts();
-    let init_attr = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        qp_access_flags: access,
-        ..QpAttr::default()
-    };
+    let mut init_attr = QpAttr::default();
+    init_attr.qp_state = QpState::Init;
+    init_attr.port_num = 1;
+    init_attr.qp_access_flags = access;
     let init_mask =
         QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS;
     let mgid = [0xff, 0x12, 0x40, 0x1b, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
@@ -317,21 +311,17 @@ fn every_bad_input_in_the_catalogue_gets_its_typed_error_and_nothing_panics() {
             format!("create_cq vector {v}"),
             Want::Bad(Invalid::CompVector),
             |f| dev
-                .create_cq_with(&CqInitAttr {
-                    comp_vector: v,
-                    ..CqInitAttr::new(4)
-                })
+                .create_cq_with(&with(CqInitAttr::new(4), |a| a.comp_vector = v))
                 .map(drop)
         );
         case!(
             format!("create_cq on a channel, vector {v}"),
             Want::Bad(Invalid::CompVector),
             |f| dev
-                .create_cq_with(&CqInitAttr {
-                    comp_vector: v,
-                    channel: Some(ch),
-                    ..CqInitAttr::new(4)
-                })
+                .create_cq_with(&with(CqInitAttr::new(4), |a| {
+                    a.comp_vector = v;
+                    a.channel = Some(ch);
+                }))
                 .map(drop)
         );
     }
@@ -339,10 +329,7 @@ fn every_bad_input_in_the_catalogue_gets_its_typed_error_and_nothing_panics() {
         "create_cq on another device's channel",
         Want::Bad(Invalid::ForeignObject),
         |f| dev
-            .create_cq_with(&CqInitAttr {
-                channel: Some(other_ch),
-                ..CqInitAttr::new(4)
-            })
+            .create_cq_with(&with(CqInitAttr::new(4), |a| a.channel = Some(other_ch)))
             .map(drop)
     );
     case!("resize_cq 0", Want::Bad(Invalid::ZeroEntries), |f| f
@@ -611,36 +598,16 @@ fn every_bad_input_in_the_catalogue_gets_its_typed_error_and_nothing_panics() {
 
     // modify_qp: RESET → INIT attributes.
     for (name, a, want) in [
-        (
-            "port 0",
-            QpAttr {
-                port_num: 0,
-                ..init_attr
-            },
-            Invalid::Port,
-        ),
-        (
-            "port 9",
-            QpAttr {
-                port_num: 9,
-                ..init_attr
-            },
-            Invalid::Port,
-        ),
+        ("port 0", with(init_attr, |a| a.port_num = 0), Invalid::Port),
+        ("port 9", with(init_attr, |a| a.port_num = 9), Invalid::Port),
         (
             "pkey_index past the table",
-            QpAttr {
-                pkey_index: pkeys as u16,
-                ..init_attr
-            },
+            with(init_attr, |a| a.pkey_index = pkeys as u16),
             Invalid::PkeyIndex,
         ),
         (
             "pkey_index u16::MAX",
-            QpAttr {
-                pkey_index: u16::MAX,
-                ..init_attr
-            },
+            with(init_attr, |a| a.pkey_index = u16::MAX),
             Invalid::PkeyIndex,
         ),
     ] {
@@ -659,66 +626,44 @@ fn every_bad_input_in_the_catalogue_gets_its_typed_error_and_nothing_panics() {
     for (name, a, want) in [
         (
             "rq_psn 2^24",
-            QpAttr {
-                rq_psn: 1 << 24,
-                ..rtr_attr
-            },
+            with(rtr_attr, |a| a.rq_psn = 1 << 24),
             Invalid::Psn,
         ),
         (
             "rq_psn u32::MAX",
-            QpAttr {
-                rq_psn: u32::MAX,
-                ..rtr_attr
-            },
+            with(rtr_attr, |a| a.rq_psn = u32::MAX),
             Invalid::Psn,
         ),
         (
             "dest_qp_num 2^24",
-            QpAttr {
-                dest_qp_num: 1 << 24,
-                ..rtr_attr
-            },
+            with(rtr_attr, |a| a.dest_qp_num = 1 << 24),
             Invalid::DestQpn,
         ),
         (
             "dest_qp_num u32::MAX",
-            QpAttr {
-                dest_qp_num: u32::MAX,
-                ..rtr_attr
-            },
+            with(rtr_attr, |a| a.dest_qp_num = u32::MAX),
             Invalid::DestQpn,
         ),
         (
             "min_rnr_timer 32",
-            QpAttr {
-                min_rnr_timer: 32,
-                ..rtr_attr
-            },
+            with(rtr_attr, |a| a.min_rnr_timer = 32),
             Invalid::MinRnrTimer,
         ),
         (
             "min_rnr_timer 255",
-            QpAttr {
-                min_rnr_timer: 255,
-                ..rtr_attr
-            },
+            with(rtr_attr, |a| a.min_rnr_timer = 255),
             Invalid::MinRnrTimer,
         ),
         (
             "max_dest_rd_atomic past the device",
-            QpAttr {
-                max_dest_rd_atomic: (caps.max_qp_rd_atom + 1).min(255) as u8,
-                ..rtr_attr
-            },
+            with(rtr_attr, |a| {
+                a.max_dest_rd_atomic = (caps.max_qp_rd_atom + 1).min(255) as u8
+            }),
             Invalid::MaxDestRdAtomic,
         ),
         (
             "max_dest_rd_atomic 255",
-            QpAttr {
-                max_dest_rd_atomic: 255,
-                ..rtr_attr
-            },
+            with(rtr_attr, |a| a.max_dest_rd_atomic = 255),
             Invalid::MaxDestRdAtomic,
         ),
         ("sl 16", av(|a| a.sl = 16), Invalid::Sl),
@@ -768,11 +713,9 @@ fn every_bad_input_in_the_catalogue_gets_its_typed_error_and_nothing_panics() {
             |f| f.init.modify(&sgid_at_len, rtr_mask)
         );
     }
-    let alt = QpAttr {
-        alt_ah_attr: path(),
-        alt_port_num: 1,
-        ..rtr_attr
-    };
+    let mut alt = rtr_attr;
+    alt.alt_ah_attr = path();
+    alt.alt_port_num = 1;
     if !caps.apm {
         case!(
             "modify INIT→RTR with an alternate path",
@@ -784,82 +727,54 @@ fn every_bad_input_in_the_catalogue_gets_its_typed_error_and_nothing_panics() {
     for (name, a, want) in [
         (
             "sq_psn 2^24",
-            QpAttr {
-                sq_psn: 1 << 24,
-                ..rts_attr
-            },
+            with(rts_attr, |a| a.sq_psn = 1 << 24),
             Invalid::Psn,
         ),
         (
             "sq_psn u32::MAX",
-            QpAttr {
-                sq_psn: u32::MAX,
-                ..rts_attr
-            },
+            with(rts_attr, |a| a.sq_psn = u32::MAX),
             Invalid::Psn,
         ),
         (
             "retry_cnt 8",
-            QpAttr {
-                retry_cnt: 8,
-                ..rts_attr
-            },
+            with(rts_attr, |a| a.retry_cnt = 8),
             Invalid::RetryCount,
         ),
         (
             "retry_cnt 255",
-            QpAttr {
-                retry_cnt: 255,
-                ..rts_attr
-            },
+            with(rts_attr, |a| a.retry_cnt = 255),
             Invalid::RetryCount,
         ),
         (
             "rnr_retry 8",
-            QpAttr {
-                rnr_retry: 8,
-                ..rts_attr
-            },
+            with(rts_attr, |a| a.rnr_retry = 8),
             Invalid::RnrRetry,
         ),
         (
             "rnr_retry 255",
-            QpAttr {
-                rnr_retry: 255,
-                ..rts_attr
-            },
+            with(rts_attr, |a| a.rnr_retry = 255),
             Invalid::RnrRetry,
         ),
         (
             "timeout 32",
-            QpAttr {
-                timeout: 32,
-                ..rts_attr
-            },
+            with(rts_attr, |a| a.timeout = 32),
             Invalid::Timeout,
         ),
         (
             "timeout 255",
-            QpAttr {
-                timeout: 255,
-                ..rts_attr
-            },
+            with(rts_attr, |a| a.timeout = 255),
             Invalid::Timeout,
         ),
         (
             "max_rd_atomic past the device",
-            QpAttr {
-                max_rd_atomic: (caps.max_qp_init_rd_atom + 1).min(255) as u8,
-                ..rts_attr
-            },
+            with(rts_attr, |a| {
+                a.max_rd_atomic = (caps.max_qp_init_rd_atom + 1).min(255) as u8
+            }),
             Invalid::MaxRdAtomic,
         ),
         (
             "max_rd_atomic 255",
-            QpAttr {
-                max_rd_atomic: 255,
-                ..rts_attr
-            },
+            with(rts_attr, |a| a.max_rd_atomic = 255),
             Invalid::MaxRdAtomic,
         ),
     ] {
@@ -897,10 +812,8 @@ fn every_bad_input_in_the_catalogue_gets_its_typed_error_and_nothing_panics() {
     case!("modify RESET→INIT without the port", Want::Table, |f| f
         .reset
         .modify(&init_attr, init_mask - QpAttrMask::PORT));
-    let sqd = QpAttr {
-        qp_state: QpState::Sqd,
-        ..QpAttr::default()
-    };
+    let mut sqd = QpAttr::default();
+    sqd.qp_state = QpState::Sqd;
     case!(
         "modify RTS→SQD (mlx5 has no drain)",
         Want::Bad(Invalid::UnsupportedTransition),
@@ -1258,10 +1171,11 @@ fn every_bad_input_in_the_catalogue_gets_its_typed_error_and_nothing_panics() {
     );
 
     // mlx5 direct verbs (seed 004): every refusal by name, before any command.
-    let dv = |mask: DvQpInitAttrMask, flags: DvQpCreateFlags| DvQpInitAttr {
-        comp_mask: mask,
-        create_flags: flags,
-        ..DvQpInitAttr::default()
+    let dv = |mask: DvQpInitAttrMask, flags: DvQpCreateFlags| {
+        with(DvQpInitAttr::default(), |a| {
+            a.comp_mask = mask;
+            a.create_flags = flags;
+        })
     };
     let cflags = |f| dv(DvQpInitAttrMask::QP_CREATE_FLAGS, f);
     let dv_case = move |t: QpType, a: DvQpInitAttr| {
@@ -1337,28 +1251,23 @@ fn every_bad_input_in_the_catalogue_gets_its_typed_error_and_nothing_panics() {
         (
             "create_qp_dv: DCI streams past the device's",
             QpType::Driver,
-            DvQpInitAttr {
-                comp_mask: DvQpInitAttrMask::DC | DvQpInitAttrMask::DCI_STREAMS,
-                dc_init_attr: DcInitAttr {
-                    dc_type: DcType::Dci,
-                    dci_streams: DciStreams {
-                        log_num_concurent: 31,
-                        log_num_errored: 0,
-                    },
-                    ..DcInitAttr::default()
-                },
-                ..DvQpInitAttr::default()
-            },
+            with(DvQpInitAttr::default(), |x| {
+                x.comp_mask = DvQpInitAttrMask::DC | DvQpInitAttrMask::DCI_STREAMS;
+                x.dc_init_attr.dc_type = DcType::Dci;
+                x.dc_init_attr.dci_streams = DciStreams {
+                    log_num_concurent: 31,
+                    log_num_errored: 0,
+                };
+            }),
             DvFeature::DciStreams,
         ),
         (
             "create_qp_dv: MR_LIST on UD",
             QpType::Ud,
-            DvQpInitAttr {
-                comp_mask: DvQpInitAttrMask::SEND_OPS_FLAGS,
-                send_ops_flags: DvSendOpsFlags::MR_LIST,
-                ..DvQpInitAttr::default()
-            },
+            with(DvQpInitAttr::default(), |a| {
+                a.comp_mask = DvQpInitAttrMask::SEND_OPS_FLAGS;
+                a.send_ops_flags = DvSendOpsFlags::MR_LIST;
+            }),
             DvFeature::MrList,
         ),
     ] {
@@ -1381,40 +1290,29 @@ fn every_bad_input_in_the_catalogue_gets_its_typed_error_and_nothing_panics() {
         Want::Bad(Invalid::DctWithoutSrq),
         |f| dv_case(
             QpType::Driver,
-            DvQpInitAttr {
-                comp_mask: DvQpInitAttrMask::DC,
-                ..DvQpInitAttr::default()
-            }
+            with(DvQpInitAttr::default(), |a| a.comp_mask =
+                DvQpInitAttrMask::DC)
         )(f)
     );
     case!(
         "create_mkey without INDIRECT",
         Want::Bad(Invalid::MkeyFlags),
         |f| pd
-            .create_mkey(&MkeyInitAttr {
-                create_flags: MkeyInitFlags::empty(),
-                max_entries: 4,
-            })
+            .create_mkey(&MkeyInitAttr::new(MkeyInitFlags::empty(), 4))
             .map(|_| ())
     );
     case!(
         "create_mkey with 0 entries",
         Want::Bad(Invalid::ZeroEntries),
         |f| pd
-            .create_mkey(&MkeyInitAttr {
-                create_flags: MkeyInitFlags::INDIRECT,
-                max_entries: 0,
-            })
+            .create_mkey(&MkeyInitAttr::new(MkeyInitFlags::INDIRECT, 0))
             .map(|_| ())
     );
     case!(
         "create_mkey with u16::MAX entries",
         Want::Over(Limit::MkeyEntries),
         |f| pd
-            .create_mkey(&MkeyInitAttr {
-                create_flags: MkeyInitFlags::INDIRECT,
-                max_entries: u16::MAX,
-            })
+            .create_mkey(&MkeyInitAttr::new(MkeyInitFlags::INDIRECT, u16::MAX))
             .map(|_| ())
     );
     case!(

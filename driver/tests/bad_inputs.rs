@@ -4,13 +4,13 @@
 //! limits are the device's (P_Key and GID tables, ports, RDMA read/atomic resources); static
 //! rates are `enum ib_rate` as Linux 6.12 `ib_rate_to_mlx5` accepts them.
 
-use bareverbs::error::Invalid;
 use bareverbs::verbs::*;
+use bareverbs::Invalid;
 use bareverbs::{Config, Device, Error};
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{region, sge};
+use common::{cap, region, sge, with};
 
 fn invalid(what: Invalid) -> Error {
     Error::InvalidArgument { what }
@@ -32,12 +32,7 @@ fn modify_qp_refuses_every_out_of_range_attribute_before_any_command() {
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(8).unwrap();
     let mut qp = pd
-        .create_qp(&QpInitAttr::new(
-            QpType::Rc,
-            &cq,
-            &cq,
-            common::cap_with(8, 2, 64),
-        ))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap(8, 2, 64)))
         .unwrap();
     qp.to_init(1, 0, AccessFlags::LOCAL_WRITE, 0).unwrap();
     let (rtr, rtr_mask) = common::rc_rtr(5, path());
@@ -50,55 +45,39 @@ fn modify_qp_refuses_every_out_of_range_attribute_before_any_command() {
     let cases: Vec<(&str, QpAttr, QpAttrMask, Invalid)> = vec![
         (
             "rq_psn 2^24",
-            QpAttr {
-                rq_psn: 1 << 24,
-                ..rtr
-            },
+            with(rtr, |a| a.rq_psn = 1 << 24),
             rtr_mask,
             Invalid::Psn,
         ),
         (
             "rq_psn max",
-            QpAttr {
-                rq_psn: u32::MAX,
-                ..rtr
-            },
+            with(rtr, |a| a.rq_psn = u32::MAX),
             rtr_mask,
             Invalid::Psn,
         ),
         (
             "dest_qp_num 2^24",
-            QpAttr {
-                dest_qp_num: 1 << 24,
-                ..rtr
-            },
+            with(rtr, |a| a.dest_qp_num = 1 << 24),
             rtr_mask,
             Invalid::DestQpn,
         ),
         (
             "min_rnr_timer 32",
-            QpAttr {
-                min_rnr_timer: 32,
-                ..rtr
-            },
+            with(rtr, |a| a.min_rnr_timer = 32),
             rtr_mask,
             Invalid::MinRnrTimer,
         ),
         (
             "min_rnr_timer 255",
-            QpAttr {
-                min_rnr_timer: 255,
-                ..rtr
-            },
+            with(rtr, |a| a.min_rnr_timer = 255),
             rtr_mask,
             Invalid::MinRnrTimer,
         ),
         (
             "max_dest_rd_atomic past the device",
-            QpAttr {
-                max_dest_rd_atomic: (caps.max_qp_rd_atom + 1).min(255) as u8,
-                ..rtr
-            },
+            with(rtr, |a| {
+                a.max_dest_rd_atomic = (caps.max_qp_rd_atom + 1).min(255) as u8
+            }),
             rtr_mask,
             Invalid::MaxDestRdAtomic,
         ),
@@ -158,47 +137,34 @@ fn modify_qp_refuses_every_out_of_range_attribute_before_any_command() {
     let rts_cases: Vec<(&str, QpAttr, Invalid)> = vec![
         (
             "sq_psn 2^24",
-            QpAttr {
-                sq_psn: 1 << 24,
-                ..rts
-            },
+            with(rts, |a| a.sq_psn = 1 << 24),
             Invalid::Psn,
         ),
         (
             "timeout 32",
-            QpAttr { timeout: 32, ..rts },
+            with(rts, |a| a.timeout = 32),
             Invalid::Timeout,
         ),
         (
             "timeout 255",
-            QpAttr {
-                timeout: 255,
-                ..rts
-            },
+            with(rts, |a| a.timeout = 255),
             Invalid::Timeout,
         ),
         (
             "retry_cnt 8",
-            QpAttr {
-                retry_cnt: 8,
-                ..rts
-            },
+            with(rts, |a| a.retry_cnt = 8),
             Invalid::RetryCount,
         ),
         (
             "rnr_retry 8",
-            QpAttr {
-                rnr_retry: 8,
-                ..rts
-            },
+            with(rts, |a| a.rnr_retry = 8),
             Invalid::RnrRetry,
         ),
         (
             "max_rd_atomic past the device",
-            QpAttr {
-                max_rd_atomic: (caps.max_qp_init_rd_atom + 1).min(255) as u8,
-                ..rts
-            },
+            with(rts, |a| {
+                a.max_rd_atomic = (caps.max_qp_init_rd_atom + 1).min(255) as u8
+            }),
             Invalid::MaxRdAtomic,
         ),
     ];
@@ -214,52 +180,25 @@ fn modify_qp_refuses_every_out_of_range_attribute_before_any_command() {
     );
     // From RESET: the INIT attributes.
     let mut fresh = pd
-        .create_qp(&QpInitAttr::new(
-            QpType::Rc,
-            &cq,
-            &cq,
-            common::cap_with(8, 2, 64),
-        ))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap(8, 2, 64)))
         .unwrap();
-    let init = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        pkey_index: 0,
-        ..QpAttr::default()
-    };
+    let mut init = QpAttr::default();
+    init.qp_state = QpState::Init;
+    init.port_num = 1;
+    init.pkey_index = 0;
     let init_mask =
         QpAttrMask::STATE | QpAttrMask::PORT | QpAttrMask::PKEY_INDEX | QpAttrMask::ACCESS_FLAGS;
     let init_cases: Vec<(&str, QpAttr, Invalid)> = vec![
-        (
-            "port 0",
-            QpAttr {
-                port_num: 0,
-                ..init
-            },
-            Invalid::Port,
-        ),
-        (
-            "port 9",
-            QpAttr {
-                port_num: 9,
-                ..init
-            },
-            Invalid::Port,
-        ),
+        ("port 0", with(init, |a| a.port_num = 0), Invalid::Port),
+        ("port 9", with(init, |a| a.port_num = 9), Invalid::Port),
         (
             "pkey_index past the table",
-            QpAttr {
-                pkey_index: caps.pkey_table_len as u16,
-                ..init
-            },
+            with(init, |a| a.pkey_index = caps.pkey_table_len as u16),
             Invalid::PkeyIndex,
         ),
         (
             "pkey_index max",
-            QpAttr {
-                pkey_index: u16::MAX,
-                ..init
-            },
+            with(init, |a| a.pkey_index = u16::MAX),
             Invalid::PkeyIndex,
         ),
     ];
@@ -309,17 +248,12 @@ fn ud_destinations_and_messages_are_checked() {
     );
     // A UD message longer than one 4 KiB MTU, by SGEs or inline.
     let mut ud = pd
-        .create_qp(&QpInitAttr::new(
-            QpType::Ud,
-            &cq,
-            &cq,
-            common::cap_with(8, 2, 64),
-        ))
+        .create_qp(&QpInitAttr::new(QpType::Ud, &cq, &cq, cap(8, 2, 64)))
         .unwrap();
     ud.to_init(1, 0, AccessFlags::empty(), 0x11).unwrap();
     ud.to_rtr(0, 0, AhAttr::default(), Mtu::Mtu4096).unwrap();
     ud.to_rts(0).unwrap();
-    let mr = region(&hal, &pd, 8192, AccessFlags::LOCAL_WRITE);
+    let mr = region(&pd, 8192, AccessFlags::LOCAL_WRITE);
     let dest = ah.dest(5, 0x11).unwrap();
     let long = [sge(&mr, 0, 4096), sge(&mr, 4096, 1)];
     let wr = SendWr {
@@ -353,14 +287,14 @@ fn create_qp_refuses_sizes_that_overflowed() {
     for inline in [u32::MAX, u32::MAX - 3, 1 << 20] {
         let c = QpCap {
             max_inline_data: inline,
-            ..common::cap_with(8, 2, 64)
+            ..cap(8, 2, 64)
         };
         let r = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, c));
         assert!(
             matches!(
                 r,
                 Err(Error::ExceedsLimit {
-                    limit: bareverbs::error::Limit::InlineData,
+                    limit: bareverbs::Limit::InlineData,
                     ..
                 })
             ),
@@ -370,7 +304,7 @@ fn create_qp_refuses_sizes_that_overflowed() {
     for wr in [u32::MAX, 1 << 30] {
         let c = QpCap {
             max_send_wr: wr,
-            ..common::cap_with(8, 2, 64)
+            ..cap(8, 2, 64)
         };
         assert!(pd
             .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, c))
@@ -395,28 +329,25 @@ fn sizes_near_the_integer_limits_are_errors_not_panics() {
         (u32::MAX, u32::MAX),
         (1 << 31, 1),
     ] {
-        let r = pd.create_srq(&SrqInitAttr {
-            attr: SrqAttr {
-                max_wr,
-                max_sge,
-                srq_limit: 0,
-            },
-            srq_context: 0,
-        });
+        let r = pd.create_srq(&SrqInitAttr::new(SrqAttr {
+            max_wr,
+            max_sge,
+            srq_limit: 0,
+        }));
         assert!(r.is_err(), "srq {max_wr} {max_sge}");
     }
     for c in [
         QpCap {
             max_send_sge: u32::MAX,
-            ..common::cap_with(8, 2, 64)
+            ..cap(8, 2, 64)
         },
         QpCap {
             max_recv_sge: u32::MAX,
-            ..common::cap_with(8, 2, 64)
+            ..cap(8, 2, 64)
         },
         QpCap {
             max_recv_wr: u32::MAX,
-            ..common::cap_with(8, 2, 64)
+            ..cap(8, 2, 64)
         },
     ] {
         assert!(pd
@@ -437,11 +368,11 @@ fn posting_and_object_verbs_refuse_what_the_device_cannot_take() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(8).unwrap();
-    let init = |t| QpInitAttr::new(t, &cq, &cq, common::cap_with(8, 2, 64));
+    let init = |t| QpInitAttr::new(t, &cq, &cq, cap(8, 2, 64));
     let mut rc = pd.create_qp(&init(QpType::Rc)).unwrap();
     let mut peer = pd.create_qp(&init(QpType::Rc)).unwrap();
     let mut ud = pd.create_qp(&init(QpType::Ud)).unwrap();
-    let mr = region(&hal, &pd, 8192, AccessFlags::LOCAL_WRITE);
+    let mr = region(&pd, 8192, AccessFlags::LOCAL_WRITE);
     let one = [sge(&mr, 0, 8)];
     // One entry past the send and receive lists the QP got (requests round up to whole
     // segments, so the QP may hold more than asked).
@@ -549,11 +480,9 @@ fn posting_and_object_verbs_refuse_what_the_device_cannot_take() {
     // Objects: a CQ on a completion vector the channel lacks; an MR with remote write but no
     // local write.
     let ch = dev.create_comp_channel().unwrap();
-    let with_vector = CqInitAttr {
-        channel: Some(&ch),
-        comp_vector: 1,
-        ..CqInitAttr::new(8)
-    };
+    let mut with_vector = CqInitAttr::new(8);
+    with_vector.channel = Some(&ch);
+    with_vector.comp_vector = 1;
     assert_eq!(
         dev.create_cq_with(&with_vector).err(),
         Some(invalid(Invalid::CompVector))

@@ -13,7 +13,7 @@ use bareverbs::{Config, Device};
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{all_access, connect_pair, region};
+use common::{all_access, cap, connect_pair, region};
 
 /// `wr_id` of request `k` of round `round`'s QP numbered `qpn`: the poller checks it against
 /// the completion's QP.
@@ -28,7 +28,7 @@ fn qps_come_and_go_while_another_thread_polls_their_cq() {
     let pd = dev.alloc_pd().unwrap();
     let scq = Mutex::new(dev.create_cq(256).unwrap());
     let rcq = dev.create_cq(256).unwrap();
-    let mr = region(&hal, &pd, 8192, all_access());
+    let mr = region(&pd, 8192, all_access());
     let done = AtomicBool::new(false);
     // The last wr_id the poller saw.
     let latest = AtomicU64::new(0);
@@ -59,7 +59,7 @@ fn qps_come_and_go_while_another_thread_polls_their_cq() {
             }
             seen
         });
-        let cap = common::cap_with(8, 1, 0);
+        let cap = cap(8, 1, 0);
         for round in 0..rounds {
             let (mut a, mut b) = {
                 let scq = scq.lock().unwrap();

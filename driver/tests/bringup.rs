@@ -4,22 +4,16 @@
 
 use std::time::{Duration, Instant};
 
-use bareverbs::{
-    AsyncEvent, CmdFailure, Config, Device, Error, FatalSensor, PortState, Step, Timeouts,
-};
+use bareverbs::{AsyncEvent, CmdFailure, Config, Device, Error, FatalSensor, PortState, Step};
 use bareverbs_firmware_cmd::{CmdStatus, DeliveryStatus, Opcode};
 use bareverbs_model::{CommandFault, Drive, FaultAction, Faults, HcaState, ModelConfig, SimHal};
 
 const SYNDROME: u32 = 0xdead_0001;
 
 fn quick() -> Config {
-    Config {
-        timeouts: Timeouts {
-            command: Duration::from_millis(50),
-            ..Timeouts::default()
-        },
-        ..Config::default()
-    }
+    let mut cfg = Config::default();
+    cfg.timeouts.command = Duration::from_millis(50);
+    cfg
 }
 
 fn hal_with(faults: Faults) -> SimHal {
@@ -207,13 +201,8 @@ fn a_command_that_never_completes_is_a_timeout_and_nothing_is_reused() {
             },
             drive,
         );
-        let cfg = Config {
-            timeouts: Timeouts {
-                command: Duration::from_millis(300),
-                ..Timeouts::default()
-            },
-            ..Config::default()
-        };
+        let mut cfg = Config::default();
+        cfg.timeouts.command = Duration::from_millis(300);
         let start = Instant::now();
         let e = Device::bring_up(&hal, cfg).err().unwrap();
         assert!(start.elapsed() < Duration::from_secs(20));

@@ -8,11 +8,7 @@ use bareverbs::{Config, Device};
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{connect_pair, region, send_wr, sge};
-
-fn cap() -> QpCap {
-    common::cap_with(8, 1, 0)
-}
+use common::{cap, connect_pair, region, send_wr, sge, with_rc_pair, PairAttr, RcPair};
 
 #[test]
 fn a_new_qp_with_a_reused_number_sees_only_its_own_completions() {
@@ -20,9 +16,9 @@ fn a_new_qp_with_a_reused_number_sees_only_its_own_completions() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(32).unwrap(), dev.create_cq(32).unwrap());
-    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap());
+    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0));
     let access = AccessFlags::LOCAL_WRITE;
-    let mr = region(&hal, &pd, 4096, access);
+    let mr = region(&pd, 4096, access);
     let s = [sge(&mr, 0, 8)];
     let r = [sge(&mr, 1024, 64)];
     let recv = |wr_id| RecvWr { wr_id, sg_list: &r };
@@ -78,40 +74,46 @@ fn a_new_qp_with_a_reused_number_sees_only_its_own_completions() {
 fn moving_a_qp_to_reset_drops_its_completions() {
     let hal = SimHal::synchronous();
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
-    let pd = dev.alloc_pd().unwrap();
-    let (mut scq, mut rcq) = (dev.create_cq(32).unwrap(), dev.create_cq(32).unwrap());
-    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap());
     let access = AccessFlags::LOCAL_WRITE;
-    let mr = region(&hal, &pd, 4096, access);
-    let s = [sge(&mr, 0, 8)];
-    let r = [sge(&mr, 1024, 64)];
-    let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
-    connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
-    b.post_recv(&[RecvWr {
-        wr_id: 1,
-        sg_list: &r,
-    }])
-    .unwrap();
-    a.post_send(&[send_wr(1, &s, SendOp::Send)]).unwrap();
-    let reset = QpAttr {
-        qp_state: QpState::Reset,
-        ..QpAttr::default()
+    let attr = PairAttr {
+        send_cqe: 32,
+        recv_cqe: 32,
+        access,
+        ..PairAttr::new(cap(8, 1, 0))
     };
-    a.modify(&reset, QpAttrMask::STATE).unwrap();
-    b.modify(&reset, QpAttrMask::STATE).unwrap();
-    let mut wc = [Wc::EMPTY; 4];
-    assert_eq!(scq.poll(&mut wc), 0, "a's send completion is gone");
-    assert_eq!(rcq.poll(&mut wc), 0, "b's receive completion is gone");
-    // Up again: only what comes after.
-    connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
-    b.post_recv(&[RecvWr {
-        wr_id: 2,
-        sg_list: &r,
-    }])
-    .unwrap();
-    a.post_send(&[send_wr(2, &s, SendOp::Send)]).unwrap();
-    assert_eq!(scq.poll(&mut wc), 1);
-    assert_eq!(wc[0].wr_id, 2);
-    assert_eq!(rcq.poll(&mut wc), 1);
-    assert_eq!(wc[0].wr_id, 2);
+    with_rc_pair(
+        &dev,
+        attr,
+        |RcPair {
+             a, b, scq, rcq, mr, ..
+         }| {
+            let s = [sge(mr, 0, 8)];
+            let r = [sge(mr, 1024, 64)];
+            b.post_recv(&[RecvWr {
+                wr_id: 1,
+                sg_list: &r,
+            }])
+            .unwrap();
+            a.post_send(&[send_wr(1, &s, SendOp::Send)]).unwrap();
+            let mut reset = QpAttr::default();
+            reset.qp_state = QpState::Reset;
+            a.modify(&reset, QpAttrMask::STATE).unwrap();
+            b.modify(&reset, QpAttrMask::STATE).unwrap();
+            let mut wc = [Wc::EMPTY; 4];
+            assert_eq!(scq.poll(&mut wc), 0, "a's send completion is gone");
+            assert_eq!(rcq.poll(&mut wc), 0, "b's receive completion is gone");
+            // Up again: only what comes after.
+            connect_pair(a, b, access, Mtu::Mtu1024);
+            b.post_recv(&[RecvWr {
+                wr_id: 2,
+                sg_list: &r,
+            }])
+            .unwrap();
+            a.post_send(&[send_wr(2, &s, SendOp::Send)]).unwrap();
+            assert_eq!(scq.poll(&mut wc), 1);
+            assert_eq!(wc[0].wr_id, 2);
+            assert_eq!(rcq.poll(&mut wc), 1);
+            assert_eq!(wc[0].wr_id, 2);
+        },
+    );
 }

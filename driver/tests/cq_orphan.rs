@@ -8,7 +8,7 @@ use bareverbs::{Config, Device};
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{connect_pair, region, send_wr, sge};
+use common::{cap, connect_pair, region, send_wr, sge};
 
 #[test]
 fn a_cq_dropped_in_use_lives_until_its_last_qp_goes() {
@@ -20,7 +20,7 @@ fn a_cq_dropped_in_use_lives_until_its_last_qp_goes() {
     let shared = dev.create_cq(8).unwrap();
     let own = dev.create_cq(8).unwrap();
     let cqn = shared.cqn().raw();
-    let init = QpInitAttr::new(QpType::Rc, &shared, &own, common::cap_with(8, 1, 0));
+    let init = QpInitAttr::new(QpType::Rc, &shared, &own, cap(8, 1, 0));
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect_pair(&mut a, &mut b, AccessFlags::LOCAL_WRITE, Mtu::Mtu1024);
 
@@ -35,7 +35,7 @@ fn a_cq_dropped_in_use_lives_until_its_last_qp_goes() {
     );
 
     // The QPs still work; their send completions land in the kept CQ.
-    let mr = region(&hal, &pd, 4096, AccessFlags::LOCAL_WRITE);
+    let mr = region(&pd, 4096, AccessFlags::LOCAL_WRITE);
     let s = [sge(&mr, 0, 8)];
     let r = [sge(&mr, 1024, 64)];
     b.post_recv(&[RecvWr {

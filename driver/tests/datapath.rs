@@ -1,7 +1,7 @@
 //! The data path end to end against the model: QPs of one HCA talk to each other; every test
 //! checks what a user sees (completions, statuses, byte counts, buffer contents, QP state).
 
-use bareverbs::verbs::qp_state::QpState;
+use bareverbs::verbs::QpState;
 use bareverbs::verbs::*;
 use std::time::Duration;
 
@@ -10,13 +10,9 @@ use bareverbs_hal::Hal;
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{poll_one, region, send_wr, sge};
+use common::{cap, poll_one, region, send_wr, sge, with, with_ud_pair, PairAttr, UdPair};
 
 const PSN: u32 = 0x10;
-
-fn cap() -> QpCap {
-    common::cap_with(16, 2, 128)
-}
 
 fn to_rts<H: Hal>(q: &mut Qp<'_, '_, H>, peer: u32, rnr_retry: u8) {
     let access = AccessFlags::LOCAL_WRITE
@@ -35,15 +31,13 @@ fn to_rts<H: Hal>(q: &mut Qp<'_, '_, H>, peer: u32, rnr_retry: u8) {
         Mtu::Mtu1024,
     )
     .unwrap();
-    let attr = QpAttr {
-        qp_state: QpState::Rts,
-        sq_psn: PSN,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry,
-        max_rd_atomic: 1,
-        ..QpAttr::default()
-    };
+    let mut attr = QpAttr::default();
+    attr.qp_state = QpState::Rts;
+    attr.sq_psn = PSN;
+    attr.timeout = 14;
+    attr.retry_cnt = 7;
+    attr.rnr_retry = rnr_retry;
+    attr.max_rd_atomic = 1;
     let mask = QpAttrMask::STATE
         | QpAttrMask::SQ_PSN
         | QpAttrMask::TIMEOUT
@@ -65,7 +59,7 @@ fn rc_send_write_read_atomics_and_inline() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let init = |t| QpInitAttr::new(t, &scq, &rcq, cap());
+    let init = |t| QpInitAttr::new(t, &scq, &rcq, cap(16, 2, 128));
     let mut a = pd.create_qp(&init(QpType::Rc)).unwrap();
     let mut b = pd.create_qp(&init(QpType::Rc)).unwrap();
     connect(&mut a, &mut b, 7);
@@ -73,8 +67,8 @@ fn rc_send_write_read_atomics_and_inline() {
         | AccessFlags::REMOTE_WRITE
         | AccessFlags::REMOTE_READ
         | AccessFlags::REMOTE_ATOMIC;
-    let src = region(&hal, &pd, 8192, all);
-    let dst = region(&hal, &pd, 8192, all);
+    let src = region(&pd, 8192, all);
+    let dst = region(&pd, 8192, all);
     src.buf().write_bytes(0, b"hello, verbs! ").unwrap();
     src.buf().write_bytes(4096, b"second sge").unwrap();
 
@@ -272,13 +266,14 @@ fn bad_requests_stop_at_their_index_and_nothing_is_sent() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let mut cq = dev.create_cq(64).unwrap();
-    let init = |t| QpInitAttr {
-        sq_sig_all: true,
-        ..QpInitAttr::new(t, &cq, &cq, cap())
+    let init = |t| {
+        with(QpInitAttr::new(t, &cq, &cq, cap(16, 2, 128)), |a| {
+            a.sq_sig_all = true
+        })
     };
     let mut a = pd.create_qp(&init(QpType::Rc)).unwrap();
     let mut b = pd.create_qp(&init(QpType::Rc)).unwrap();
-    let mr = region(&hal, &pd, 4096, AccessFlags::LOCAL_WRITE);
+    let mr = region(&pd, 4096, AccessFlags::LOCAL_WRITE);
     let one = [sge(&mr, 0, 8)];
     // Not in RTS yet.
     let e = a.post_send(&[send_wr(1, &one, SendOp::Send)]).unwrap_err();
@@ -367,16 +362,13 @@ fn errors_flush_outstanding_requests() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let init = QpInitAttr {
-        sq_sig_all: true,
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap())
-    };
+    let mut init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 2, 128));
+    init.sq_sig_all = true;
     let [mut a, mut b, mut c, mut d, mut e, mut f] = [(); 6].map(|()| pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b, 0);
     connect(&mut c, &mut d, 0);
     connect(&mut e, &mut f, 0);
     let mr = region(
-        &hal,
         &pd,
         4096,
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
@@ -433,10 +425,7 @@ fn errors_flush_outstanding_requests() {
     ])
     .unwrap();
     d.modify(
-        &QpAttr {
-            qp_state: QpState::Err,
-            ..QpAttr::default()
-        },
+        &with(QpAttr::default(), |a| a.qp_state = QpState::Err),
         QpAttrMask::STATE,
     )
     .unwrap();
@@ -463,77 +452,83 @@ fn errors_flush_outstanding_requests() {
 fn ud_checks_the_qkey_and_leaves_room_for_the_grh() {
     let hal = SimHal::synchronous();
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
-    let pd = dev.alloc_pd().unwrap();
-    let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let init = QpInitAttr {
+    let attr = PairAttr {
         sq_sig_all: true,
-        ..QpInitAttr::new(QpType::Ud, &scq, &rcq, cap())
+        access: AccessFlags::LOCAL_WRITE,
+        qkey: 0x1111,
+        ..PairAttr::new(cap(16, 2, 128))
     };
-    let mut a = pd.create_qp(&init).unwrap();
-    let mut b = pd.create_qp(&init).unwrap();
-    for q in [&mut a, &mut b] {
-        q.to_init(1, 0, AccessFlags::empty(), 0x1111).unwrap();
-        q.to_rtr(0, 0, AhAttr::default(), Mtu::Mtu4096).unwrap();
-        q.to_rts(1).unwrap();
-    }
-    let mr = region(&hal, &pd, 4096, AccessFlags::LOCAL_WRITE);
-    mr.buf().write_bytes(2048, b"datagram").unwrap();
-    b.post_recv(&[RecvWr {
-        wr_id: 5,
-        sg_list: &[sge(&mr, 0, 40 + 64)],
-    }])
-    .unwrap();
-    let dest = |qkey| {
-        Some(common::ud_dest(
-            &pd,
-            AhAttr {
-                dlid: 1,
-                sl: 2,
-                port_num: 1,
-                ..AhAttr::default()
-            },
-            b.qpn().raw(),
-            qkey,
-        ))
-    };
-    let sg = [sge(&mr, 2048, 8)];
-    // Wrong Q_Key: dropped at the receiver, success at the sender.
-    a.post_send(&[SendWr {
-        ud: dest(0x2222),
-        ..send_wr(4, &sg, SendOp::Send)
-    }])
-    .unwrap();
-    assert_eq!(poll_one(&mut scq).status, WcStatus::Success);
-    assert_eq!(rcq.poll(&mut [Wc::EMPTY; 2]), 0);
-    a.post_send(&[SendWr {
-        ud: dest(0x1111),
-        ..send_wr(6, &sg, SendOp::Send)
-    }])
-    .unwrap();
-    poll_one(&mut scq);
-    let r = poll_one(&mut rcq);
-    assert_eq!(
-        (r.wr_id, r.byte_len, r.src_qp, r.sl),
-        (5, 48, a.qpn().raw(), 2)
+    with_ud_pair(
+        &dev,
+        attr,
+        |UdPair {
+             a,
+             b,
+             scq,
+             rcq,
+             mr,
+             pd,
+             ..
+         }| {
+            mr.buf().write_bytes(2048, b"datagram").unwrap();
+            b.post_recv(&[RecvWr {
+                wr_id: 5,
+                sg_list: &[sge(mr, 0, 40 + 64)],
+            }])
+            .unwrap();
+            let dest = |qkey| {
+                Some(common::ud_dest(
+                    pd,
+                    AhAttr {
+                        dlid: 1,
+                        sl: 2,
+                        port_num: 1,
+                        ..AhAttr::default()
+                    },
+                    b.qpn().raw(),
+                    qkey,
+                ))
+            };
+            let sg = [sge(mr, 2048, 8)];
+            // Wrong Q_Key: dropped at the receiver, success at the sender.
+            a.post_send(&[SendWr {
+                ud: dest(0x2222),
+                ..send_wr(4, &sg, SendOp::Send)
+            }])
+            .unwrap();
+            assert_eq!(poll_one(scq).status, WcStatus::Success);
+            assert_eq!(rcq.poll(&mut [Wc::EMPTY; 2]), 0);
+            a.post_send(&[SendWr {
+                ud: dest(0x1111),
+                ..send_wr(6, &sg, SendOp::Send)
+            }])
+            .unwrap();
+            poll_one(scq);
+            let r = poll_one(rcq);
+            assert_eq!(
+                (r.wr_id, r.byte_len, r.src_qp, r.sl),
+                (5, 48, a.qpn().raw(), 2)
+            );
+            let mut got = [0u8; 8];
+            mr.buf().read_bytes(40, &mut got).unwrap();
+            assert_eq!(&got, b"datagram");
+            // RDMA on UD is refused before posting.
+            let e = a
+                .post_send(&[SendWr {
+                    ud: dest(0x1111),
+                    ..send_wr(
+                        0,
+                        &sg,
+                        SendOp::RdmaWrite {
+                            remote_addr: 0,
+                            rkey: 0,
+                        },
+                    )
+                }])
+                .unwrap_err();
+            assert!(matches!(e.error, Error::InvalidArgument { .. }));
+        },
     );
-    let mut got = [0u8; 8];
-    mr.buf().read_bytes(40, &mut got).unwrap();
-    assert_eq!(&got, b"datagram");
-    // RDMA on UD is refused before posting.
-    let e = a
-        .post_send(&[SendWr {
-            ud: dest(0x1111),
-            ..send_wr(
-                0,
-                &sg,
-                SendOp::RdmaWrite {
-                    remote_addr: 0,
-                    rkey: 0,
-                },
-            )
-        }])
-        .unwrap_err();
-    assert!(matches!(e.error, Error::InvalidArgument { .. }));
 }
 
 #[test]
@@ -558,16 +553,16 @@ fn rc_and_ud_between_two_hcas_on_a_fabric() {
         let (p1, p2) = (d1.alloc_pd().unwrap(), d2.alloc_pd().unwrap());
         let (mut c1, mut c2) = (d1.create_cq(64).unwrap(), d2.create_cq(64).unwrap());
         let mut a = p1
-            .create_qp(&QpInitAttr {
-                sq_sig_all: true,
-                ..QpInitAttr::new(QpType::Rc, &c1, &c1, cap())
-            })
+            .create_qp(&with(
+                QpInitAttr::new(QpType::Rc, &c1, &c1, cap(16, 2, 128)),
+                |a| a.sq_sig_all = true,
+            ))
             .unwrap();
         let mut b = p2
-            .create_qp(&QpInitAttr {
-                sq_sig_all: true,
-                ..QpInitAttr::new(QpType::Rc, &c2, &c2, cap())
-            })
+            .create_qp(&with(
+                QpInitAttr::new(QpType::Rc, &c2, &c2, cap(16, 2, 128)),
+                |a| a.sq_sig_all = true,
+            ))
             .unwrap();
         let all = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
         let m1 = p1
@@ -654,10 +649,10 @@ fn rc_and_ud_between_two_hcas_on_a_fabric() {
         );
         // A LID nobody owns: transport retries exceeded.
         let mut x = p1
-            .create_qp(&QpInitAttr {
-                sq_sig_all: true,
-                ..QpInitAttr::new(QpType::Rc, &c1, &c1, cap())
-            })
+            .create_qp(&with(
+                QpInitAttr::new(QpType::Rc, &c1, &c1, cap(16, 2, 128)),
+                |a| a.sq_sig_all = true,
+            ))
             .unwrap();
         x.to_init(1, 0, all, 0).unwrap();
         x.to_rtr(
@@ -692,14 +687,12 @@ fn rnr_waits_then_delivers_and_bad_keys_and_destroy_with_work_outstanding() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let init = QpInitAttr {
-        sq_sig_all: true,
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap())
-    };
+    let mut init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 2, 128));
+    init.sq_sig_all = true;
     let [mut a, mut b, mut c, mut d] = [(); 4].map(|()| pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b, 7);
     connect(&mut c, &mut d, 3);
-    let mr = region(&hal, &pd, 4096, AccessFlags::LOCAL_WRITE);
+    let mr = region(&pd, 4096, AccessFlags::LOCAL_WRITE);
     let one = [sge(&mr, 0, 8)];
 
     // rnr_retry 7: the SEND waits for a receive, then goes again once the responder's RNR
@@ -738,7 +731,7 @@ fn rnr_waits_then_delivers_and_bad_keys_and_destroy_with_work_outstanding() {
     }])
     .unwrap();
     let bad = [Sge {
-        lkey: common::stale_lkey(&hal, &pd),
+        lkey: common::stale_lkey(&pd),
         ..one[0]
     }];
     a.post_send(&[send_wr(5, &bad, SendOp::Send)]).unwrap();
@@ -798,15 +791,13 @@ fn resize_cq_keeps_unpolled_completions_in_order() {
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(4).unwrap(), dev.create_cq(4).unwrap());
     assert_eq!(scq.capacity(), 8);
-    let init = QpInitAttr {
-        sq_sig_all: true,
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap())
-    };
+    let mut init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 2, 128));
+    init.sq_sig_all = true;
     let mut a = pd.create_qp(&init).unwrap();
     let mut b = pd.create_qp(&init).unwrap();
     connect(&mut a, &mut b, 7);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let mr = region(&hal, &pd, 8192, access);
+    let mr = region(&pd, 8192, access);
     let sg = [sge(&mr, 0, 64)];
     let write = SendOp::RdmaWrite {
         remote_addr: mr.addr() + 4096,
@@ -836,7 +827,7 @@ fn resize_cq_keeps_unpolled_completions_in_order() {
     assert!(matches!(
         scq.resize(3),
         Err(Error::InvalidArgument {
-            what: bareverbs::error::Invalid::FewerEntriesThanUnpolled
+            what: bareverbs::Invalid::FewerEntriesThanUnpolled
         })
     ));
     assert_eq!(m.trace().len(), before, "no command for a refused resize");
@@ -864,7 +855,7 @@ fn resize_cq_keeps_unpolled_completions_in_order() {
     assert!(matches!(
         scq.resize(0),
         Err(Error::InvalidArgument {
-            what: bareverbs::error::Invalid::ZeroEntries
+            what: bareverbs::Invalid::ZeroEntries
         })
     ));
     assert!(matches!(
@@ -888,16 +879,14 @@ fn completions_of_qps_sharing_a_cq_keep_their_order_and_wr_ids() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let init = QpInitAttr {
-        sq_sig_all: true,
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap())
-    };
+    let mut init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 2, 128));
+    init.sq_sig_all = true;
     let mut tx: Vec<_> = (0..3).map(|_| pd.create_qp(&init).unwrap()).collect();
     let mut rx: Vec<_> = (0..3).map(|_| pd.create_qp(&init).unwrap()).collect();
     for (a, b) in tx.iter_mut().zip(rx.iter_mut()) {
         connect(a, b, 7);
     }
-    let mr = region(&hal, &pd, 4096, AccessFlags::LOCAL_WRITE);
+    let mr = region(&pd, 4096, AccessFlags::LOCAL_WRITE);
     let order: Vec<usize> = [0, 1, 2, 0, 1, 2, 0, 0, 0, 2, 2, 1].to_vec();
     let mut sent = Vec::new();
     let mut received = Vec::new();
@@ -956,16 +945,14 @@ fn a_region_past_a_thousand_4k_pages_takes_one_or_two_translation_pages() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
-    let init = QpInitAttr {
-        sq_sig_all: true,
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap())
-    };
+    let mut init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 2, 128));
+    init.sq_sig_all = true;
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b, 7);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
     let len = 24usize << 20;
-    let big = region(&hal, &pd, len, access);
-    let small = region(&hal, &pd, 4096, access);
+    let big = region(&pd, len, access);
+    let small = region(&pd, 4096, access);
     let t = hal
         .model()
         .with(|h| h.mkey(big.lkey().raw() >> 8).map(|k| k.translation.clone()))
@@ -1027,14 +1014,12 @@ fn cqs_past_a_thousand_4k_pages_take_2_mib_pages_and_resize_across_sizes() {
     };
     assert_eq!(pages(&scq), (2 << 20, 4));
     assert_eq!(pages(&rcq), (4096, 1));
-    let init = QpInitAttr {
-        sq_sig_all: true,
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap())
-    };
+    let mut init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 2, 128));
+    init.sq_sig_all = true;
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b, 7);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let mr = region(&hal, &pd, 8192, access);
+    let mr = region(&pd, 8192, access);
     let sg = [sge(&mr, 0, 64)];
     let write = SendOp::RdmaWrite {
         remote_addr: mr.addr() + 4096,
@@ -1079,13 +1064,14 @@ fn a_qp_buffer_past_a_thousand_4k_pages_takes_2_mib_pages() {
         max_recv_sge: 16,
         max_inline_data: 0,
     };
-    let init = |cap| QpInitAttr {
-        sq_sig_all: true,
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap)
+    let init = |cap| {
+        with(QpInitAttr::new(QpType::Rc, &scq, &rcq, cap), |a| {
+            a.sq_sig_all = true
+        })
     };
     let sender = QpCap {
         max_send_wr: 128,
-        ..cap()
+        ..cap(16, 2, 128)
     };
     let mut a = pd.create_qp(&init(sender)).unwrap();
     let mut b = pd.create_qp(&init(big)).unwrap();
@@ -1095,7 +1081,7 @@ fn a_qp_buffer_past_a_thousand_4k_pages_takes_2_mib_pages() {
         .unwrap();
     assert_eq!((page_size, pages), (2 << 20, 5));
     let access = AccessFlags::LOCAL_WRITE;
-    let mr = region(&hal, &pd, 1 << 20, access);
+    let mr = region(&pd, 1 << 20, access);
     // 8200 receives reach 2 MiB + 2 KiB into the receive queue: past its first page.
     let n = 8200u64;
     for chunk in (0..n).collect::<Vec<_>>().chunks(100) {
@@ -1164,14 +1150,12 @@ fn a_device_without_host_endian_atomics_refuses_atomics_before_the_ring() {
     assert_eq!(sets, 1, "only the general SET_HCA_CAP");
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
-    let init = QpInitAttr {
-        sq_sig_all: true,
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap())
-    };
+    let mut init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 2, 128));
+    init.sq_sig_all = true;
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b, 7);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
-    let mr = region(&hal, &pd, 4096, access);
+    let mr = region(&pd, 4096, access);
     let res = [sge(&mr, 0, 8)];
     let write = SendOp::RdmaWrite {
         remote_addr: mr.addr() + 64,
@@ -1190,7 +1174,7 @@ fn a_device_without_host_endian_atomics_refuses_atomics_before_the_ring() {
         (
             1,
             Error::InvalidArgument {
-                what: bareverbs::error::Invalid::AtomicsUnsupported
+                what: bareverbs::Invalid::AtomicsUnsupported
             }
         )
     );
@@ -1214,7 +1198,7 @@ fn a_hal_that_aligns_only_4k_gets_queues_in_4k_pages_and_typed_limits_past_them(
     let before = m.memory().allocated_bytes();
     match dev.create_cq(100_000) {
         Err(Error::ExceedsLimit {
-            limit: bareverbs::error::Limit::CqEntries,
+            limit: bareverbs::Limit::CqEntries,
             max,
             ..
         }) => assert_eq!(max, 992 * 4096 / 64 - 1),
@@ -1228,9 +1212,10 @@ fn a_hal_that_aligns_only_4k_gets_queues_in_4k_pages_and_typed_limits_past_them(
             .unwrap()
     };
     assert_eq!(pages(&scq), (4096, 16));
-    let init = |cap| QpInitAttr {
-        sq_sig_all: true,
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap)
+    let init = |cap| {
+        with(QpInitAttr::new(QpType::Rc, &scq, &rcq, cap), |a| {
+            a.sq_sig_all = true
+        })
     };
     let big = QpCap {
         max_send_wr: 16_384,
@@ -1242,7 +1227,7 @@ fn a_hal_that_aligns_only_4k_gets_queues_in_4k_pages_and_typed_limits_past_them(
     let before = m.memory().allocated_bytes();
     match pd.create_qp(&init(big)) {
         Err(Error::ExceedsLimit {
-            limit: bareverbs::error::Limit::QpBufferBytes,
+            limit: bareverbs::Limit::QpBufferBytes,
             requested,
             max,
         }) => {
@@ -1261,7 +1246,7 @@ fn a_hal_that_aligns_only_4k_gets_queues_in_4k_pages_and_typed_limits_past_them(
     let mid = QpCap {
         max_send_wr: 4096,
         max_recv_wr: 4096,
-        ..cap()
+        ..cap(16, 2, 128)
     };
     let (mut a, mut b) = (
         pd.create_qp(&init(mid)).unwrap(),
@@ -1273,7 +1258,7 @@ fn a_hal_that_aligns_only_4k_gets_queues_in_4k_pages_and_typed_limits_past_them(
         .unwrap();
     assert_eq!(qp_pages.0, 4096);
     assert!(qp_pages.1 > 200, "{qp_pages:?}");
-    let mr = region(&hal, &pd, 4096, AccessFlags::LOCAL_WRITE);
+    let mr = region(&pd, 4096, AccessFlags::LOCAL_WRITE);
     mr.buf().write_bytes(0, b"small pages").unwrap();
     b.post_recv(&[RecvWr {
         wr_id: 2,
@@ -1301,12 +1286,12 @@ fn a_qp_connected_to_itself_is_its_own_responder() {
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
     let mut q = pd
-        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 2, 128)))
         .unwrap();
     let own = q.qpn().raw();
     to_rts(&mut q, own, 7);
     let all = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let mr = region(&hal, &pd, 32768, all);
+    let mr = region(&pd, 32768, all);
     let pattern: Vec<u8> = (0..3000u32).map(|i| (i * 7 + 3) as u8).collect();
     mr.buf().write_bytes(0, &pattern).unwrap();
     // At MTU 1024: the SEND takes 3 packets, the WRITE 3, the READ's response 3.

@@ -3,74 +3,61 @@
 //! another per request, the target's access key, its SRQ and CQ, its state rules, DCI
 //! streams; checked against the data that lands.
 
-use bareverbs::error::Invalid;
 use bareverbs::verbs::*;
+use bareverbs::Invalid;
 use bareverbs::{AsyncEvent, Config, Device, Error};
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{all_access, region, sge, two_hcas};
+use common::{all_access, cap, poll_one, region, sge, two_hcas, with};
 
 const KEY: u64 = 0x0123_4567_89ab_cdef;
 
-fn cap() -> QpCap {
-    QpCap {
-        max_send_wr: 16,
-        max_recv_wr: 0,
-        max_send_sge: 2,
-        max_recv_sge: 0,
-        max_inline_data: 64,
-    }
-}
+/// Sends only: a DCI has no receive queue, a DCT takes its receives from an SRQ.
+const CAP: QpCap = QpCap {
+    max_recv_wr: 0,
+    max_recv_sge: 0,
+    ..cap(16, 2, 64)
+};
 
 fn dc(dc_type: DcType, key: u64) -> DvQpInitAttr {
-    DvQpInitAttr {
-        comp_mask: DvQpInitAttrMask::DC,
-        dc_init_attr: DcInitAttr {
-            dc_type,
-            dct_access_key: key,
-            ..DcInitAttr::default()
-        },
-        ..DvQpInitAttr::default()
-    }
+    with(DvQpInitAttr::default(), |x| {
+        x.comp_mask = DvQpInitAttrMask::DC;
+        x.dc_init_attr.dc_type = dc_type;
+        x.dc_init_attr.dct_access_key = key;
+    })
 }
 
 /// A DCI brought to RTS on port 1 (rdma-core dcping's masks).
 fn dci_to_rts<H: bareverbs_hal::Hal>(q: &mut Qp<'_, '_, H>, retry_cnt: u8) {
-    let a = QpAttr {
-        qp_state: QpState::Init,
-        pkey_index: 0,
-        port_num: 1,
-        ..QpAttr::default()
-    };
+    let mut a = QpAttr::default();
+    a.qp_state = QpState::Init;
+    a.pkey_index = 0;
+    a.port_num = 1;
     q.modify(
         &a,
         QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT,
     )
     .unwrap();
-    let a = QpAttr {
-        qp_state: QpState::Rtr,
-        path_mtu: Mtu::Mtu1024,
-        ah_attr: AhAttr {
-            port_num: 1,
-            ..AhAttr::default()
-        },
-        ..QpAttr::default()
+    let mut a = QpAttr::default();
+    a.qp_state = QpState::Rtr;
+    a.path_mtu = Mtu::Mtu1024;
+    a.ah_attr = AhAttr {
+        port_num: 1,
+        ..AhAttr::default()
     };
     q.modify(
         &a,
         QpAttrMask::STATE | QpAttrMask::PATH_MTU | QpAttrMask::AV,
     )
     .unwrap();
-    let a = QpAttr {
-        qp_state: QpState::Rts,
-        timeout: 4,
-        retry_cnt,
-        rnr_retry: 7,
-        sq_psn: 0,
-        max_rd_atomic: 1,
-        ..QpAttr::default()
-    };
+    let mut a = QpAttr::default();
+    a.qp_state = QpState::Rts;
+    a.timeout = 4;
+    a.retry_cnt = retry_cnt;
+    a.rnr_retry = 7;
+    a.sq_psn = 0;
+    a.max_rd_atomic = 1;
     q.modify(
         &a,
         QpAttrMask::STATE
@@ -85,37 +72,29 @@ fn dci_to_rts<H: bareverbs_hal::Hal>(q: &mut Qp<'_, '_, H>, retry_cnt: u8) {
 
 /// A DCT brought to RTR (Linux `mlx5_ib_modify_dct`'s masks) with `access`.
 fn dct_to_rtr<H: bareverbs_hal::Hal>(t: &mut Dct<'_, '_, H>, access: AccessFlags) {
-    let a = QpAttr {
-        qp_state: QpState::Init,
-        qp_access_flags: access,
-        pkey_index: 0,
-        port_num: 1,
-        ..QpAttr::default()
-    };
+    let mut a = QpAttr::default();
+    a.qp_state = QpState::Init;
+    a.qp_access_flags = access;
+    a.pkey_index = 0;
+    a.port_num = 1;
     t.modify(
         &a,
         QpAttrMask::STATE | QpAttrMask::ACCESS_FLAGS | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT,
     )
     .unwrap();
-    let a = QpAttr {
-        qp_state: QpState::Rtr,
-        min_rnr_timer: 1,
-        path_mtu: Mtu::Mtu1024,
-        ah_attr: AhAttr {
-            port_num: 1,
-            ..AhAttr::default()
-        },
-        ..QpAttr::default()
+    let mut a = QpAttr::default();
+    a.qp_state = QpState::Rtr;
+    a.min_rnr_timer = 1;
+    a.path_mtu = Mtu::Mtu1024;
+    a.ah_attr = AhAttr {
+        port_num: 1,
+        ..AhAttr::default()
     };
     t.modify(
         &a,
         QpAttrMask::STATE | QpAttrMask::MIN_RNR_TIMER | QpAttrMask::AV | QpAttrMask::PATH_MTU,
     )
     .unwrap();
-}
-
-fn poll_one<H: bareverbs_hal::Hal>(cq: &mut Cq<'_, H>) -> Wc {
-    common::poll_one(cq)
 }
 
 /// The next completion of `cq`, waiting on the model's clock for retries to run out.
@@ -155,7 +134,7 @@ macro_rules! dc_pair {
         let mut $scq = $d1.create_cq(64).unwrap();
         let mut $dci = $p1
             .create_qp_dv(
-                &QpInitAttr::new(QpType::Driver, &$scq, &$scq, cap()),
+                &QpInitAttr::new(QpType::Driver, &$scq, &$scq, CAP),
                 &dci_attr($streams),
             )
             .unwrap()
@@ -169,18 +148,17 @@ macro_rules! dc_pair {
         #[allow(unused_mut)]
         let mut $dct = $p2
             .create_qp_dv(
-                &QpInitAttr {
-                    srq: Some(&$srq),
-                    ..QpInitAttr::new(QpType::Driver, &$rcq, &$rcq, cap())
-                },
+                &with(QpInitAttr::new(QpType::Driver, &$rcq, &$rcq, CAP), |a| {
+                    a.srq = Some(&$srq)
+                }),
                 &dc(DcType::Dct, KEY),
             )
             .unwrap()
             .into_dct()
             .unwrap();
         dct_to_rtr(&mut $dct, all_access());
-        let $src = region(&$h1, &$p1, 4096, all_access());
-        let $dst = region(&h2, &$p2, 4096, all_access());
+        let $src = region(&$p1, 4096, all_access());
+        let $dst = region(&$p2, 4096, all_access());
         let ah = $p1
             .create_ah(AhAttr {
                 dlid: 17,
@@ -294,10 +272,9 @@ fn one_dci_reaches_two_dcts_request_by_request() {
     let srq2 = common::srq(&p2, 4, 1);
     let mut dct2 = p2
         .create_qp_dv(
-            &QpInitAttr {
-                srq: Some(&srq2),
-                ..QpInitAttr::new(QpType::Driver, &rcq2, &rcq2, cap())
-            },
+            &with(QpInitAttr::new(QpType::Driver, &rcq2, &rcq2, CAP), |a| {
+                a.srq = Some(&srq2)
+            }),
             &dc(DcType::Dct, 99),
         )
         .unwrap()
@@ -494,10 +471,8 @@ fn a_dct_takes_only_linux_transitions_and_masks() {
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(8).unwrap();
     let srq = common::srq(&pd, 4, 1);
-    let attr = QpInitAttr {
-        srq: Some(&srq),
-        ..QpInitAttr::new(QpType::Driver, &cq, &cq, cap())
-    };
+    let mut attr = QpInitAttr::new(QpType::Driver, &cq, &cq, CAP);
+    attr.srq = Some(&srq);
     let mut dct = pd
         .create_qp_dv(&attr, &dc(DcType::Dct, 5))
         .unwrap()
@@ -512,12 +487,10 @@ fn a_dct_takes_only_linux_transitions_and_masks() {
         "nothing on the device yet"
     );
     assert_eq!(dct.arm_key_violation(), Err(Error::NotUp));
-    let init = QpAttr {
-        qp_state: QpState::Init,
-        qp_access_flags: AccessFlags::REMOTE_WRITE | AccessFlags::LOCAL_WRITE,
-        port_num: 1,
-        ..QpAttr::default()
-    };
+    let mut init = QpAttr::default();
+    init.qp_state = QpState::Init;
+    init.qp_access_flags = AccessFlags::REMOTE_WRITE | AccessFlags::LOCAL_WRITE;
+    init.port_num = 1;
     let m = QpAttrMask::STATE | QpAttrMask::ACCESS_FLAGS | QpAttrMask::PKEY_INDEX;
     assert_eq!(dct.modify(&init, m), bad, "PORT missing");
     assert_eq!(
@@ -525,25 +498,17 @@ fn a_dct_takes_only_linux_transitions_and_masks() {
         bad,
         "QKEY extra"
     );
-    let rtr = QpAttr {
-        qp_state: QpState::Rtr,
-        path_mtu: Mtu::Mtu2048,
-        ah_attr: AhAttr {
-            port_num: 1,
-            ..AhAttr::default()
-        },
-        ..QpAttr::default()
+    let mut rtr = QpAttr::default();
+    rtr.qp_state = QpState::Rtr;
+    rtr.path_mtu = Mtu::Mtu2048;
+    rtr.ah_attr = AhAttr {
+        port_num: 1,
+        ..AhAttr::default()
     };
     let rm = QpAttrMask::STATE | QpAttrMask::MIN_RNR_TIMER | QpAttrMask::AV | QpAttrMask::PATH_MTU;
     assert_eq!(dct.modify(&rtr, rm), bad, "RESET -> RTR");
     assert_eq!(
-        dct.modify(
-            &QpAttr {
-                port_num: 9,
-                ..init
-            },
-            m | QpAttrMask::PORT
-        ),
+        dct.modify(&with(init, |a| a.port_num = 9), m | QpAttrMask::PORT),
         Err(Error::InvalidArgument {
             what: Invalid::Port
         })
@@ -553,10 +518,8 @@ fn a_dct_takes_only_linux_transitions_and_masks() {
     assert_eq!(dct.dctn(), None);
     dct.modify(&rtr, rm).unwrap();
     assert_eq!(dct.state(), QpState::Rtr);
-    let rts = QpAttr {
-        qp_state: QpState::Rts,
-        ..QpAttr::default()
-    };
+    let mut rts = QpAttr::default();
+    rts.qp_state = QpState::Rts;
     assert_eq!(
         dct.modify(&rts, QpAttrMask::STATE),
         bad,
@@ -614,7 +577,7 @@ fn dci_requests_need_the_dc_batch_and_a_destination() {
     .unwrap();
     // An RC QP has no DC batch; a DCI no stream reset without streams.
     let mut rc = p1
-        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &scq, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &scq, CAP))
         .unwrap();
     assert_eq!(rc.send_batch_dc(|_| ()), dest);
     assert!(matches!(
@@ -641,7 +604,7 @@ fn a_dci_reads_a_small_result_through_its_cqe() {
     attr.comp_mask |= DvQpInitAttrMask::QP_CREATE_FLAGS;
     attr.create_flags = DvQpCreateFlags::ALLOW_SCATTER_TO_CQE;
     let mut dci2 = p1
-        .create_qp_dv(&QpInitAttr::new(QpType::Driver, &scq, &scq, cap()), &attr)
+        .create_qp_dv(&QpInitAttr::new(QpType::Driver, &scq, &scq, CAP), &attr)
         .unwrap()
         .into_qp()
         .unwrap();

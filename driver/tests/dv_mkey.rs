@@ -3,31 +3,23 @@
 //! requests the model executes, then used by RDMA and by local scatter/gather, data checked
 //! byte by byte through the layout.
 
-use bareverbs::error::Invalid;
 use bareverbs::verbs::*;
+use bareverbs::Invalid;
 use bareverbs::{Config, Device, Error};
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{all_access, connect_pair, poll_one, region, sge};
-
-fn cap() -> QpCap {
-    common::cap_with(16, 2, 124)
-}
+use common::{all_access, cap, connect_pair, poll_one, region, sge, with};
 
 fn ops(o: DvSendOpsFlags) -> DvQpInitAttr {
-    DvQpInitAttr {
-        comp_mask: DvQpInitAttrMask::SEND_OPS_FLAGS,
-        send_ops_flags: o,
-        ..DvQpInitAttr::default()
-    }
+    with(DvQpInitAttr::default(), |a| {
+        a.comp_mask = DvQpInitAttrMask::SEND_OPS_FLAGS;
+        a.send_ops_flags = o;
+    })
 }
 
 fn indirect(n: u16) -> MkeyInitAttr {
-    MkeyInitAttr {
-        create_flags: MkeyInitFlags::INDIRECT,
-        max_entries: n,
-    }
+    MkeyInitAttr::new(MkeyInitFlags::INDIRECT, n)
 }
 
 /// An RC pair on one HCA: `$a` with send operations `$ops`, `$b` plain; a CQ, a PD.
@@ -37,7 +29,7 @@ macro_rules! pair {
         let dev = Device::bring_up(&$hal, Config::default()).unwrap();
         let $pd = dev.alloc_pd().unwrap();
         let mut $cq = dev.create_cq(64).unwrap();
-        let init = QpInitAttr::new(QpType::Rc, &$cq, &$cq, cap());
+        let init = QpInitAttr::new(QpType::Rc, &$cq, &$cq, cap(16, 2, 124));
         let mut $a = $pd
             .create_qp_dv(&init, &ops($ops))
             .unwrap()
@@ -52,9 +44,9 @@ macro_rules! pair {
 fn a_list_key_spreads_an_rdma_write_over_its_pieces_and_gathers_them_back() {
     pair!(DvSendOpsFlags::MR_LIST => hal, pd, cq, a, b);
     let (m1, m2, m3) = (
-        region(&hal, &pd, 4096, all_access()),
-        region(&hal, &pd, 4096, all_access()),
-        region(&hal, &pd, 4096, all_access()),
+        region(&pd, 4096, all_access()),
+        region(&pd, 4096, all_access()),
+        region(&pd, 4096, all_access()),
     );
     let key = pd.create_mkey(&indirect(3)).unwrap();
     assert_eq!(
@@ -73,7 +65,7 @@ fn a_list_key_spreads_an_rdma_write_over_its_pieces_and_gathers_them_back() {
         (1, WcStatus::Success, WcOpcode::Driver1)
     );
     // b writes 210 bytes at the key's offset 0 (its address space starts at 0).
-    let src = region(&hal, &pd, 4096, all_access());
+    let src = region(&pd, 4096, all_access());
     let data: Vec<u8> = (0..210u32).map(|i| (i * 7 + 3) as u8).collect();
     src.buf().write_bytes(0, &data).unwrap();
     b.post_send(&[common::send_wr(
@@ -109,17 +101,17 @@ fn a_list_key_spreads_an_rdma_write_over_its_pieces_and_gathers_them_back() {
     // now in ERR; a READ from a's side through the key into `src` checks the other way.
     let (mut a2, mut b2) = (
         pd.create_qp_dv(
-            &QpInitAttr::new(QpType::Rc, &cq, &cq, cap()),
+            &QpInitAttr::new(QpType::Rc, &cq, &cq, cap(16, 2, 124)),
             &ops(DvSendOpsFlags::MR_LIST),
         )
         .unwrap()
         .into_qp()
         .unwrap(),
-        pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap()))
+        pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap(16, 2, 124)))
             .unwrap(),
     );
     connect_pair(&mut a2, &mut b2, all_access(), Mtu::Mtu1024);
-    let dst = region(&hal, &pd, 4096, all_access());
+    let dst = region(&pd, 4096, all_access());
     b2.post_recv(&[RecvWr {
         wr_id: 9,
         sg_list: &[sge(&dst, 0, 4096)],
@@ -145,8 +137,8 @@ fn a_list_key_spreads_an_rdma_write_over_its_pieces_and_gathers_them_back() {
 fn an_interleaved_key_takes_each_piece_in_turn_with_its_stride() {
     pair!(DvSendOpsFlags::MR_INTERLEAVED | DvSendOpsFlags::MKEY_CONFIGURE => hal, pd, cq, a, b);
     let (m1, m2) = (
-        region(&hal, &pd, 4096, all_access()),
-        region(&hal, &pd, 4096, all_access()),
+        region(&pd, 4096, all_access()),
+        region(&pd, 4096, all_access()),
     );
     let key = pd.create_mkey(&indirect(2)).unwrap();
     let entries = [
@@ -167,7 +159,7 @@ fn an_interleaved_key_takes_each_piece_in_turn_with_its_stride() {
         .unwrap()
         .unwrap();
     assert_eq!(poll_one(&mut cq).status, WcStatus::Success);
-    let src = region(&hal, &pd, 4096, all_access());
+    let src = region(&pd, 4096, all_access());
     let data: Vec<u8> = (1..=18u8).collect();
     src.buf().write_bytes(0, &data).unwrap();
     b.post_send(&[common::send_wr(
@@ -196,10 +188,9 @@ fn an_interleaved_key_takes_each_piece_in_turn_with_its_stride() {
             3,
             SendFlags::SIGNALED,
             &key,
-            &MkeyConf {
-                access: Some(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ),
-                layout: MkeyLayout::Unchanged,
-            },
+            &with(MkeyConf::new(MkeyLayout::Unchanged), |a| {
+                a.access = Some(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
+            }),
         )
     })
     .unwrap()
@@ -233,7 +224,7 @@ fn an_interleaved_key_takes_each_piece_in_turn_with_its_stride() {
 #[test]
 fn umr_requests_are_refused_by_name_before_anything_is_written() {
     pair!(DvSendOpsFlags::MR_LIST => hal, pd, cq, a, b);
-    let m = region(&hal, &pd, 4096, all_access());
+    let m = region(&pd, 4096, all_access());
     let key = pd.create_mkey(&indirect(4)).unwrap();
     let s = [sge(&m, 0, 8)];
     let e = |what| Err(Error::InvalidArgument { what });
@@ -249,10 +240,7 @@ fn umr_requests_are_refused_by_name_before_anything_is_written() {
             e(Invalid::SendOpNotEnabled),
             "only MR_LIST on this QP"
         );
-        let conf = MkeyConf {
-            access: None,
-            layout: MkeyLayout::Unchanged,
-        };
+        let conf = MkeyConf::new(MkeyLayout::Unchanged);
         assert_eq!(
             bt.mkey_configure(1, SendFlags::empty(), &key, &conf),
             e(Invalid::SendOpNotEnabled)
@@ -292,11 +280,8 @@ fn umr_requests_are_refused_by_name_before_anything_is_written() {
     assert_eq!(cq.poll(&mut none), 0);
     // create_mkey's refusals.
     assert_eq!(
-        pd.create_mkey(&MkeyInitAttr {
-            create_flags: MkeyInitFlags::empty(),
-            max_entries: 1
-        })
-        .err(),
+        pd.create_mkey(&MkeyInitAttr::new(MkeyInitFlags::empty(), 1))
+            .err(),
         Some(Error::InvalidArgument {
             what: Invalid::MkeyFlags
         })
@@ -314,10 +299,7 @@ fn umr_requests_are_refused_by_name_before_anything_is_written() {
         MkeyInitFlags::REMOTE_INVALIDATE,
     ] {
         assert!(matches!(
-            pd.create_mkey(&MkeyInitAttr {
-                create_flags: MkeyInitFlags::INDIRECT | f,
-                max_entries: 1
-            }),
+            pd.create_mkey(&MkeyInitAttr::new(MkeyInitFlags::INDIRECT | f, 1)),
             Err(Error::DvRefused {
                 why: DvRefusal::NotInDriver { .. },
                 ..
@@ -328,13 +310,13 @@ fn umr_requests_are_refused_by_name_before_anything_is_written() {
     assert!(matches!(
         pd.create_mkey(&indirect(u16::MAX)),
         Err(Error::ExceedsLimit {
-            limit: bareverbs::error::Limit::MkeyEntries,
+            limit: bareverbs::Limit::MkeyEntries,
             ..
         })
     ));
     // Send operations need RC (rdma-core `mlx5_qp_fill_wr_pfns`).
     let uc = pd.create_qp_dv(
-        &QpInitAttr::new(QpType::Uc, &cq, &cq, cap()),
+        &QpInitAttr::new(QpType::Uc, &cq, &cq, cap(16, 2, 124)),
         &ops(DvSendOpsFlags::MR_LIST),
     );
     assert!(matches!(
@@ -354,18 +336,18 @@ fn a_key_of_another_pd_is_refused() {
     let cq = dev.create_cq(8).unwrap();
     let mut a = pd
         .create_qp_dv(
-            &QpInitAttr::new(QpType::Rc, &cq, &cq, cap()),
+            &QpInitAttr::new(QpType::Rc, &cq, &cq, cap(16, 2, 124)),
             &ops(DvSendOpsFlags::MR_LIST),
         )
         .unwrap()
         .into_qp()
         .unwrap();
     let mut b = pd
-        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap(16, 2, 124)))
         .unwrap();
     connect_pair(&mut a, &mut b, all_access(), Mtu::Mtu1024);
     let key = other.create_mkey(&indirect(1)).unwrap();
-    let m = region(&hal, &pd, 4096, all_access());
+    let m = region(&pd, 4096, all_access());
     a.send_batch(|bt| {
         assert_eq!(
             bt.mr_list(1, SendFlags::empty(), &key, all_access(), &[sge(&m, 0, 8)]),
@@ -380,7 +362,7 @@ fn a_key_of_another_pd_is_refused() {
 #[test]
 fn the_request_after_a_umr_is_fenced_in_its_batch_or_the_next() {
     pair!(DvSendOpsFlags::MR_LIST => hal, pd, cq, a, b);
-    let m = region(&hal, &pd, 4096, all_access());
+    let m = region(&pd, 4096, all_access());
     let key = pd.create_mkey(&indirect(1)).unwrap();
     let fenced = || hal.model().with(|h| h.small_fenced());
     let write = |id| {
@@ -442,7 +424,7 @@ fn a_list_longer_than_a_umr_wqe_holds_is_refused_not_written_past_it() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(64).unwrap();
-    let init = QpInitAttr::new(QpType::Rc, &cq, &cq, common::cap_with(4, 2, 892));
+    let init = QpInitAttr::new(QpType::Rc, &cq, &cq, cap(4, 2, 892));
     let mut a = pd
         .create_qp_dv(&init, &ops(DvSendOpsFlags::MR_LIST))
         .unwrap()
@@ -450,7 +432,7 @@ fn a_list_longer_than_a_umr_wqe_holds_is_refused_not_written_past_it() {
         .unwrap();
     let mut b = pd.create_qp(&init).unwrap();
     connect_pair(&mut a, &mut b, all_access(), Mtu::Mtu1024);
-    let m = region(&hal, &pd, 4096, all_access());
+    let m = region(&pd, 4096, all_access());
     let key = pd.create_mkey(&indirect(56)).unwrap();
     let one = sge(&m, 0, 8);
     a.send_batch(|bt| {

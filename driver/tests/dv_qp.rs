@@ -3,24 +3,19 @@
 //! results the device puts inside the completion, copied by the poll into the buffers —
 //! around its 32-byte threshold, against the model.
 
-use bareverbs::error::Invalid;
 use bareverbs::verbs::*;
+use bareverbs::Invalid;
 use bareverbs::{Config, Device, Error};
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{all_access, connect_pair, poll_one, region, sge};
-
-fn cap() -> QpCap {
-    common::cap_with(16, 2, 64)
-}
+use common::{all_access, cap, connect_pair, poll_one, region, sge, with};
 
 fn flags(f: DvQpCreateFlags) -> DvQpInitAttr {
-    DvQpInitAttr {
-        comp_mask: DvQpInitAttrMask::QP_CREATE_FLAGS,
-        create_flags: f,
-        ..DvQpInitAttr::default()
-    }
+    with(DvQpInitAttr::default(), |a| {
+        a.comp_mask = DvQpInitAttrMask::QP_CREATE_FLAGS;
+        a.create_flags = f;
+    })
 }
 
 fn scattered(hal: &SimHal) -> u64 {
@@ -69,33 +64,25 @@ fn every_mask_bit_and_flag_is_carried_out_or_refused_by_name() {
     let cq = dev.create_cq(16).unwrap();
     let srq = common::srq(&pd, 4, 1);
     let dci = |streams: Option<DciStreams>| {
-        let mut a = DvQpInitAttr {
-            comp_mask: DvQpInitAttrMask::DC,
-            dc_init_attr: DcInitAttr {
-                dc_type: DcType::Dci,
-                ..DcInitAttr::default()
-            },
-            ..DvQpInitAttr::default()
-        };
+        let mut a = with(DvQpInitAttr::default(), |x| {
+            x.comp_mask = DvQpInitAttrMask::DC;
+            x.dc_init_attr.dc_type = DcType::Dci;
+        });
         if let Some(s) = streams {
             a.comp_mask |= DvQpInitAttrMask::DCI_STREAMS;
             a.dc_init_attr.dci_streams = s;
         }
         a
     };
-    let dct = DvQpInitAttr {
-        comp_mask: DvQpInitAttrMask::DC,
-        dc_init_attr: DcInitAttr {
-            dc_type: DcType::Dct,
-            dct_access_key: 1,
-            ..DcInitAttr::default()
-        },
-        ..DvQpInitAttr::default()
-    };
-    let ops = |o: DvSendOpsFlags| DvQpInitAttr {
-        comp_mask: DvQpInitAttrMask::SEND_OPS_FLAGS,
-        send_ops_flags: o,
-        ..DvQpInitAttr::default()
+    let mut dct = DvQpInitAttr::default();
+    dct.comp_mask = DvQpInitAttrMask::DC;
+    dct.dc_init_attr.dc_type = DcType::Dct;
+    dct.dc_init_attr.dct_access_key = 1;
+    let ops = |o: DvSendOpsFlags| {
+        with(DvQpInitAttr::default(), |a| {
+            a.comp_mask = DvQpInitAttrMask::SEND_OPS_FLAGS;
+            a.send_ops_flags = o;
+        })
     };
     let raw = "RAW_PACKET";
     let _ = raw;
@@ -104,10 +91,9 @@ fn every_mask_bit_and_flag_is_carried_out_or_refused_by_name() {
         (
             QpType::Rc,
             false,
-            DvQpInitAttr {
-                comp_mask: DvQpInitAttrMask::from_bits_retain(1 << 9),
-                ..DvQpInitAttr::default()
-            },
+            with(DvQpInitAttr::default(), |a| {
+                a.comp_mask = DvQpInitAttrMask::from_bits_retain(1 << 9)
+            }),
             Said::Refused(F::UnknownCompMask(1 << 9), "unknown"),
         ),
         (
@@ -235,29 +221,26 @@ fn every_mask_bit_and_flag_is_carried_out_or_refused_by_name() {
         (
             QpType::Driver,
             true,
-            DvQpInitAttr {
-                comp_mask: DvQpInitAttrMask::DC | DvQpInitAttrMask::DCI_STREAMS,
-                ..dct
-            },
+            with(dct, |a| {
+                a.comp_mask = DvQpInitAttrMask::DC | DvQpInitAttrMask::DCI_STREAMS
+            }),
             Said::Refused(F::DciStreams, "type"),
         ),
         (
             QpType::Driver,
             true,
-            DvQpInitAttr {
-                comp_mask: DvQpInitAttrMask::DC | DvQpInitAttrMask::SEND_OPS_FLAGS,
-                ..dct
-            },
+            with(dct, |a| {
+                a.comp_mask = DvQpInitAttrMask::DC | DvQpInitAttrMask::SEND_OPS_FLAGS
+            }),
             Said::Refused(F::SendOpsFlags, "type"),
         ),
         (
             QpType::Driver,
             true,
-            DvQpInitAttr {
-                comp_mask: DvQpInitAttrMask::DC | DvQpInitAttrMask::QP_CREATE_FLAGS,
-                create_flags: C::ALLOW_SCATTER_TO_CQE,
-                ..dct
-            },
+            with(dct, |a| {
+                a.comp_mask = DvQpInitAttrMask::DC | DvQpInitAttrMask::QP_CREATE_FLAGS;
+                a.create_flags = C::ALLOW_SCATTER_TO_CQE;
+            }),
             Said::Refused(F::AllowScatterToCqe, "type"),
         ),
         (
@@ -289,19 +272,16 @@ fn every_mask_bit_and_flag_is_carried_out_or_refused_by_name() {
         (
             QpType::Driver,
             false,
-            DvQpInitAttr {
-                comp_mask: DvQpInitAttrMask::DC | DvQpInitAttrMask::SEND_OPS_FLAGS,
-                send_ops_flags: DvSendOpsFlags::MKEY_CONFIGURE,
-                ..dci(None)
-            },
+            with(dci(None), |a| {
+                a.comp_mask = DvQpInitAttrMask::DC | DvQpInitAttrMask::SEND_OPS_FLAGS;
+                a.send_ops_flags = DvSendOpsFlags::MKEY_CONFIGURE;
+            }),
             Said::Refused(F::MkeyConfigure, "type"),
         ),
     ];
     for (k, (t, with_srq, dv, want)) in cases.into_iter().enumerate() {
-        let attr = QpInitAttr {
-            srq: with_srq.then_some(&srq),
-            ..QpInitAttr::new(t, &cq, &cq, cap())
-        };
+        let mut attr = QpInitAttr::new(t, &cq, &cq, cap(16, 2, 64));
+        attr.srq = with_srq.then_some(&srq);
         let got = said(pd.create_qp_dv(&attr, &dv));
         assert_eq!(got, want, "case {k}: {t:?} {dv:?}");
     }
@@ -325,15 +305,13 @@ fn without_the_device_caps_dc_streams_and_packet_credits_are_refused_by_cap_name
     assert!(!dev.info().caps.qp_packet_based);
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(16).unwrap();
-    let dci = DvQpInitAttr {
-        comp_mask: DvQpInitAttrMask::DC,
-        dc_init_attr: DcInitAttr {
-            dc_type: DcType::Dci,
-            ..DcInitAttr::default()
-        },
-        ..DvQpInitAttr::default()
-    };
-    let r = pd.create_qp_dv(&QpInitAttr::new(QpType::Driver, &cq, &cq, cap()), &dci);
+    let mut dci = DvQpInitAttr::default();
+    dci.comp_mask = DvQpInitAttrMask::DC;
+    dci.dc_init_attr.dc_type = DcType::Dci;
+    let r = pd.create_qp_dv(
+        &QpInitAttr::new(QpType::Driver, &cq, &cq, cap(16, 2, 64)),
+        &dci,
+    );
     assert!(matches!(
         r,
         Err(Error::DvRefused {
@@ -342,7 +320,7 @@ fn without_the_device_caps_dc_streams_and_packet_credits_are_refused_by_cap_name
         })
     ));
     let r = pd.create_qp_dv(
-        &QpInitAttr::new(QpType::Rc, &cq, &cq, cap()),
+        &QpInitAttr::new(QpType::Rc, &cq, &cq, cap(16, 2, 64)),
         &flags(DvQpCreateFlags::PACKET_BASED_CREDIT_MODE),
     );
     assert!(matches!(
@@ -368,14 +346,14 @@ fn packet_based_credits_reach_the_qp_context() {
     let cq = dev.create_cq(16).unwrap();
     let qp = pd
         .create_qp_dv(
-            &QpInitAttr::new(QpType::Rc, &cq, &cq, cap()),
+            &QpInitAttr::new(QpType::Rc, &cq, &cq, cap(16, 2, 64)),
             &flags(DvQpCreateFlags::PACKET_BASED_CREDIT_MODE),
         )
         .unwrap()
         .into_qp()
         .unwrap();
     let plain = pd
-        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap(16, 2, 64)))
         .unwrap();
     let mode = |qpn: u32| hal.model().with(|h| h.qp_e2e_credit_mode(qpn));
     assert_eq!(mode(qp.qpn().raw()), Some(1));
@@ -401,10 +379,10 @@ macro_rules! rc_dv_pair {
         let mut $cq = dev.create_cq(64).unwrap();
         let make = |sig_all| {
             $pd.create_qp_dv(
-                &QpInitAttr {
-                    sq_sig_all: sig_all,
-                    ..QpInitAttr::new(QpType::Rc, &$cq, &$cq, cap())
-                },
+                &with(
+                    QpInitAttr::new(QpType::Rc, &$cq, &$cq, cap(16, 2, 64)),
+                    |a| a.sq_sig_all = sig_all,
+                ),
                 &$dv,
             )
             .unwrap()
@@ -413,7 +391,7 @@ macro_rules! rc_dv_pair {
         };
         let (mut $a, mut $b) = (make($sig_all), make(false));
         connect_pair(&mut $a, &mut $b, all_access(), Mtu::Mtu1024);
-        let $mr = region(&$hal, &$pd, 8192, all_access());
+        let $mr = region(&$pd, 8192, all_access());
     };
 }
 
@@ -597,16 +575,14 @@ fn receives_through_an_srq_are_scattered_from_the_cqe_too() {
     let pd = dev.alloc_pd().unwrap();
     let mut cq = dev.create_cq(16).unwrap();
     let srq = common::srq(&pd, 4, 2);
-    let plain = QpInitAttr::new(QpType::Rc, &cq, &cq, cap());
-    let on_srq = QpInitAttr {
-        srq: Some(&srq),
-        ..QpInitAttr::new(QpType::Rc, &cq, &cq, cap())
-    };
+    let plain = QpInitAttr::new(QpType::Rc, &cq, &cq, cap(16, 2, 64));
+    let mut on_srq = QpInitAttr::new(QpType::Rc, &cq, &cq, cap(16, 2, 64));
+    on_srq.srq = Some(&srq);
     let dv = DvQpInitAttr::default();
     let mut a = pd.create_qp_dv(&plain, &dv).unwrap().into_qp().unwrap();
     let mut b = pd.create_qp_dv(&on_srq, &dv).unwrap().into_qp().unwrap();
     connect_pair(&mut a, &mut b, all_access(), Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 8192, all_access());
+    let mr = region(&pd, 8192, all_access());
     srq.post_recv(&[RecvWr {
         wr_id: 0x51,
         sg_list: &[sge(&mr, 4096, 3), sge(&mr, 5000, 64)],
@@ -634,13 +610,11 @@ fn plain_create_qp_never_asks_for_scatter_to_cqe() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let mut cq = dev.create_cq(16).unwrap();
-    let attr = QpInitAttr {
-        sq_sig_all: true,
-        ..QpInitAttr::new(QpType::Rc, &cq, &cq, cap())
-    };
+    let mut attr = QpInitAttr::new(QpType::Rc, &cq, &cq, cap(16, 2, 64));
+    attr.sq_sig_all = true;
     let (mut a, mut b) = (pd.create_qp(&attr).unwrap(), pd.create_qp(&attr).unwrap());
     connect_pair(&mut a, &mut b, all_access(), Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 4096, all_access());
+    let mr = region(&pd, 4096, all_access());
     b.post_recv(&[RecvWr {
         wr_id: 1,
         sg_list: &[sge(&mr, 1024, 64)],

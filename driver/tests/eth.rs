@@ -2,6 +2,7 @@
 //! Ethernet NIC — two HCAs on one wire, frames checked byte for byte.
 
 use bareverbs::eth::*;
+use bareverbs::testing::{with_eth_pair, EthEndAttr, EthPair};
 use bareverbs::{Config, Device, Error};
 use bareverbs_model::{Drive, EthObjects, Fabric, ModelConfig, SimHal};
 
@@ -23,6 +24,17 @@ fn pair() -> (SimHal, SimHal) {
     )
 }
 
+/// The fixture's two Ethernet ends (built as `attrs` says), each on its own brought-up HCA
+/// on one wire, handed to `f` with the second HCA (to look at its model).
+fn with_ends(attrs: [EthEndAttr; 2], f: impl FnOnce(&mut EthPair<'_, '_, &SimHal>, &SimHal)) {
+    let (ha, hb) = pair();
+    let (da, db) = (
+        Device::bring_up(&ha, Config::default()).unwrap(),
+        Device::bring_up(&hb, Config::default()).unwrap(),
+    );
+    with_eth_pair(&da, &db, attrs, |p| f(p, &hb));
+}
+
 /// Two Ethernet ports on one wire, each on its own brought-up HCA, handed to `f` with the
 /// second HCA (to look at its model).
 fn with_ports(f: impl FnOnce(&EthPort<'_, &SimHal>, &EthPort<'_, &SimHal>, &SimHal)) {
@@ -33,6 +45,12 @@ fn with_ports(f: impl FnOnce(&EthPort<'_, &SimHal>, &EthPort<'_, &SimHal>, &SimH
     );
     let (pa, pb) = (da.open_eth().unwrap(), db.open_eth().unwrap());
     f(&pa, &pb, &hb);
+}
+
+/// `attr` with VLAN stripping on.
+fn strip_vlan(mut attr: RxQueueAttr) -> RxQueueAttr {
+    attr.vlan_strip = true;
+    attr
 }
 
 /// A UDP/IPv4 frame from `src` to `dst`, ports `sport` → `dport`, checksums left zero (for
@@ -114,32 +132,20 @@ fn recv_all(
 
 #[test]
 fn a_udp_frame_crosses_the_wire_with_its_checksums_filled_and_checked() {
-    with_ports(|pa, pb, _| {
+    // 64 buffers a side, a receive queue of 16 steered from each port's MAC.
+    with_ends([EthEndAttr::default(); 2], |EthPair { a, b }, _| {
+        let (pa, pb) = (a.port, b.port);
         assert_ne!(pa.mac(), pb.mac());
         assert_eq!(pa.mac()[0] & 3, 2, "locally administered unicast");
         assert!(pa.link_up().unwrap());
         assert_eq!(pa.inline_mode(), InlineMode::L2);
         assert!(pa.caps().csum);
-        let (pool_a, pool_b) = (
-            PktPool::new(pa, 64, 2048).unwrap(),
-            PktPool::new(pb, 64, 2048).unwrap(),
-        );
-        let mut txq = TxQueue::new(pa, &pool_a, TxQueueAttr::default()).unwrap();
-        let mut rxq = RxQueue::new(
-            pb,
-            &pool_b,
-            RxQueueAttr {
-                entries: 16,
-                vlan_strip: false,
-            },
-        )
-        .unwrap();
-        let _rule = pb
-            .add_rule(&FlowMatch::any().dmac(pb.mac()), FlowDest::Queue(&rxq))
-            .unwrap();
+        let (pool_a, pool_b) = (a.pool, b.pool);
+        let (txq, rxq) = (&mut a.txq, &mut b.rxq);
+        let free = pool_a.available();
         let frame = udp(pb.mac(), pa.mac(), 1234, 7, b"hello over the model's wire");
-        send(&pool_a, &mut txq, &frame, true);
-        let got = recv_all(&pool_b, &mut rxq);
+        send(pool_a, txq, &frame, true);
+        let got = recv_all(pool_b, rxq);
         assert_eq!(got.len(), 1);
         let (bytes, p) = &got[0];
         // The NIC filled both checksums: the IPv4 header sums to 0xffff, and so does the UDP
@@ -156,34 +162,34 @@ fn a_udp_frame_crosses_the_wire_with_its_checksums_filled_and_checked() {
         assert_eq!(bytes.len(), frame.len());
         // Without the offload the zero UDP checksum means "none" and stays; the IPv4 one is
         // wrong (zero) and the NIC says so.
-        send(&pool_a, &mut txq, &frame, false);
-        let got = recv_all(&pool_b, &mut rxq);
+        send(pool_a, txq, &frame, false);
+        let got = recv_all(pool_b, rxq);
         assert_eq!(got[0].0, frame);
         assert!(!got[0].1.flags().contains(PktFlags::L3_CSUM_OK));
         txq.reclaim();
         assert_eq!(txq.sent(), 2);
-        assert_eq!(pool_a.available(), 64, "sent buffers came back");
+        assert_eq!(pool_a.available(), free, "sent buffers came back");
     });
 }
 
 #[test]
 fn steering_sends_each_frame_to_the_first_rule_it_matches_and_drops_the_rest() {
-    with_ports(|pa, pb, _| {
-        let (pool_a, pool_b) = (
-            PktPool::new(pa, 64, 2048).unwrap(),
-            PktPool::new(pb, 128, 2048).unwrap(),
-        );
-        let mut txq = TxQueue::new(pa, &pool_a, TxQueueAttr::default()).unwrap();
-        let attr = RxQueueAttr {
-            entries: 16,
-            vlan_strip: false,
-        };
-        let mut q_echo = RxQueue::new(pb, &pool_b, attr).unwrap();
-        let mut q_rest = RxQueue::new(pb, &pool_b, attr).unwrap();
+    // The receiver's rules are the test's; its fixture queue takes the echo port.
+    let attr = RxQueueAttr::new(16);
+    let receiver = EthEndAttr {
+        pool_bufs: 128,
+        rx: attr,
+        steer: false,
+        ..EthEndAttr::default()
+    };
+    with_ends([EthEndAttr::default(), receiver], |EthPair { a, b }, _| {
+        let (pa, pb, pool_a, pool_b) = (a.port, b.port, a.pool, b.pool);
+        let (txq, q_echo) = (&mut a.txq, &mut b.rxq);
+        let mut q_rest = RxQueue::new(pb, pool_b, attr).unwrap();
         let _echo = pb
             .add_rule(
                 &FlowMatch::any().dmac(pb.mac()).udp_dport(7),
-                FlowDest::Queue(&q_echo),
+                FlowDest::Queue(q_echo),
             )
             .unwrap();
         let _drop9 = pb
@@ -192,32 +198,22 @@ fn steering_sends_each_frame_to_the_first_rule_it_matches_and_drops_the_rest() {
         let _mine = pb
             .add_rule(&FlowMatch::any().dmac(pb.mac()), FlowDest::Queue(&q_rest))
             .unwrap();
+        send(pool_a, txq, &udp(pb.mac(), pa.mac(), 1, 7, b"echo"), true);
+        send(pool_a, txq, &udp(pb.mac(), pa.mac(), 1, 8, b"other"), true);
         send(
-            &pool_a,
-            &mut txq,
-            &udp(pb.mac(), pa.mac(), 1, 7, b"echo"),
-            true,
-        );
-        send(
-            &pool_a,
-            &mut txq,
-            &udp(pb.mac(), pa.mac(), 1, 8, b"other"),
-            true,
-        );
-        send(
-            &pool_a,
-            &mut txq,
+            pool_a,
+            txq,
             &udp(pb.mac(), pa.mac(), 1, 9, b"dropped"),
             true,
         );
         send(
-            &pool_a,
-            &mut txq,
+            pool_a,
+            txq,
             &udp([2, 9, 9, 9, 9, 9], pa.mac(), 1, 7, b"not mine"),
             true,
         );
-        let echo = recv_all(&pool_b, &mut q_echo);
-        let rest = recv_all(&pool_b, &mut q_rest);
+        let echo = recv_all(pool_b, q_echo);
+        let rest = recv_all(pool_b, &mut q_rest);
         assert_eq!(echo.len(), 1);
         // Short frames arrive padded to the 60-byte minimum.
         assert_eq!(echo[0].0.len(), 60);
@@ -226,14 +222,9 @@ fn steering_sends_each_frame_to_the_first_rule_it_matches_and_drops_the_rest() {
         assert_eq!(&rest[0].0[42..47], b"other");
         // With the first rule gone, port 7 falls to the MAC rule.
         drop(_echo);
-        send(
-            &pool_a,
-            &mut txq,
-            &udp(pb.mac(), pa.mac(), 1, 7, b"echo2"),
-            true,
-        );
-        assert!(recv_all(&pool_b, &mut q_echo).is_empty());
-        assert_eq!(&recv_all(&pool_b, &mut q_rest)[0].0[42..47], b"echo2");
+        send(pool_a, txq, &udp(pb.mac(), pa.mac(), 1, 7, b"echo2"), true);
+        assert!(recv_all(pool_b, q_echo).is_empty());
+        assert_eq!(&recv_all(pool_b, &mut q_rest)[0].0[42..47], b"echo2");
     });
 }
 
@@ -266,10 +257,7 @@ fn rss_spreads_udp_flows_over_its_queues_by_the_toeplitz_hash() {
             PktPool::new(pb, 256, 2048).unwrap(),
         );
         let mut txq = TxQueue::new(pa, &pool_a, TxQueueAttr::default()).unwrap();
-        let attr = RxQueueAttr {
-            entries: 32,
-            vlan_strip: false,
-        };
+        let attr = RxQueueAttr::new(32);
         let mut qs: Vec<_> = (0..4)
             .map(|_| RxQueue::new(pb, &pool_b, attr).unwrap())
             .collect();
@@ -317,7 +305,7 @@ fn bad_packets_are_refused_with_typed_errors_and_stay_the_callers() {
     let port = dev.open_eth().unwrap();
     let pool = PktPool::new(&port, 16, 2048).unwrap();
     let other = PktPool::new(&port, 4, 2048).unwrap();
-    let mut txq = TxQueue::new(&port, &pool, TxQueueAttr { entries: 8 }).unwrap();
+    let mut txq = TxQueue::new(&port, &pool, TxQueueAttr::new(8)).unwrap();
     // A runt (shorter than an Ethernet header).
     let mut p = pool.alloc().unwrap();
     pool.write(&mut p, 0, &[0u8; 10]).unwrap();
@@ -325,7 +313,7 @@ fn bad_packets_are_refused_with_typed_errors_and_stay_the_callers() {
     assert!(matches!(
         txq.take_refused(),
         Some(Error::InvalidArgument {
-            what: bareverbs::error::Invalid::PacketLength
+            what: bareverbs::Invalid::PacketLength
         })
     ));
     // Longer than the port's MTU (1500 + 22 bytes of L2 header, tag and FCS).
@@ -340,7 +328,7 @@ fn bad_packets_are_refused_with_typed_errors_and_stay_the_callers() {
     assert!(matches!(
         pool.free(q),
         Err(Error::InvalidArgument {
-            what: bareverbs::error::Invalid::ForeignPacket
+            what: bareverbs::Invalid::ForeignPacket
         })
     ));
     pool.set_len(&mut p, 60).unwrap();
@@ -374,18 +362,10 @@ fn bad_packets_are_refused_with_typed_errors_and_stay_the_callers() {
     // Nonsense sizes.
     assert!(PktPool::new(&port, 0, 2048).is_err());
     assert!(
-        RxQueue::new(
-            &port,
-            &pool,
-            RxQueueAttr {
-                entries: 64,
-                vlan_strip: false
-            }
-        )
-        .is_err(),
+        RxQueue::new(&port, &pool, RxQueueAttr::new(64)).is_err(),
         "more entries than buffers"
     );
-    assert!(TxQueue::new(&port, &pool, TxQueueAttr { entries: 0 }).is_err());
+    assert!(TxQueue::new(&port, &pool, TxQueueAttr::new(0)).is_err());
 }
 
 #[test]
@@ -395,34 +375,30 @@ fn an_infiniband_port_is_not_ethernet() {
     assert!(matches!(
         dev.open_eth(),
         Err(Error::InvalidArgument {
-            what: bareverbs::error::Invalid::NotEthernet
+            what: bareverbs::Invalid::NotEthernet
         })
     ));
 }
 
 #[test]
 fn a_full_pool_backs_off_and_the_device_drops_what_finds_no_buffer() {
-    with_ports(|pa, pb, hb| {
-        let pool_a = PktPool::new(pa, 64, 2048).unwrap();
-        // 8 buffers posted, 2 spare.
-        let pool_b = PktPool::new(pb, 10, 2048).unwrap();
-        let mut txq = TxQueue::new(pa, &pool_a, TxQueueAttr::default()).unwrap();
-        let mut rxq = RxQueue::new(
-            pb,
-            &pool_b,
-            RxQueueAttr {
-                entries: 8,
-                vlan_strip: false,
-            },
-        )
-        .unwrap();
+    // 8 buffers posted on the receiver, 2 spare; every frame steered to its queue.
+    let receiver = EthEndAttr {
+        pool_bufs: 10,
+        rx: RxQueueAttr::new(8),
+        steer: false,
+        ..EthEndAttr::default()
+    };
+    with_ends([EthEndAttr::default(), receiver], |EthPair { a, b }, hb| {
+        let (pa, pb, pool_b) = (a.port, b.port, b.pool);
+        let rxq = &mut b.rxq;
         let _r = pb
-            .add_rule(&FlowMatch::any(), FlowDest::Queue(&rxq))
+            .add_rule(&FlowMatch::any(), FlowDest::Queue(rxq))
             .unwrap();
         for k in 0..12u8 {
             send(
-                &pool_a,
-                &mut txq,
+                a.pool,
+                &mut a.txq,
                 &udp(pb.mac(), pa.mac(), 1, 2, &[k]),
                 true,
             );
@@ -436,7 +412,7 @@ fn a_full_pool_backs_off_and_the_device_drops_what_finds_no_buffer() {
         for p in &pk[..n] {
             pool_b.free(*p).unwrap();
         }
-        let got = recv_all(&pool_b, &mut rxq);
+        let got = recv_all(pool_b, rxq);
         assert_eq!(got.len(), 6);
         let firsts: Vec<u8> = got.iter().map(|(b, _)| b[42]).collect();
         assert_eq!(
@@ -455,24 +431,8 @@ fn everything_is_released_when_the_objects_go() {
     {
         let port = dev.open_eth().unwrap();
         let pool = PktPool::new(&port, 512, 2048).unwrap();
-        let q1 = RxQueue::new(
-            &port,
-            &pool,
-            RxQueueAttr {
-                entries: 64,
-                vlan_strip: false,
-            },
-        )
-        .unwrap();
-        let q2 = RxQueue::new(
-            &port,
-            &pool,
-            RxQueueAttr {
-                entries: 16,
-                vlan_strip: true,
-            },
-        )
-        .unwrap();
+        let q1 = RxQueue::new(&port, &pool, RxQueueAttr::new(64)).unwrap();
+        let q2 = RxQueue::new(&port, &pool, strip_vlan(RxQueueAttr::new(16))).unwrap();
         let _t = TxQueue::new(&port, &pool, TxQueueAttr::default());
         let rss = RssGroup::new(&port, &[&q1, &q2], RssFields::Ipv4, &DEFAULT_RSS_KEY).unwrap();
         let r1 = port
@@ -513,24 +473,8 @@ fn vlan_tags_are_stripped_on_request_and_frames_past_the_receivers_mtu_are_dropp
             PktPool::new(pb, 64, 2048).unwrap(),
         );
         let mut txq = TxQueue::new(pa, &pool_a, TxQueueAttr::default()).unwrap();
-        let mut strip = RxQueue::new(
-            pb,
-            &pool_b,
-            RxQueueAttr {
-                entries: 16,
-                vlan_strip: true,
-            },
-        )
-        .unwrap();
-        let mut keep = RxQueue::new(
-            pb,
-            &pool_b,
-            RxQueueAttr {
-                entries: 16,
-                vlan_strip: false,
-            },
-        )
-        .unwrap();
+        let mut strip = RxQueue::new(pb, &pool_b, strip_vlan(RxQueueAttr::new(16))).unwrap();
+        let mut keep = RxQueue::new(pb, &pool_b, RxQueueAttr::new(16)).unwrap();
         let _a = pb
             .add_rule(&FlowMatch::any().vlan_id(5), FlowDest::Queue(&strip))
             .unwrap();
@@ -603,15 +547,7 @@ fn a_vlan_tag_is_inserted_on_send_in_the_inline_headers_or_by_the_nic() {
     ];
     let mut txa = TxQueue::new(&pa, &pools[0], TxQueueAttr::default()).unwrap();
     let mut txc = TxQueue::new(&pc, &pools[2], TxQueueAttr::default()).unwrap();
-    let mut rx = RxQueue::new(
-        &pb,
-        &pools[1],
-        RxQueueAttr {
-            entries: 8,
-            vlan_strip: false,
-        },
-    )
-    .unwrap();
+    let mut rx = RxQueue::new(&pb, &pools[1], RxQueueAttr::new(8)).unwrap();
     let _r = pb
         .add_rule(&FlowMatch::any().vlan_id(0x123), FlowDest::Queue(&rx))
         .unwrap();
@@ -658,44 +594,30 @@ fn a_vlan_tag_is_inserted_on_send_in_the_inline_headers_or_by_the_nic() {
 
 #[test]
 fn counted_rules_count_what_they_match_and_an_admin_down_port_is_silent() {
-    with_ports(|pa, pb, hb| {
-        let (pool_a, pool_b) = (
-            PktPool::new(pa, 32, 2048).unwrap(),
-            PktPool::new(pb, 32, 2048).unwrap(),
-        );
-        let mut txq = TxQueue::new(pa, &pool_a, TxQueueAttr::default()).unwrap();
-        let mut rxq = RxQueue::new(
-            pb,
-            &pool_b,
-            RxQueueAttr {
-                entries: 8,
-                vlan_strip: false,
-            },
-        )
-        .unwrap();
+    let end = |steer| EthEndAttr {
+        pool_bufs: 32,
+        rx: RxQueueAttr::new(8),
+        steer,
+        ..EthEndAttr::default()
+    };
+    // The receiver's rules are the test's: the counted one first.
+    with_ends([end(true), end(false)], |EthPair { a, b }, hb| {
+        let (pa, pb, pool_a, pool_b) = (a.port, b.port, a.pool, b.pool);
+        let (txq, rxq) = (&mut a.txq, &mut b.rxq);
         let counted = pb
             .add_counted_rule(&FlowMatch::any().udp_dport(53), FlowDest::Drop)
             .unwrap();
         let plain = pb
-            .add_rule(&FlowMatch::any().dmac(pb.mac()), FlowDest::Queue(&rxq))
+            .add_rule(&FlowMatch::any().dmac(pb.mac()), FlowDest::Queue(rxq))
             .unwrap();
         assert_eq!(plain.counts().unwrap(), None);
         let dns = udp(pb.mac(), pa.mac(), 1, 53, &[0u8; 100]);
         for _ in 0..3 {
-            send(&pool_a, &mut txq, &dns, true);
+            send(pool_a, txq, &dns, true);
         }
-        send(
-            &pool_a,
-            &mut txq,
-            &udp(pb.mac(), pa.mac(), 1, 54, b"x"),
-            true,
-        );
+        send(pool_a, txq, &udp(pb.mac(), pa.mac(), 1, 54, b"x"), true);
         assert_eq!(counted.counts().unwrap(), Some((3, 3 * dns.len() as u64)));
-        assert_eq!(
-            recv_all(&pool_b, &mut rxq).len(),
-            1,
-            "only the one to port 54"
-        );
+        assert_eq!(recv_all(pool_b, rxq).len(), 1, "only the one to port 54");
         assert_eq!(
             hb.model().with(|h| h.eth_objects()).unwrap().flow_counters,
             1
@@ -708,12 +630,12 @@ fn counted_rules_count_what_they_match_and_an_admin_down_port_is_silent() {
         // Down: the link reads down and nothing arrives; up again, traffic flows.
         pb.set_admin_up(false).unwrap();
         assert!(!pb.link_up().unwrap());
-        send(&pool_a, &mut txq, &dns, true);
-        assert!(recv_all(&pool_b, &mut rxq).is_empty());
+        send(pool_a, txq, &dns, true);
+        assert!(recv_all(pool_b, rxq).is_empty());
         pb.set_admin_up(true).unwrap();
         assert!(pb.link_up().unwrap());
-        send(&pool_a, &mut txq, &dns, true);
-        assert_eq!(recv_all(&pool_b, &mut rxq).len(), 1);
+        send(pool_a, txq, &dns, true);
+        assert_eq!(recv_all(pool_b, rxq).len(), 1);
     });
 }
 
@@ -724,15 +646,7 @@ fn queues_run_on_their_own_threads_sharing_one_pool() {
             PktPool::new(pa, 256, 2048).unwrap(),
             PktPool::new(pb, 256, 2048).unwrap(),
         );
-        let mut rxq = RxQueue::new(
-            pb,
-            &pool_b,
-            RxQueueAttr {
-                entries: 128,
-                vlan_strip: false,
-            },
-        )
-        .unwrap();
+        let mut rxq = RxQueue::new(pb, &pool_b, RxQueueAttr::new(128)).unwrap();
         let _r = pb
             .add_rule(&FlowMatch::any().dmac(pb.mac()), FlowDest::Queue(&rxq))
             .unwrap();
@@ -748,7 +662,7 @@ fn queues_run_on_their_own_threads_sharing_one_pool() {
                     &[sender; 32],
                 );
                 s.spawn(move || {
-                    let mut txq = TxQueue::new(pa, pool, TxQueueAttr { entries: 16 }).unwrap();
+                    let mut txq = TxQueue::new(pa, pool, TxQueueAttr::new(16)).unwrap();
                     let mut sent = 0;
                     while sent < 50 {
                         let mut p = pool.alloc().expect("a buffer");
@@ -813,10 +727,7 @@ fn ipv6_rules_and_rss_over_ipv6_udp() {
             PktPool::new(pb, 256, 2048).unwrap(),
         );
         let mut txq = TxQueue::new(pa, &pool_a, TxQueueAttr::default()).unwrap();
-        let attr = RxQueueAttr {
-            entries: 32,
-            vlan_strip: false,
-        };
+        let attr = RxQueueAttr::new(32);
         let mut qs: Vec<_> = (0..2)
             .map(|_| RxQueue::new(pb, &pool_b, attr).unwrap())
             .collect();

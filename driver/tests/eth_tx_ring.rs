@@ -40,16 +40,8 @@ fn a_burst_past_the_ring_fills_it_and_the_rest_follows_in_order_once_it_drains()
     let pool_a = PktPool::new(&pa, 64, 2048).unwrap();
     let pool_b = PktPool::new(&pb, 64, 2048).unwrap();
     // Eight WQEBBs: a 60-byte frame takes one.
-    let mut txq = TxQueue::new(&pa, &pool_a, TxQueueAttr { entries: 8 }).unwrap();
-    let mut rxq = RxQueue::new(
-        &pb,
-        &pool_b,
-        RxQueueAttr {
-            entries: 32,
-            vlan_strip: false,
-        },
-    )
-    .unwrap();
+    let mut txq = TxQueue::new(&pa, &pool_a, TxQueueAttr::new(8)).unwrap();
+    let mut rxq = RxQueue::new(&pb, &pool_b, RxQueueAttr::new(32)).unwrap();
     let _r = pb
         .add_rule(&FlowMatch::any(), FlowDest::Queue(&rxq))
         .unwrap();

@@ -5,21 +5,17 @@
 
 use std::time::Duration;
 
-use bareverbs::error::{Invalid, Limit};
 use bareverbs::verbs::*;
 use bareverbs::{AsyncEvent, Config, Device, Error};
+use bareverbs::{Invalid, Limit};
 use bareverbs_hal::{Deadline, Hal};
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{connect_pair, poll_one, region, send_wr, sge};
+use common::{cap, connect_pair, poll_one, region, send_wr, sge, with};
 
 fn up(hal: &SimHal) -> Device<&SimHal> {
     Device::bring_up(hal, Config::default()).unwrap()
-}
-
-fn cap() -> QpCap {
-    common::cap_with(8, 1, 0)
 }
 
 /// A requester CQE of QP 1.
@@ -47,22 +43,20 @@ fn a_channel_delivers_one_event_per_arm_with_the_cq_context() {
     let ch = dev.create_comp_channel().unwrap();
     let pd = dev.alloc_pd().unwrap();
     let mut scq = dev.create_cq(16).unwrap();
-    let attr = CqInitAttr {
-        channel: Some(&ch),
-        cq_context: 0xc0ffee,
-        ..CqInitAttr::new(16)
-    };
+    let mut attr = CqInitAttr::new(16);
+    attr.channel = Some(&ch);
+    attr.cq_context = 0xc0ffee;
     let mut rcq = dev.create_cq_with(&attr).unwrap();
     assert_eq!(rcq.context(), 0xc0ffee);
     let mut a = pd
-        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0)))
         .unwrap();
     let mut b = pd
-        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0)))
         .unwrap();
     let access = AccessFlags::LOCAL_WRITE;
     connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 4096, access);
+    let mr = region(&pd, 4096, access);
     let send = |a: &mut Qp<'_, '_, &SimHal>, id: u64| {
         let s = [sge(&mr, 0, 8)];
         a.post_send(&[send_wr(id, &s, SendOp::Send)]).unwrap();
@@ -162,21 +156,17 @@ fn bad_channel_arguments_are_refused() {
     let dev2 = up(&other);
     let ch2 = dev2.create_comp_channel().unwrap();
     let ch = dev.create_comp_channel().unwrap();
-    let r = dev.create_cq_with(&CqInitAttr {
-        channel: Some(&ch2),
-        ..CqInitAttr::new(4)
-    });
+    let r = dev.create_cq_with(&with(CqInitAttr::new(4), |a| a.channel = Some(&ch2)));
     assert!(matches!(
         r,
         Err(Error::InvalidArgument {
             what: Invalid::ForeignObject
         })
     ));
-    let r = dev.create_cq_with(&CqInitAttr {
-        channel: Some(&ch),
-        comp_vector: 1,
-        ..CqInitAttr::new(4)
-    });
+    let r = dev.create_cq_with(&with(CqInitAttr::new(4), |a| {
+        a.channel = Some(&ch);
+        a.comp_vector = 1;
+    }));
     assert!(matches!(
         r,
         Err(Error::InvalidArgument {
@@ -184,10 +174,8 @@ fn bad_channel_arguments_are_refused() {
         })
     ));
     // A channel serves CHANNEL_CQS CQs; one more is refused by name.
-    let attr = CqInitAttr {
-        channel: Some(&ch),
-        ..CqInitAttr::new(2)
-    };
+    let mut attr = CqInitAttr::new(2);
+    attr.channel = Some(&ch);
     let cqs: Vec<_> = (0..CHANNEL_CQS)
         .map(|_| dev.create_cq_with(&attr).unwrap())
         .collect();
@@ -223,14 +211,7 @@ fn armed_cqs_without_a_channel_cannot_overrun_a_small_asynchronous_eq() {
     // armed; all of them fire, with port events besides, and every event arrives (the model
     // drops an EQE only when the EQ is full).
     let hal = SimHal::synchronous();
-    let dev = Device::bring_up(
-        &hal,
-        Config {
-            async_eq_log_size: 7,
-            ..Config::default()
-        },
-    )
-    .unwrap();
+    let dev = Device::bring_up(&hal, with(Config::default(), |a| a.async_eq_log_size = 7)).unwrap();
     let mut cqs: Vec<_> = (0..65).map(|_| dev.create_cq(2).unwrap()).collect();
     let armed: Vec<_> = cqs.iter_mut().map(|c| c.req_notify(false)).collect();
     assert!(armed[..64].iter().all(Result::is_ok));
@@ -270,17 +251,12 @@ fn every_cq_of_a_full_channel_gets_its_event_and_can_be_rearmed() {
     let hal = SimHal::synchronous();
     let dev = up(&hal);
     let ch = dev.create_comp_channel().unwrap();
-    let attr = CqInitAttr {
-        channel: Some(&ch),
-        ..CqInitAttr::new(4)
-    };
+    let mut attr = CqInitAttr::new(4);
+    attr.channel = Some(&ch);
     let mut cqs: Vec<_> = (0..CHANNEL_CQS)
         .map(|i| {
-            dev.create_cq_with(&CqInitAttr {
-                cq_context: i as u64,
-                ..attr
-            })
-            .unwrap()
+            dev.create_cq_with(&with(attr, |a| a.cq_context = i as u64))
+                .unwrap()
         })
         .collect();
     for round in 0..3 {
@@ -378,7 +354,7 @@ fn the_model_raises_asynchronous_events_for_their_objects() {
     // Communication established: the first message at an RC QP still in RTR (IBA 11.6.3;
     // mlx5 COMM_EST, mlx5_ib's IB_EVENT_COMM_EST), once.
     let (scq, rcq) = (dev.create_cq(8).unwrap(), dev.create_cq(8).unwrap());
-    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap());
+    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0));
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     let path = AhAttr {
         dlid: 1,
@@ -392,7 +368,7 @@ fn the_model_raises_asynchronous_events_for_their_objects() {
     a.to_rtr(b.qpn().raw(), 0, path, Mtu::Mtu1024).unwrap();
     a.to_rts(0).unwrap();
     b.to_rtr(a.qpn().raw(), 0, path, Mtu::Mtu1024).unwrap();
-    let mr = region(&hal, &pd, 4096, access);
+    let mr = region(&pd, 4096, access);
     let r = [sge(&mr, 1024, 64)];
     let rw = |id| RecvWr {
         wr_id: id,
@@ -426,10 +402,10 @@ fn what_a_subnet_manager_changes_arrives_as_port_events_and_takes_effect() {
     let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (ca, mut cb) = (a.create_cq(8).unwrap(), b.create_cq(8).unwrap());
     let mut qa = pa
-        .create_qp(&QpInitAttr::new(QpType::Rc, &ca, &ca, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &ca, &ca, cap(8, 1, 0)))
         .unwrap();
     let mut qb = pb
-        .create_qp(&QpInitAttr::new(QpType::Rc, &cb, &cb, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cb, &cb, cap(8, 1, 0)))
         .unwrap();
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     let path = |dlid| AhAttr {
@@ -444,10 +420,7 @@ fn what_a_subnet_manager_changes_arrives_as_port_events_and_takes_effect() {
     qb.to_rtr(qa.qpn().raw(), 0, path(33), Mtu::Mtu1024)
         .unwrap();
     qb.to_rts(0).unwrap();
-    let (ma, mb) = (
-        region(&ha, &pa, 4096, access),
-        region(&hb, &pb, 4096, access),
-    );
+    let (ma, mb) = (region(&pa, 4096, access), region(&pb, 4096, access));
     let s = [sge(&mb, 0, 5)];
     mb.buf().write_bytes(0, b"relid").unwrap();
     let wr = SendWr {

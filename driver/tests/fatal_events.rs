@@ -4,14 +4,14 @@
 //! that next uses that CQ; a queue whose WQEs cannot be accessed) and where Linux 6.12's
 //! health poll finds a fatal sensor.
 
-use bareverbs::health::HEALTH_POLL_INTERVAL;
 use bareverbs::verbs::*;
+use bareverbs::HEALTH_POLL_INTERVAL;
 use bareverbs::{AsyncEvent, Config, Device, Error, FatalSensor};
 use bareverbs_hal::Hal;
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{connect_pair, region, send_wr, sge};
+use common::{cap, connect_pair, region, send_wr, sge, with_rc_pair, PairAttr, RcPair};
 
 fn up(hal: &SimHal) -> Device<&SimHal> {
     Device::bring_up(hal, Config::default()).unwrap()
@@ -30,102 +30,103 @@ fn state<H: bareverbs_hal::Hal>(q: &mut Qp<'_, '_, H>) -> QpState {
 fn a_qp_that_completes_into_an_overrun_cq_is_fatal_once() {
     let hal = SimHal::synchronous();
     let dev = up(&hal);
-    let pd = dev.alloc_pd().unwrap();
-    let mut scq = dev.create_cq(1).unwrap();
-    let rcq = dev.create_cq(64).unwrap();
-    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, common::cap_with(16, 1, 0));
-    let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 4096, access);
-    let s = [sge(&mr, 0, 8)];
-    let write = |id| SendWr {
-        op: SendOp::RdmaWrite {
-            remote_addr: mr.addr() + 2048,
-            rkey: mr.rkey().raw(),
-        },
-        ..send_wr(id, &s, SendOp::Send)
+    let attr = PairAttr {
+        send_cqe: 1,
+        access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        ..PairAttr::new(cap(16, 1, 0))
     };
-    let room = scq.capacity() as u64;
-    // Fill the send CQ, then one completion more: the CQ overruns (CQ error) and the QP that
-    // tried to complete into it is fatal; what it still had posted is not completed anywhere.
-    for id in 0..room + 3 {
-        a.post_send(&[write(id)]).unwrap();
-    }
-    let (cqn, qpn) = (scq.cqn().raw(), a.qpn().raw());
-    assert_eq!(
-        drain(&dev),
-        [
-            AsyncEvent::CqErr { cqn, syndrome: 1 },
-            AsyncEvent::QpFatal { qpn }
-        ],
-        "one CQ error, one QP fatal, however many completions were refused"
-    );
-    assert_eq!(state(&mut a), QpState::Err);
-    // The completions written before the overrun are still there; nothing after.
-    let mut wc = [Wc::EMPTY; 64];
-    let n = scq.poll(&mut wc);
-    assert_eq!(n as u64, room);
-    assert!(wc[..n].iter().all(|w| w.status == WcStatus::Success));
-    // The other QP is untouched.
-    assert_eq!(state(&mut b), QpState::Rts);
-    // Recovery is the application's: the QP goes back through RESET, the CQ is replaced.
-    a.modify(&QpAttr::default(), QpAttrMask::STATE).unwrap();
-    assert_eq!(state(&mut a), QpState::Reset);
+    with_rc_pair(&dev, attr, |RcPair { a, b, scq, mr, .. }| {
+        let s = [sge(mr, 0, 8)];
+        let write = |id| SendWr {
+            op: SendOp::RdmaWrite {
+                remote_addr: mr.addr() + 2048,
+                rkey: mr.rkey().raw(),
+            },
+            ..send_wr(id, &s, SendOp::Send)
+        };
+        let room = scq.capacity() as u64;
+        // Fill the send CQ, then one completion more: the CQ overruns (CQ error) and the QP that
+        // tried to complete into it is fatal; what it still had posted is not completed anywhere.
+        for id in 0..room + 3 {
+            a.post_send(&[write(id)]).unwrap();
+        }
+        let (cqn, qpn) = (scq.cqn().raw(), a.qpn().raw());
+        assert_eq!(
+            drain(&dev),
+            [
+                AsyncEvent::CqErr { cqn, syndrome: 1 },
+                AsyncEvent::QpFatal { qpn }
+            ],
+            "one CQ error, one QP fatal, however many completions were refused"
+        );
+        assert_eq!(state(a), QpState::Err);
+        // The completions written before the overrun are still there; nothing after.
+        let mut wc = [Wc::EMPTY; 64];
+        let n = scq.poll(&mut wc);
+        assert_eq!(n as u64, room);
+        assert!(wc[..n].iter().all(|w| w.status == WcStatus::Success));
+        // The other QP is untouched.
+        assert_eq!(state(b), QpState::Rts);
+        // Recovery is the application's: the QP goes back through RESET, the CQ is replaced.
+        a.modify(&QpAttr::default(), QpAttrMask::STATE).unwrap();
+        assert_eq!(state(a), QpState::Reset);
+    });
 }
 
 #[test]
 fn a_qp_whose_send_queue_cannot_be_read_is_fatal() {
     let hal = SimHal::synchronous();
     let dev = up(&hal);
-    let pd = dev.alloc_pd().unwrap();
-    let (scq, rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
-    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, common::cap_with(16, 1, 0));
-    let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
-    let access = AccessFlags::LOCAL_WRITE;
-    connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 4096, access);
-    let qpn = a.qpn().raw();
-    // The QP's buffer leaves the device's reach (an IOMMU mapping taken away): the device
-    // cannot fetch the WQE the doorbell announces.
-    let pages = hal.model().with(|h| h.qp(qpn).unwrap().pas.clone());
-    for &p in pages.iter() {
-        hal.model().memory().revoke(p, 4096);
-    }
-    let s = [sge(&mr, 0, 8)];
-    a.post_send(&[send_wr(1, &s, SendOp::Send)]).unwrap();
-    assert_eq!(drain(&dev), [AsyncEvent::QpFatal { qpn }]);
-    assert!(
-        !hal.model().dma_faults().is_empty(),
-        "the fetch is a recorded DMA fault"
-    );
-    assert_eq!(state(&mut a), QpState::Err);
+    let attr = PairAttr {
+        send_cqe: 16,
+        recv_cqe: 16,
+        access: AccessFlags::LOCAL_WRITE,
+        ..PairAttr::new(cap(16, 1, 0))
+    };
+    with_rc_pair(&dev, attr, |RcPair { a, mr, .. }| {
+        let qpn = a.qpn().raw();
+        // The QP's buffer leaves the device's reach (an IOMMU mapping taken away): the device
+        // cannot fetch the WQE the doorbell announces.
+        let pages = hal.model().with(|h| h.qp(qpn).unwrap().pas.clone());
+        for &p in pages.iter() {
+            hal.model().memory().revoke(p, 4096);
+        }
+        let s = [sge(mr, 0, 8)];
+        a.post_send(&[send_wr(1, &s, SendOp::Send)]).unwrap();
+        assert_eq!(drain(&dev), [AsyncEvent::QpFatal { qpn }]);
+        assert!(
+            !hal.model().dma_faults().is_empty(),
+            "the fetch is a recorded DMA fault"
+        );
+        assert_eq!(state(a), QpState::Err);
+    });
 }
 
 #[test]
 fn a_responder_whose_receive_queue_cannot_be_read_is_fatal_and_answers_nothing() {
     let hal = SimHal::synchronous();
     let dev = up(&hal);
-    let pd = dev.alloc_pd().unwrap();
-    let (mut scq, rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
-    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, common::cap_with(16, 1, 0));
-    let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
-    let access = AccessFlags::LOCAL_WRITE;
-    connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 4096, access);
-    let bqpn = b.qpn().raw();
-    let dbr = hal.model().with(|h| h.qp(bqpn).unwrap().dbr);
-    hal.model().memory().revoke(dbr, 8);
-    let s = [sge(&mr, 0, 8)];
-    a.post_send(&[send_wr(1, &s, SendOp::Send)]).unwrap();
-    assert_eq!(drain(&dev), [AsyncEvent::QpFatal { qpn: bqpn }]);
-    assert_eq!(state(&mut b), QpState::Err);
-    // No RNR NAK from a QP in ERR: the requester hears nothing (it waits for its ACK
-    // timeout) and has nothing completed yet.
-    let aqp = hal.model().with(|h| h.qp(a.qpn().raw()).unwrap().clone());
-    assert_eq!(aqp.rnr_tries, 0, "no RNR NAK");
-    assert!(aqp.ack_pending, "waiting for a response that does not come");
-    assert_eq!(scq.poll(&mut [Wc::EMPTY; 4]), 0);
+    let attr = PairAttr {
+        send_cqe: 16,
+        recv_cqe: 16,
+        access: AccessFlags::LOCAL_WRITE,
+        ..PairAttr::new(cap(16, 1, 0))
+    };
+    with_rc_pair(&dev, attr, |RcPair { a, b, scq, mr, .. }| {
+        let bqpn = b.qpn().raw();
+        let dbr = hal.model().with(|h| h.qp(bqpn).unwrap().dbr);
+        hal.model().memory().revoke(dbr, 8);
+        let s = [sge(mr, 0, 8)];
+        a.post_send(&[send_wr(1, &s, SendOp::Send)]).unwrap();
+        assert_eq!(drain(&dev), [AsyncEvent::QpFatal { qpn: bqpn }]);
+        assert_eq!(state(b), QpState::Err);
+        // No RNR NAK from a QP in ERR: the requester hears nothing (it waits for its ACK
+        // timeout) and has nothing completed yet.
+        let aqp = hal.model().with(|h| h.qp(a.qpn().raw()).unwrap().clone());
+        assert_eq!(aqp.rnr_tries, 0, "no RNR NAK");
+        assert!(aqp.ack_pending, "waiting for a response that does not come");
+        assert_eq!(scq.poll(&mut [Wc::EMPTY; 4]), 0);
+    });
 }
 
 #[test]
@@ -135,26 +136,21 @@ fn an_srq_that_cannot_be_read_raises_srq_err_and_its_qps_go_to_err() {
     let pd = dev.alloc_pd().unwrap();
     let (scq, rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
     let srq = pd
-        .create_srq(&SrqInitAttr {
-            attr: SrqAttr {
-                max_wr: 8,
-                max_sge: 1,
-                srq_limit: 0,
-            },
-            srq_context: 0,
-        })
+        .create_srq(&SrqInitAttr::new(SrqAttr {
+            max_wr: 8,
+            max_sge: 1,
+            srq_limit: 0,
+        }))
         .unwrap();
-    let plain = QpInitAttr::new(QpType::Rc, &scq, &rcq, common::cap_with(16, 1, 0));
-    let on_srq = QpInitAttr {
-        srq: Some(&srq),
-        ..plain
-    };
+    let plain = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 1, 0));
+    let mut on_srq = plain;
+    on_srq.srq = Some(&srq);
     let mut a = pd.create_qp(&plain).unwrap();
     let mut b = pd.create_qp(&on_srq).unwrap();
     let mut c = pd.create_qp(&on_srq).unwrap();
     let access = AccessFlags::LOCAL_WRITE;
     connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 4096, access);
+    let mr = region(&pd, 4096, access);
     let r = [sge(&mr, 1024, 64)];
     srq.post_recv(&[RecvWr {
         wr_id: 7,
@@ -244,20 +240,17 @@ fn after_a_fatal_error_every_outstanding_request_completes_once_flushed_and_a_re
     assert_eq!(drain(&dev), []);
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, common::cap_with(16, 1, 0));
+    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(16, 1, 0));
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 4096, access);
+    let mr = region(&pd, 4096, access);
     let srq = pd
-        .create_srq(&SrqInitAttr {
-            attr: SrqAttr {
-                max_wr: 4,
-                max_sge: 1,
-                srq_limit: 0,
-            },
-            srq_context: 0,
-        })
+        .create_srq(&SrqInitAttr::new(SrqAttr {
+            max_wr: 4,
+            max_sge: 1,
+            srq_limit: 0,
+        }))
         .unwrap();
     let s = [sge(&mr, 0, 8)];
     let r = [sge(&mr, 1024, 64)];
@@ -334,10 +327,10 @@ fn after_a_fatal_error_every_outstanding_request_completes_once_flushed_and_a_re
     let pd = dev.alloc_pd().unwrap();
     let mut scq = dev.create_cq(4).unwrap();
     let rcq = dev.create_cq(4).unwrap();
-    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, common::cap_with(4, 1, 0));
+    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(4, 1, 0));
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 4096, access);
+    let mr = region(&pd, 4096, access);
     let s = [sge(&mr, 0, 8)];
     let write = SendWr {
         op: SendOp::RdmaWrite {

@@ -1,8 +1,9 @@
 //! The driver's decoders under random bytes (a seeded loop on stable): event queue entries
-//! (`AsyncEvent::from_eqe`) and completion queue entries written by the model into a CQ that a
+//! (`bareverbs::testing::decode_eqe`, the decoder `Device::poll_events` uses) and completion queue entries written by the model into a CQ that a
 //! QP completes into, then polled. Nothing may panic; every CQE polled is one work completion.
 //! `BAREVERBS_FUZZ_ENTRIES=N` (and `BAREVERBS_FUZZ_SEED`) for long runs by hand.
 
+use bareverbs::testing::decode_eqe;
 use bareverbs::verbs::*;
 use bareverbs::{AsyncEvent, Config, Device};
 use bareverbs_model::rng::Rng;
@@ -22,7 +23,7 @@ fn random_eqes_decode_without_panicking() {
     let mut unknown = 0u64;
     for _ in 0..n {
         r.fill(&mut eqe);
-        if matches!(AsyncEvent::from_eqe(&eqe), AsyncEvent::Other { .. }) {
+        if matches!(decode_eqe(&eqe), AsyncEvent::Other { .. }) {
             unknown += 1;
         }
     }
@@ -69,16 +70,10 @@ fn random_cqes_poll_without_panicking() {
 
 /// Bring-up, a few verbs and teardown; the first error ends it.
 fn scenario(hal: &SimHal) -> Result<(), bareverbs::Error> {
-    use bareverbs::config::Timeouts;
     use bareverbs_hal::Hal;
     use std::time::Duration;
-    let cfg = Config {
-        timeouts: Timeouts {
-            command: Duration::from_millis(50),
-            ..Timeouts::default()
-        },
-        ..Config::default()
-    };
+    let mut cfg = Config::default();
+    cfg.timeouts.command = Duration::from_millis(50);
     let dev = Device::bring_up(hal, cfg).map_err(|e| e.error)?;
     dev.query_port(1)?;
     dev.query_gid(1, 0)?;

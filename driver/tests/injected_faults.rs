@@ -14,7 +14,7 @@ use bareverbs_model::SimHal;
 use std::time::Duration;
 
 mod common;
-use common::{connect_pair, poll_one, region};
+use common::{cap, poll_one, with_rc_pair, PairAttr};
 
 /// A signaled zero-length RDMA WRITE to `at` in `mr`.
 fn write(id: u64, mr: &Mr<'_, '_, &SimHal>, at: u64) -> SendWr<'static> {
@@ -53,14 +53,13 @@ fn with_pair_on(
 ) {
     let hal = SimHal::synchronous();
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
-    let pd = dev.alloc_pd().unwrap();
-    let (mut scq, rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
-    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, common::cap_with(depth, 1, 16));
-    let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 4096, access);
-    f(&dev, &hal, &mut scq, &mut a, &mr);
+    let attr = PairAttr {
+        send_cqe: 16,
+        recv_cqe: 16,
+        access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        ..PairAttr::new(cap(depth, 1, 16))
+    };
+    with_rc_pair(&dev, attr, |p| f(&dev, &hal, &mut p.scq, &mut p.a, &p.mr));
 }
 
 #[test]

@@ -3,22 +3,18 @@
 //! is attached; detach stops delivery; the sender's own QP gets a copy when attached (mlx5
 //! loops multicast back unless `block_lb_mc`); Linux ib_core's checks before any command.
 
-use bareverbs::error::{Invalid, Limit};
 use bareverbs::verbs::*;
 use bareverbs::{Config, Device, Error};
+use bareverbs::{Invalid, Limit};
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{region, send_wr, sge, two_hcas};
+use common::{cap, region, send_wr, sge, two_hcas};
 
 const QKEY: u32 = 0x1111;
 const MLID: u16 = 0xc001;
 /// A multicast GID (IBA 4.1.1: prefix 0xff, flags, scope 2: link-local).
 const MGID: [u8; 16] = [0xff, 0x12, 0x40, 0x1b, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
-
-fn cap() -> QpCap {
-    common::cap_with(8, 1, 0)
-}
 
 #[test]
 fn datagrams_reach_every_attached_qp_once_on_every_hca() {
@@ -29,8 +25,8 @@ fn datagrams_reach_every_attached_qp_once_on_every_hca() {
     );
     let (p1, p2) = (d1.alloc_pd().unwrap(), d2.alloc_pd().unwrap());
     let (mut c1, mut c2) = (d1.create_cq(64).unwrap(), d2.create_cq(64).unwrap());
-    let ud1 = QpInitAttr::new(QpType::Ud, &c1, &c1, cap());
-    let ud2 = QpInitAttr::new(QpType::Ud, &c2, &c2, cap());
+    let ud1 = QpInitAttr::new(QpType::Ud, &c1, &c1, cap(8, 1, 0));
+    let ud2 = QpInitAttr::new(QpType::Ud, &c2, &c2, cap(8, 1, 0));
     let mut s = p1.create_qp(&ud1).unwrap();
     let mut r1 = p1.create_qp(&ud1).unwrap();
     let mut r2 = p2.create_qp(&ud2).unwrap();
@@ -41,13 +37,13 @@ fn datagrams_reach_every_attached_qp_once_on_every_hca() {
         q.to_rts(0).unwrap();
     }
     let (m1, m2) = (
-        region(&h1, &p1, 8192, AccessFlags::LOCAL_WRITE),
-        region(&h2, &p2, 8192, AccessFlags::LOCAL_WRITE),
+        region(&p1, 8192, AccessFlags::LOCAL_WRITE),
+        region(&p2, 8192, AccessFlags::LOCAL_WRITE),
     );
     // Linux ib_attach_mcast's checks, before any command.
     let bad = |what| Err(Error::InvalidArgument { what });
     let rc = p1
-        .create_qp(&QpInitAttr::new(QpType::Rc, &c1, &c1, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &c1, &c1, cap(8, 1, 0)))
         .unwrap();
     let mut rc = rc;
     assert_eq!(rc.attach_mcast(&MGID, MLID), bad(Invalid::MulticastQpType));

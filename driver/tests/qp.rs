@@ -1,22 +1,23 @@
 //! Queue pair control path against the model: creation and sizes, the CQ-in-use rule,
 //! transitions through RTS for RC and UD, query, and refused transitions that send nothing.
 
-use bareverbs::verbs::qp_state::ModifyError;
+use bareverbs::testing::cap;
+use bareverbs::verbs::ModifyError;
 use bareverbs::verbs::{
     AccessFlags, AhAttr, Mtu, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType,
 };
 use bareverbs::{Config, Device, Error};
 use bareverbs_model::{Drive, ModelConfig, SimHal};
 
-fn cap() -> QpCap {
-    QpCap {
-        max_send_wr: 64,
-        max_recv_wr: 100,
-        max_send_sge: 2,
-        max_recv_sge: 3,
-        max_inline_data: 64,
-    }
-}
+mod common;
+use common::with;
+
+/// Uneven sizes, so a mix-up of the send and receive queue's shows.
+const CAP: QpCap = QpCap {
+    max_recv_wr: 100,
+    max_recv_sge: 3,
+    ..cap(64, 2, 64)
+};
 
 #[test]
 fn rc_qp_lifecycle_and_cq_in_use() {
@@ -27,7 +28,7 @@ fn rc_qp_lifecycle_and_cq_in_use() {
     let scq = dev.create_cq(64).unwrap();
     let rcq = dev.create_cq(128).unwrap();
     let mut qp = pd
-        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq, CAP))
         .unwrap();
     let got = qp.cap();
     assert!(
@@ -44,20 +45,16 @@ fn rc_qp_lifecycle_and_cq_in_use() {
 
     // RESET -> RTR directly is not in the table: nothing is sent.
     let before = m.trace().len();
-    let bad = QpAttr {
-        qp_state: QpState::Rtr,
-        ..QpAttr::default()
-    };
+    let mut bad = QpAttr::default();
+    bad.qp_state = QpState::Rtr;
     assert!(matches!(
         qp.modify(&bad, QpAttrMask::STATE),
         Err(Error::ModifyQp(ModifyError::InvalidTransition { .. }))
     ));
     // INIT needs PKEY_INDEX | PORT | ACCESS_FLAGS for RC: the missing ones are named.
-    let init = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        ..QpAttr::default()
-    };
+    let mut init = QpAttr::default();
+    init.qp_state = QpState::Init;
+    init.port_num = 1;
     match qp.modify(&init, QpAttrMask::STATE | QpAttrMask::PORT) {
         Err(Error::ModifyQp(ModifyError::Missing { attrs })) => {
             assert_eq!(attrs, QpAttrMask::PKEY_INDEX | QpAttrMask::ACCESS_FLAGS)
@@ -127,19 +124,13 @@ fn rc_qp_lifecycle_and_cq_in_use() {
     assert_eq!(e, Error::Busy);
     // Any state -> ERR -> RESET.
     qp.modify(
-        &QpAttr {
-            qp_state: QpState::Err,
-            ..QpAttr::default()
-        },
+        &with(QpAttr::default(), |a| a.qp_state = QpState::Err),
         QpAttrMask::STATE,
     )
     .unwrap();
     assert_eq!(qp.query().unwrap().qp_state, QpState::Err);
     qp.modify(
-        &QpAttr {
-            qp_state: QpState::Reset,
-            ..QpAttr::default()
-        },
+        &with(QpAttr::default(), |a| a.qp_state = QpState::Reset),
         QpAttrMask::STATE,
     )
     .unwrap();
@@ -166,18 +157,15 @@ fn ud_qp_takes_a_qkey_and_no_path() {
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(16).unwrap();
     let mut qp = pd
-        .create_qp(&QpInitAttr {
-            sq_sig_all: true,
-            ..QpInitAttr::new(QpType::Ud, &cq, &cq, cap())
-        })
+        .create_qp(&with(QpInitAttr::new(QpType::Ud, &cq, &cq, CAP), |a| {
+            a.sq_sig_all = true
+        }))
         .unwrap();
     // ACCESS_FLAGS is refused for UD at RESET -> INIT; QKEY is required.
-    let a = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 2,
-        qkey: 0x1111_2222,
-        ..QpAttr::default()
-    };
+    let mut a = QpAttr::default();
+    a.qp_state = QpState::Init;
+    a.port_num = 2;
+    a.qkey = 0x1111_2222;
     let rc_mask =
         QpAttrMask::STATE | QpAttrMask::PORT | QpAttrMask::PKEY_INDEX | QpAttrMask::ACCESS_FLAGS;
     assert!(matches!(qp.modify(&a, rc_mask), Err(Error::ModifyQp(_))));
@@ -197,13 +185,13 @@ fn sizes_past_the_device_limits_are_refused() {
     let cq = dev.create_cq(16).unwrap();
     let big = QpCap {
         max_send_wr: 1 << 20,
-        ..cap()
+        ..CAP
     };
     let r = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, big));
     assert!(matches!(r, Err(Error::ExceedsLimit { .. })));
     let inline = QpCap {
         max_inline_data: 4096,
-        ..cap()
+        ..CAP
     };
     let r = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, inline));
     assert!(matches!(r, Err(Error::ExceedsLimit { .. })));
@@ -211,8 +199,8 @@ fn sizes_past_the_device_limits_are_refused() {
 
 #[test]
 fn the_qp_table_holds_max_qps_and_cq_uses_come_and_go() {
-    use bareverbs::error::Limit;
     use bareverbs::verbs::{Cq, MAX_QPS};
+    use bareverbs::Limit;
 
     let hal = SimHal::synchronous();
     let m = hal.model();

@@ -4,24 +4,14 @@
 //! device already moved to ERR completing with WR_FLUSH_ERR (IBA 10.3.1: every WR posted in
 //! the error state is completed in error).
 
-use bareverbs::error::Invalid;
 use bareverbs::verbs::*;
+use bareverbs::Invalid;
 use bareverbs::{AsyncEvent, Config, Device, Error};
 use bareverbs_hal::Hal;
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{connect_pair, region, send_wr, sge};
-
-fn cap() -> QpCap {
-    QpCap {
-        max_send_wr: 8,
-        max_recv_wr: 8,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    }
-}
+use common::{cap, connect_pair, region, send_wr, sge, with, with_rc_pair, PairAttr, RcPair};
 
 #[test]
 fn query_qp_returns_the_attributes_and_how_the_qp_was_created() {
@@ -29,14 +19,12 @@ fn query_qp_returns_the_attributes_and_how_the_qp_was_created() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (scq, rcq) = (dev.create_cq(8).unwrap(), dev.create_cq(8).unwrap());
-    let init = QpInitAttr {
-        sq_sig_all: true,
-        qp_context: 0xfeed,
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap())
-    };
+    let mut init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0));
+    init.sq_sig_all = true;
+    init.qp_context = 0xfeed;
     let mut a = pd.create_qp(&init).unwrap();
     let mut b = pd
-        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0)))
         .unwrap();
     assert_eq!(a.context(), 0xfeed);
     assert_eq!(b.context(), 0);
@@ -77,7 +65,7 @@ fn alternate_paths_are_refused_without_path_migration() {
     assert!(!dev.info().caps.apm, "the model reports no APM");
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(8).unwrap();
-    let init = QpInitAttr::new(QpType::Rc, &cq, &cq, cap());
+    let init = QpInitAttr::new(QpType::Rc, &cq, &cq, cap(8, 1, 0));
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     let path = AhAttr {
         dlid: 1,
@@ -96,22 +84,18 @@ fn alternate_paths_are_refused_without_path_migration() {
         | QpAttrMask::RNR_RETRY
         | QpAttrMask::SQ_PSN
         | QpAttrMask::MAX_QP_RD_ATOMIC;
-    let to_rts = QpAttr {
-        qp_state: QpState::Rts,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        alt_ah_attr: path,
-        alt_port_num: 1,
-        alt_timeout: 14,
-        ..QpAttr::default()
-    };
+    let mut to_rts = QpAttr::default();
+    to_rts.qp_state = QpState::Rts;
+    to_rts.timeout = 14;
+    to_rts.retry_cnt = 7;
+    to_rts.rnr_retry = 7;
+    to_rts.alt_ah_attr = path;
+    to_rts.alt_port_num = 1;
+    to_rts.alt_timeout = 14;
     // Before: accepted, and an all-zero alternate path went to the device.
     assert_eq!(a.modify(&to_rts, rts | QpAttrMask::ALT_PATH), no_apm);
-    let armed = QpAttr {
-        path_mig_state: MigState::Armed,
-        ..to_rts
-    };
+    let mut armed = to_rts;
+    armed.path_mig_state = MigState::Armed;
     assert_eq!(a.modify(&armed, rts | QpAttrMask::PATH_MIG_STATE), no_apm);
     assert_eq!(a.state(), QpState::Rtr, "nothing sent");
     // The state QPs are created with is accepted and read back.
@@ -123,52 +107,59 @@ fn alternate_paths_are_refused_without_path_migration() {
 fn work_posted_after_the_device_moved_the_qp_to_err_is_flushed() {
     let hal = SimHal::synchronous();
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
-    let pd = dev.alloc_pd().unwrap();
-    let (mut scq, mut rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
-    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap());
-    let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 4096, access);
-    let s = [sge(&mr, 0, 8)];
-    // An RDMA WRITE with a wrong rkey: remote access error, the requester's QP to ERR.
-    let bad = send_wr(
-        1,
-        &s,
-        SendOp::RdmaWrite {
-            remote_addr: mr.addr(),
-            rkey: mr.rkey().raw() ^ 0x100,
+    let attr = PairAttr {
+        send_cqe: 16,
+        recv_cqe: 16,
+        access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        ..PairAttr::new(cap(8, 1, 0))
+    };
+    with_rc_pair(
+        &dev,
+        attr,
+        |RcPair {
+             a, b, scq, rcq, mr, ..
+         }| {
+            let s = [sge(mr, 0, 8)];
+            // An RDMA WRITE with a wrong rkey: remote access error, the requester's QP to ERR.
+            let bad = send_wr(
+                1,
+                &s,
+                SendOp::RdmaWrite {
+                    remote_addr: mr.addr(),
+                    rkey: mr.rkey().raw() ^ 0x100,
+                },
+            );
+            a.post_send(&[bad]).unwrap();
+            let mut wc = [Wc::EMPTY; 4];
+            assert_eq!(scq.poll(&mut wc), 1);
+            assert_eq!(wc[0].status, WcStatus::RemAccessErr);
+            // The driver still believes RTS; the device says ERR. Posting is accepted and each
+            // request completes, flushed, send and receive queue alike.
+            a.post_send(&[send_wr(2, &s, SendOp::Send)]).unwrap();
+            assert_eq!(scq.poll(&mut wc), 1);
+            assert_eq!((wc[0].wr_id, wc[0].status), (2, WcStatus::WrFlushErr));
+            let r = [sge(mr, 1024, 64)];
+            a.post_recv(&[RecvWr {
+                wr_id: 3,
+                sg_list: &r,
+            }])
+            .unwrap();
+            // The device notices receives posted in ERR when it next looks at the doorbell record
+            // (on a timer tick here), not at once: nothing rings for receives.
+            hal.delay(std::time::Duration::from_micros(1));
+            assert_eq!(rcq.poll(&mut wc), 1);
+            assert_eq!((wc[0].wr_id, wc[0].status), (3, WcStatus::WrFlushErr));
+            assert_eq!(a.query().unwrap().qp_state, QpState::Err);
+            // The responder went to ERR too and said so on the QP (IBA 9.9.3.1 class C; mlx5
+            // WQ_ACCESS_ERROR: IBV_EVENT_QP_ACCESS_ERR).
+            assert_eq!(b.query().unwrap().qp_state, QpState::Err);
+            dev.poll_events();
+            let events: Vec<_> = std::iter::from_fn(|| dev.next_event()).collect();
+            assert!(
+                events.contains(&AsyncEvent::QpAccessErr { qpn: b.qpn().raw() }),
+                "{events:?}"
+            );
         },
-    );
-    a.post_send(&[bad]).unwrap();
-    let mut wc = [Wc::EMPTY; 4];
-    assert_eq!(scq.poll(&mut wc), 1);
-    assert_eq!(wc[0].status, WcStatus::RemAccessErr);
-    // The driver still believes RTS; the device says ERR. Posting is accepted and each
-    // request completes, flushed, send and receive queue alike.
-    a.post_send(&[send_wr(2, &s, SendOp::Send)]).unwrap();
-    assert_eq!(scq.poll(&mut wc), 1);
-    assert_eq!((wc[0].wr_id, wc[0].status), (2, WcStatus::WrFlushErr));
-    let r = [sge(&mr, 1024, 64)];
-    a.post_recv(&[RecvWr {
-        wr_id: 3,
-        sg_list: &r,
-    }])
-    .unwrap();
-    // The device notices receives posted in ERR when it next looks at the doorbell record
-    // (on a timer tick here), not at once: nothing rings for receives.
-    hal.delay(std::time::Duration::from_micros(1));
-    assert_eq!(rcq.poll(&mut wc), 1);
-    assert_eq!((wc[0].wr_id, wc[0].status), (3, WcStatus::WrFlushErr));
-    assert_eq!(a.query().unwrap().qp_state, QpState::Err);
-    // The responder went to ERR too and said so on the QP (IBA 9.9.3.1 class C; mlx5
-    // WQ_ACCESS_ERROR: IBV_EVENT_QP_ACCESS_ERR).
-    assert_eq!(b.query().unwrap().qp_state, QpState::Err);
-    dev.poll_events();
-    let events: Vec<_> = std::iter::from_fn(|| dev.next_event()).collect();
-    assert!(
-        events.contains(&AsyncEvent::QpAccessErr { qpn: b.qpn().raw() }),
-        "{events:?}"
     );
 }
 
@@ -180,12 +171,10 @@ fn an_invalid_request_puts_the_responder_in_err_with_its_event() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
-    let init = QpInitAttr {
-        cap: QpCap {
-            max_send_wr: 4,
-            ..cap()
-        },
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap())
+    let mut init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0));
+    init.cap = QpCap {
+        max_send_wr: 4,
+        ..cap(8, 1, 0)
     };
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     let (an, bn) = (a.qpn().raw(), b.qpn().raw());
@@ -197,27 +186,12 @@ fn an_invalid_request_puts_the_responder_in_err_with_its_event() {
     a.to_init(1, 0, AccessFlags::LOCAL_WRITE, 0).unwrap();
     b.to_init(1, 0, AccessFlags::LOCAL_WRITE, 0).unwrap();
     let (rtr, m) = common::rc_rtr(0, path);
-    a.modify(
-        &QpAttr {
-            dest_qp_num: bn,
-            ..rtr
-        },
-        m,
-    )
-    .unwrap();
-    b.modify(
-        &QpAttr {
-            dest_qp_num: an,
-            ..rtr
-        },
-        m,
-    )
-    .unwrap();
+    a.modify(&with(rtr, |a| a.dest_qp_num = bn), m).unwrap();
+    b.modify(&with(rtr, |a| a.dest_qp_num = an), m).unwrap();
     let (rts, rm) = common::rc_rts();
     a.modify(&rts, rm).unwrap();
     b.modify(&rts, rm).unwrap();
     let mr = region(
-        &hal,
         &pd,
         4096,
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,

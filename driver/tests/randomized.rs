@@ -13,7 +13,7 @@ use bareverbs_model::SimHal;
 
 mod common;
 use bareverbs_model::rng::Rng;
-use common::{connect_pair, region};
+use common::{cap, connect_pair, region, with, with_rc_pair, PairAttr, RcPair};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -167,7 +167,7 @@ fn random_traffic_on_three_pairs_sharing_cqs_moves_every_byte_and_completes_in_o
         connect(a, b);
     }
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let region = |len: usize| region(&hal, &pd, len, access);
+    let region = |len: usize| region(&pd, len, access);
     // Sources hold a random pattern; destinations and READ landing areas get 4 KiB per pair.
     let (src, dst, rd) = (region(16 << 10), region(16 << 10), region(16 << 10));
     let pattern: Vec<u8> = (0..16 << 10).map(|_| rng.next() as u8).collect();
@@ -398,7 +398,7 @@ fn random_lists_past_a_full_queue_stop_at_their_index_and_resume_without_loss() 
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let mr = region(&hal, &pd, 8192, access);
+    let mr = region(&pd, 8192, access);
     let payload: Vec<u8> = (0..MAX_INLINE as usize).map(|_| rng.next() as u8).collect();
     let (mut expected, mut seen) = (Vec::new(), Vec::new());
     let (mut next_id, mut fulls, mut run) = (1u64, 0usize, 0usize);
@@ -495,7 +495,7 @@ fn one_thread_posts_while_another_polls_against_a_model_on_its_own_thread() {
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let mr = region(&hal, &pd, 1 << 16, access);
+    let mr = region(&pd, 1 << 16, access);
     // Under Miri (the test command runs it there: it found the model's byte accesses racing
     // with the driver's atomics, and a poll reading a CQE before its read barrier) a few
     // dozen requests, with time for Miri's pace.
@@ -583,12 +583,8 @@ fn random_errors_flush_what_follows_and_reset_queues_start_over_cleanly() {
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     connect(&mut a, &mut b);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let (src, dst) = (
-        region(&hal, &pd, 8192, access),
-        region(&hal, &pd, 8192, access),
-    );
+    let (src, dst) = (region(&pd, 8192, access), region(&pd, 8192, access));
     let read_only = region(
-        &hal,
         &pd,
         8192,
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
@@ -683,10 +679,7 @@ fn random_errors_flush_what_follows_and_reset_queues_start_over_cleanly() {
             // Both back through RESET: queues, counters and books start over.
             for q in [&mut a, &mut b] {
                 q.modify(
-                    &QpAttr {
-                        qp_state: QpState::Reset,
-                        ..QpAttr::default()
-                    },
+                    &with(QpAttr::default(), |a| a.qp_state = QpState::Reset),
                     QpAttrMask::STATE,
                 )
                 .unwrap();
@@ -711,21 +704,19 @@ fn random_datagrams_arrive_when_they_should_with_the_grh_area_and_are_dropped_ot
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
     const QKEY: u32 = 0x1111;
-    let init = QpInitAttr {
-        sq_sig_all: true,
-        ..QpInitAttr::new(
-            QpType::Ud,
-            &scq,
-            &rcq,
-            QpCap {
-                max_send_wr: 8,
-                max_recv_wr: 8,
-                max_send_sge: 2,
-                max_recv_sge: 1,
-                max_inline_data: 64,
-            },
-        )
-    };
+    let mut init = QpInitAttr::new(
+        QpType::Ud,
+        &scq,
+        &rcq,
+        QpCap {
+            max_send_wr: 8,
+            max_recv_wr: 8,
+            max_send_sge: 2,
+            max_recv_sge: 1,
+            max_inline_data: 64,
+        },
+    );
+    init.sq_sig_all = true;
     let mut qps: Vec<_> = (0..3).map(|_| pd.create_qp(&init).unwrap()).collect();
     for q in qps.iter_mut() {
         q.to_init(1, 0, AccessFlags::empty(), QKEY).unwrap();
@@ -734,7 +725,7 @@ fn random_datagrams_arrive_when_they_should_with_the_grh_area_and_are_dropped_ot
     }
     let qpns: Vec<u32> = qps.iter().map(|q| q.qpn().raw()).collect();
     let port_guid = dev.ports()[0].port_guid;
-    let mr = region(&hal, &pd, 64 << 10, AccessFlags::LOCAL_WRITE);
+    let mr = region(&pd, 64 << 10, AccessFlags::LOCAL_WRITE);
     let pattern: Vec<u8> = (0..2048).map(|_| rng.next() as u8).collect();
     mr.buf().write_bytes(0, &pattern).unwrap();
     // Receive buffers: 40 + 1024 bytes each, in slots from 4 KiB on.
@@ -877,25 +868,23 @@ fn random_uc_traffic_drops_what_finds_no_receive_and_delivers_the_rest() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let init = QpInitAttr {
-        sq_sig_all: true,
-        ..QpInitAttr::new(
-            QpType::Uc,
-            &scq,
-            &rcq,
-            QpCap {
-                max_send_wr: 8,
-                max_recv_wr: 8,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 64,
-            },
-        )
-    };
+    let mut init = QpInitAttr::new(
+        QpType::Uc,
+        &scq,
+        &rcq,
+        QpCap {
+            max_send_wr: 8,
+            max_recv_wr: 8,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 64,
+        },
+    );
+    init.sq_sig_all = true;
     let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 16 << 10, access);
+    let mr = region(&pd, 16 << 10, access);
     let pattern: Vec<u8> = (0..4096).map(|_| rng.next() as u8).collect();
     mr.buf().write_bytes(0, &pattern).unwrap();
     let mut posted: VecDeque<(u64, u64)> = VecDeque::new();
@@ -1015,88 +1004,79 @@ fn random_atomics_agree_with_a_shadow_of_the_counters() {
     let mut rng = Rng(0x7777_aaaa_5555_3333);
     let hal = SimHal::synchronous();
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
-    let pd = dev.alloc_pd().unwrap();
-    let (mut scq, rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(16).unwrap());
-    let init = QpInitAttr {
+    let attr = PairAttr {
+        cap: QpCap {
+            max_recv_wr: 1,
+            ..cap(8, 1, 0)
+        },
+        recv_cqe: 16,
         sq_sig_all: true,
-        ..QpInitAttr::new(
-            QpType::Rc,
-            &scq,
-            &rcq,
-            QpCap {
-                max_send_wr: 8,
-                max_recv_wr: 1,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-        )
+        access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC,
+        ..PairAttr::new(cap(8, 1, 0))
     };
-    let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
-    connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 4096, access);
-    let mut shadow = [0u64; 8];
-    for (k, v) in shadow.iter_mut().enumerate() {
-        *v = rng.next();
-        mr.buf().write_bytes(8 * k, &v.to_ne_bytes()).unwrap();
-    }
-    for id in 0..2000u64 {
-        let k = rng.below(8) as usize;
-        let target = mr.addr() + 8 * k as u64;
-        let rkey = mr.rkey().raw();
-        let old = shadow[k];
-        let op = if rng.coin() {
-            let add = rng.next() >> rng.below(64);
-            shadow[k] = old.wrapping_add(add);
-            SendOp::AtomicFetchAndAdd {
-                remote_addr: target,
-                rkey,
-                add,
-            }
-        } else {
-            // Half the compares match.
-            let compare = if rng.coin() { old } else { rng.next() };
-            let swap = rng.next();
-            if compare == old {
-                shadow[k] = swap;
-            }
-            SendOp::AtomicCmpAndSwp {
-                remote_addr: target,
-                rkey,
-                compare,
-                swap,
-            }
-        };
-        let result = [Sge {
-            addr: mr.addr() + 2048,
-            length: 8,
-            lkey: mr.lkey(),
-        }];
-        a.post_send(&[SendWr {
-            wr_id: id,
-            sg_list: &result,
-            inline_data: &[],
-            op,
-            flags: SendFlags::SIGNALED,
-            ud: None,
-        }])
-        .unwrap();
-        let mut wc = [Wc::EMPTY; 2];
-        assert_eq!(scq.poll(&mut wc), 1);
-        assert_eq!(
-            (wc[0].wr_id, wc[0].status, wc[0].byte_len),
-            (id, WcStatus::Success, 8)
-        );
-        assert_eq!(
-            mr.buf().read_ne64(2048),
-            old,
-            "returned value, request {id}"
-        );
-        assert_eq!(
-            mr.buf().read_ne64(8 * k),
-            shadow[k],
-            "counter {k}, request {id}"
-        );
-    }
+    with_rc_pair(&dev, attr, |RcPair { a, scq, mr, .. }| {
+        let mut shadow = [0u64; 8];
+        for (k, v) in shadow.iter_mut().enumerate() {
+            *v = rng.next();
+            mr.buf().write_bytes(8 * k, &v.to_ne_bytes()).unwrap();
+        }
+        for id in 0..2000u64 {
+            let k = rng.below(8) as usize;
+            let target = mr.addr() + 8 * k as u64;
+            let rkey = mr.rkey().raw();
+            let old = shadow[k];
+            let op = if rng.coin() {
+                let add = rng.next() >> rng.below(64);
+                shadow[k] = old.wrapping_add(add);
+                SendOp::AtomicFetchAndAdd {
+                    remote_addr: target,
+                    rkey,
+                    add,
+                }
+            } else {
+                // Half the compares match.
+                let compare = if rng.coin() { old } else { rng.next() };
+                let swap = rng.next();
+                if compare == old {
+                    shadow[k] = swap;
+                }
+                SendOp::AtomicCmpAndSwp {
+                    remote_addr: target,
+                    rkey,
+                    compare,
+                    swap,
+                }
+            };
+            let result = [Sge {
+                addr: mr.addr() + 2048,
+                length: 8,
+                lkey: mr.lkey(),
+            }];
+            a.post_send(&[SendWr {
+                wr_id: id,
+                sg_list: &result,
+                inline_data: &[],
+                op,
+                flags: SendFlags::SIGNALED,
+                ud: None,
+            }])
+            .unwrap();
+            let mut wc = [Wc::EMPTY; 2];
+            assert_eq!(scq.poll(&mut wc), 1);
+            assert_eq!(
+                (wc[0].wr_id, wc[0].status, wc[0].byte_len),
+                (id, WcStatus::Success, 8)
+            );
+            assert_eq!(
+                mr.buf().read_ne64(2048),
+                old,
+                "returned value, request {id}"
+            );
+            assert_eq!(
+                mr.buf().read_ne64(8 * k),
+                shadow[k],
+                "counter {k}, request {id}"
+            );
+        }
+    });
 }

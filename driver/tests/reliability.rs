@@ -4,34 +4,17 @@
 //! acknowledged without delivery, UC resynchronising, the SQE
 //! state of UC and UD send queues, SQD refused, DLID path bits, and remote invalid requests.
 
-use bareverbs::error::Invalid;
-use bareverbs::verbs::qp_state::QpState;
+use bareverbs::verbs::QpState;
 use bareverbs::verbs::*;
+use bareverbs::Invalid;
 use bareverbs::{Config, Device, Error};
 use bareverbs_hal::Hal;
 use bareverbs_model::{Drive, ModelConfig, SimHal};
 
 mod common;
-use common::{poll_one, send_wr, sge};
+use common::{all_access, cap, poll_one, region, send_wr, sge, with};
 
 const QKEY: u32 = 0x1111;
-
-fn cap() -> QpCap {
-    QpCap {
-        max_send_wr: 16,
-        max_recv_wr: 16,
-        max_send_sge: 2,
-        max_recv_sge: 2,
-        max_inline_data: 64,
-    }
-}
-
-fn all_access() -> AccessFlags {
-    AccessFlags::LOCAL_WRITE
-        | AccessFlags::REMOTE_WRITE
-        | AccessFlags::REMOTE_READ
-        | AccessFlags::REMOTE_ATOMIC
-}
 
 /// How one QP is brought to RTS.
 #[derive(Clone, Copy)]
@@ -76,20 +59,18 @@ fn up<H: Hal>(q: &mut Qp<'_, '_, H>, l: Link) {
         q.to_rts(l.sq_psn).unwrap();
         return;
     }
-    let rtr = QpAttr {
-        qp_state: QpState::Rtr,
-        dest_qp_num: l.peer,
-        rq_psn: l.rq_psn,
-        ah_attr: AhAttr {
-            dlid: l.dlid,
-            port_num: 1,
-            ..AhAttr::default()
-        },
-        path_mtu: Mtu::Mtu1024,
-        max_dest_rd_atomic: l.max_dest_rd_atomic,
-        min_rnr_timer: l.min_rnr_timer,
-        ..QpAttr::default()
+    let mut rtr = QpAttr::default();
+    rtr.qp_state = QpState::Rtr;
+    rtr.dest_qp_num = l.peer;
+    rtr.rq_psn = l.rq_psn;
+    rtr.ah_attr = AhAttr {
+        dlid: l.dlid,
+        port_num: 1,
+        ..AhAttr::default()
     };
+    rtr.path_mtu = Mtu::Mtu1024;
+    rtr.max_dest_rd_atomic = l.max_dest_rd_atomic;
+    rtr.min_rnr_timer = l.min_rnr_timer;
     let mut mask = QpAttrMask::STATE
         | QpAttrMask::AV
         | QpAttrMask::PATH_MTU
@@ -99,15 +80,13 @@ fn up<H: Hal>(q: &mut Qp<'_, '_, H>, l: Link) {
         mask |= QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER;
     }
     q.modify(&rtr, mask).unwrap();
-    let rts = QpAttr {
-        qp_state: QpState::Rts,
-        sq_psn: l.sq_psn,
-        timeout: l.timeout,
-        retry_cnt: l.retry_cnt,
-        rnr_retry: 7,
-        max_rd_atomic: 1,
-        ..QpAttr::default()
-    };
+    let mut rts = QpAttr::default();
+    rts.qp_state = QpState::Rts;
+    rts.sq_psn = l.sq_psn;
+    rts.timeout = l.timeout;
+    rts.retry_cnt = l.retry_cnt;
+    rts.rnr_retry = 7;
+    rts.max_rd_atomic = 1;
     let mut mask = QpAttrMask::STATE | QpAttrMask::SQ_PSN;
     if t == QpType::Rc {
         mask |= QpAttrMask::TIMEOUT
@@ -135,10 +114,10 @@ fn new_qp<'p, 'd, 'h>(
     send_cq: &Cq<'d, &'h SimHal>,
     recv_cq: &Cq<'d, &'h SimHal>,
 ) -> Qp<'p, 'd, &'h SimHal> {
-    pd.create_qp(&QpInitAttr {
-        sq_sig_all: true,
-        ..QpInitAttr::new(qp_type, send_cq, recv_cq, cap())
-    })
+    pd.create_qp(&with(
+        QpInitAttr::new(qp_type, send_cq, recv_cq, cap(16, 2, 64)),
+        |a| a.sq_sig_all = true,
+    ))
     .unwrap()
 }
 
@@ -157,12 +136,6 @@ fn pair<'p, 'd, 'h>(
     up(&mut a, Link { peer: bn, ..la });
     up(&mut b, Link { peer: an, ..lb });
     (a, b)
-}
-
-fn mr<'p, 'd, 'h>(hal: &SimHal, pd: &'p Pd<'d, &'h SimHal>) -> Mr<'p, 'd, &'h SimHal> {
-    pd.reg_mr(hal.dma_alloc(8192, 4096).unwrap().share(), all_access())
-        .map_err(|(e, _)| e)
-        .unwrap()
 }
 
 fn retries(hal: &SimHal, q: u32) -> u64 {
@@ -212,7 +185,7 @@ fn psns_advance_by_packets_per_mtu_and_wrap_at_24_bits() {
             ..Link::to(an)
         },
     );
-    let m = mr(&hal, &pd);
+    let m = region(&pd, 8192, all_access());
     // SEND of 3000 bytes at MTU 1024: three packets, across the wrap.
     b.post_recv(&[recv(1, &[sge(&m, 4096, 4096)])]).unwrap();
     a.post_send(&[send_wr(1, &[sge(&m, 0, 3000)], SendOp::Send)])
@@ -268,7 +241,7 @@ fn a_psn_ahead_of_the_responder_retries_retry_cnt_times_then_fails_and_flushes()
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let m = mr(&hal, &pd);
+    let m = region(&pd, 8192, all_access());
     for retry_cnt in [0u8, 3, 7] {
         let (mut a, mut b) = pair(
             &pd,
@@ -323,7 +296,10 @@ fn a_psn_behind_the_responder_is_acknowledged_but_not_delivered() {
         },
     );
     let an = a.qpn().raw();
-    let (src, dst) = (mr(&hal, &pd), mr(&hal, &pd));
+    let (src, dst) = (
+        region(&pd, 8192, all_access()),
+        region(&pd, 8192, all_access()),
+    );
     src.buf().write_bytes(0, b"payload!").unwrap();
     dst.buf().write_bytes(512, b"remote--").unwrap();
     b.post_recv(&[recv(20, &[sge(&dst, 0, 64)])]).unwrap();
@@ -381,7 +357,7 @@ fn uc_takes_a_message_with_an_unexpected_psn_and_resynchronises() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let m = mr(&hal, &pd);
+    let m = region(&pd, 8192, all_access());
     // The sender ahead of the receiver, then behind it.
     for (sq_psn, rq_psn) in [(1000, 7), (5, 500)] {
         let (mut a, mut b) = pair(
@@ -420,7 +396,7 @@ fn no_responder_retries_retry_cnt_times_then_retry_exceeded() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let m = mr(&hal, &pd);
+    let m = region(&pd, 8192, all_access());
     let sg = [sge(&m, 0, 8)];
     // A peer left in INIT, a UC peer (wrong type), a QP number nobody has, a LID nobody owns.
     let mut init_peer = new_qp(&pd, QpType::Rc, &scq, &rcq);
@@ -462,7 +438,7 @@ fn ack_timeout_zero_never_times_out_and_the_qp_can_still_be_destroyed() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let m = mr(&hal, &pd);
+    let m = region(&pd, 8192, all_access());
     let sg = [sge(&m, 0, 8)];
     let mut a = new_qp(&pd, QpType::Rc, &scq, &rcq);
     up(
@@ -515,7 +491,7 @@ fn send_error_moves_an_unreliable_qp_to_sqe(t: QpType) {
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
     let (mut a, mut b) = pair(&pd, t, (&scq, &rcq), Link::default(), Link::default());
     let (an, bn) = (a.qpn().raw(), b.qpn().raw());
-    let mr = mr(&hal, &pd);
+    let mr = region(&pd, 8192, all_access());
     let dest = |qpn| {
         (t == QpType::Ud).then_some(common::ud_dest(
             &pd,
@@ -536,7 +512,7 @@ fn send_error_moves_an_unreliable_qp_to_sqe(t: QpType) {
     mr.buf().write_bytes(0, b"to a").unwrap();
     let good = [sge(&mr, 0, 4)];
     let bad = [Sge {
-        lkey: common::stale_lkey(&hal, &pd),
+        lkey: common::stale_lkey(&pd),
         ..good[0]
     }];
     // A local protection error, and two requests behind it.
@@ -567,10 +543,7 @@ fn send_error_moves_an_unreliable_qp_to_sqe(t: QpType) {
     );
     // SQE -> RTS with the state the query left: SQERR2RTS_QP, and sending works again.
     a.modify(
-        &QpAttr {
-            qp_state: QpState::Rts,
-            ..QpAttr::default()
-        },
+        &with(QpAttr::default(), |a| a.qp_state = QpState::Rts),
         QpAttrMask::STATE,
     )
     .unwrap();
@@ -609,10 +582,10 @@ fn rc_send_error_still_moves_the_qp_to_err() {
         Link::default(),
         Link::default(),
     );
-    let mr = mr(&hal, &pd);
+    let mr = region(&pd, 8192, all_access());
     let good = [sge(&mr, 0, 4)];
     let bad = [Sge {
-        lkey: common::stale_lkey(&hal, &pd),
+        lkey: common::stale_lkey(&pd),
         ..good[0]
     }];
     a.post_recv(&[recv(10, &good)]).unwrap();
@@ -630,11 +603,10 @@ fn rc_send_error_still_moves_the_qp_to_err() {
     assert_eq!(a.query().unwrap().qp_state, QpState::Err);
     let e = a
         .modify(
-            &QpAttr {
-                qp_state: QpState::Rts,
-                cur_qp_state: QpState::Sqe,
-                ..QpAttr::default()
-            },
+            &with(QpAttr::default(), |a| {
+                a.qp_state = QpState::Rts;
+                a.cur_qp_state = QpState::Sqe;
+            }),
             QpAttrMask::STATE | QpAttrMask::CUR_STATE,
         )
         .unwrap_err();
@@ -656,16 +628,15 @@ fn sqd_is_refused_before_any_command() {
     };
     let before = m.trace().len();
     // RTS -> SQD: valid for the kernel's table, impossible on mlx5.
-    let to_sqd = QpAttr {
-        qp_state: QpState::Sqd,
-        ..QpAttr::default()
-    };
+    let mut to_sqd = QpAttr::default();
+    to_sqd.qp_state = QpState::Sqd;
     assert_eq!(a.modify(&to_sqd, QpAttrMask::STATE), Err(unsupported));
     // SQD -> RTS and SQD -> SQD, claiming SQD as the current state.
-    let from_sqd = |next| QpAttr {
-        qp_state: next,
-        cur_qp_state: QpState::Sqd,
-        ..QpAttr::default()
+    let from_sqd = |next| {
+        with(QpAttr::default(), |a| {
+            a.qp_state = next;
+            a.cur_qp_state = QpState::Sqd;
+        })
     };
     let mask = QpAttrMask::STATE | QpAttrMask::CUR_STATE;
     assert_eq!(a.modify(&from_sqd(QpState::Rts), mask), Err(unsupported));
@@ -674,11 +645,9 @@ fn sqd_is_refused_before_any_command() {
             &from_sqd(QpState::Sqd),
             QpAttrMask::STATE | QpAttrMask::CUR_STATE
         ),
-        Err(Error::ModifyQp(
-            bareverbs::verbs::qp_state::ModifyError::NotAllowed {
-                attrs: QpAttrMask::CUR_STATE
-            }
-        ))
+        Err(Error::ModifyQp(bareverbs::verbs::ModifyError::NotAllowed {
+            attrs: QpAttrMask::CUR_STATE
+        }))
     );
     assert_eq!(
         m.trace().len(),
@@ -704,7 +673,7 @@ fn receive_completions_carry_the_dlid_path_bits() {
     assert_eq!(ports[1].lid, 12);
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let m = mr(&hal, &pd);
+    let m = region(&pd, 8192, all_access());
     let sg = [sge(&m, 0, 8)];
     // UD: the address handle picks the path bits.
     let mut a = new_qp(&pd, QpType::Ud, &scq, &rcq);
@@ -777,7 +746,7 @@ fn read_and_atomics_without_responder_resources_are_remote_invalid_requests() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let m = mr(&hal, &pd);
+    let m = region(&pd, 8192, all_access());
     m.buf().write_bytes(512, b"readable").unwrap();
     let (raddr, rkey) = (m.addr() + 512, m.rkey().raw());
     let read = SendOp::RdmaRead {
@@ -845,7 +814,7 @@ fn a_message_over_the_qps_limit_fails_locally() {
         Link::default(),
         Link::default(),
     );
-    let m = mr(&hal, &pd);
+    let m = region(&pd, 8192, all_access());
     let len = u32::try_from(max + 1).unwrap();
     a.post_send(&[send_wr(
         1,
@@ -869,7 +838,7 @@ fn rnr_retries_wait_out_the_responders_rnr_timer() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
-    let m = mr(&hal, &pd);
+    let m = region(&pd, 8192, all_access());
     let one = [sge(&m, 0, 8)];
     for (timer, us) in [(1u8, 10u64), (14, 1280), (20, 10240)] {
         let responder = Link {

@@ -2,24 +2,20 @@
 //! user expects, completions come back in order with their ids, and a refused request inside
 //! a batch leaves no trace while the others are posted under one doorbell.
 
-use bareverbs::verbs::qp_state::QpState;
+use bareverbs::verbs::QpState;
 use bareverbs::verbs::*;
 use bareverbs::{Config, Device, Error};
 use bareverbs_hal::Hal;
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{connect_pair, region};
+use common::{cap, connect_pair, region, with_rc_pair, PairAttr, RcPair};
 
-fn cap() -> QpCap {
-    QpCap {
-        max_send_wr: 8,
-        max_recv_wr: 16,
-        max_send_sge: 2,
-        max_recv_sge: 2,
-        max_inline_data: 100,
-    }
-}
+/// A send queue of 8 (batches fill it), a receive queue of 16.
+const CAP: QpCap = QpCap {
+    max_send_wr: 8,
+    ..cap(16, 2, 100)
+};
 
 fn connect<'p, 'd, H: Hal>(a: &mut Qp<'p, 'd, H>, b: &mut Qp<'p, 'd, H>) {
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
@@ -32,11 +28,11 @@ fn every_batch_method_moves_data_and_completes_in_order() {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
-    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap());
+    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, CAP);
     let mut a = pd.create_qp(&init).unwrap();
     let mut b = pd.create_qp(&init).unwrap();
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let mr = region(&hal, &pd, 16384, access);
+    let mr = region(&pd, 16384, access);
     let sge = |off: u64, len: u32| Sge {
         addr: mr.addr() + off,
         length: len,
@@ -48,7 +44,7 @@ fn every_batch_method_moves_data_and_completes_in_order() {
     assert_eq!(
         a.send_batch(|_| ran = true),
         Err(Error::InvalidArgument {
-            what: bareverbs::error::Invalid::QpState
+            what: bareverbs::Invalid::QpState
         })
     );
     assert!(!ran);
@@ -111,7 +107,7 @@ fn every_batch_method_moves_data_and_completes_in_order() {
     assert_eq!(
         results[2],
         Err(Error::InvalidArgument {
-            what: bareverbs::error::Invalid::InlineTooLarge
+            what: bareverbs::Invalid::InlineTooLarge
         })
     );
 
@@ -154,10 +150,16 @@ fn every_batch_method_moves_data_and_completes_in_order() {
 /// either way.
 #[test]
 fn a_lone_inline_wqe_goes_through_blueflame_and_others_ring_the_doorbell_alone() {
-    common::with_rc_pair(common::cap_with(8, 16, 200), 16384, |p| {
-        let words = |p: &common::RcPair<'_, '_, '_>| p.hal.model().with(|h| h.blueflame_words());
-        let before = words(p);
-        let recv = |p: &mut common::RcPair<'_, '_, '_>, at: u64| {
+    let hal = SimHal::synchronous();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let attr = PairAttr {
+        region_len: 16384,
+        ..PairAttr::new(cap(8, 16, 200))
+    };
+    with_rc_pair(&dev, attr, |p| {
+        let words = || hal.model().with(|h| h.blueflame_words());
+        let before = words();
+        let recv = |p: &mut RcPair<'_, '_, &SimHal>, at: u64| {
             let sg = [p.sge(at, 256)];
             p.b.post_recv(&[RecvWr {
                 wr_id: at,
@@ -172,7 +174,7 @@ fn a_lone_inline_wqe_goes_through_blueflame_and_others_ring_the_doorbell_alone()
             .unwrap();
         assert_eq!(common::poll_one(&mut p.scq).status, WcStatus::Success);
         assert_eq!(common::poll_one(&mut p.rcq).byte_len, 8);
-        assert_eq!(words(p) - before, 7);
+        assert_eq!(words() - before, 7);
         // 100 bytes inline: two WQEBBs, 15 words.
         recv(p, 8192 + 256);
         let data = [0x22u8; 100];
@@ -181,7 +183,7 @@ fn a_lone_inline_wqe_goes_through_blueflame_and_others_ring_the_doorbell_alone()
             .unwrap();
         assert_eq!(common::poll_one(&mut p.scq).status, WcStatus::Success);
         assert_eq!(common::poll_one(&mut p.rcq).byte_len, 100);
-        assert_eq!(words(p) - before, 7 + 15);
+        assert_eq!(words() - before, 7 + 15);
         // A WRITE from a data segment (no inline data): the doorbell word only.
         p.mr.buf().fill(0, 64, 0x33).unwrap();
         let (raddr, rkey) = p.remote(12288);
@@ -207,7 +209,7 @@ fn a_lone_inline_wqe_goes_through_blueflame_and_others_ring_the_doorbell_alone()
             .unwrap()
             .unwrap();
         assert_eq!(common::poll_one(&mut p.scq).status, WcStatus::Success);
-        assert_eq!(words(p) - before, 7 + 15 + 31);
+        assert_eq!(words() - before, 7 + 15 + 31);
         let mut got = [0u8; 64];
         p.mr.buf().read_bytes(12288, &mut got).unwrap();
         assert_eq!(got, [0x33; 64]);
@@ -227,7 +229,13 @@ fn a_lone_inline_wqe_goes_through_blueflame_and_others_ring_the_doorbell_alone()
 fn a_batch_leaves_other_qps_free_to_come_and_go() {
     let (done, wait) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        common::with_rc_pair(common::cap_with(8, 8, 64), 8192, |p| {
+        let hal = SimHal::synchronous();
+        let dev = Device::bring_up(&hal, Config::default()).unwrap();
+        let attr = PairAttr {
+            region_len: 8192,
+            ..PairAttr::new(cap(8, 8, 64))
+        };
+        with_rc_pair(&dev, attr, |p| {
             p.mr.buf().fill(0, 64, 0x5a).unwrap();
             let (raddr, rkey) = p.remote(4096);
             let sg = [p.sge(0, 64)];
@@ -236,7 +244,7 @@ fn a_batch_leaves_other_qps_free_to_come_and_go() {
                 p.a.send_batch(|q| {
                     q.rdma_write(7, SendFlags::SIGNALED, raddr, rkey, &sg)
                         .unwrap();
-                    let init = QpInitAttr::new(QpType::Rc, scq, rcq, common::cap_with(4, 4, 0));
+                    let init = QpInitAttr::new(QpType::Rc, scq, rcq, cap(4, 4, 0));
                     let (c, d) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
                     let qpns = (c.qpn(), d.qpn());
                     drop(c);
@@ -251,7 +259,7 @@ fn a_batch_leaves_other_qps_free_to_come_and_go() {
             p.mr.buf().read_bytes(4096, &mut got).unwrap();
             assert_eq!(got, [0x5a; 64]);
             // The slots the two QPs had are free again: two more fit.
-            let init = QpInitAttr::new(QpType::Rc, &p.scq, &p.rcq, common::cap_with(4, 4, 0));
+            let init = QpInitAttr::new(QpType::Rc, &p.scq, &p.rcq, cap(4, 4, 0));
             let _e = p.pd.create_qp(&init).unwrap();
             let _f = p.pd.create_qp(&init).unwrap();
         });

@@ -106,7 +106,7 @@ fn soak(ops: u64, seed: u64) -> Tally {
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
     let pd = dev.alloc_pd().unwrap();
     let (mut scq, mut rcq) = (dev.create_cq(256).unwrap(), dev.create_cq(256).unwrap());
-    let mr = region(&hal, &pd, (3 * AREA) as usize, REMOTE);
+    let mr = region(&pd, (3 * AREA) as usize, REMOTE);
     let cap = QpCap {
         max_send_wr: DEPTH,
         max_recv_wr: DEPTH,

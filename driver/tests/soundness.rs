@@ -5,14 +5,14 @@
 //! skips every memory-region check on mlx5 hardware, cannot be named; a doctest of
 //! `bareverbs::verbs::Lkey` checks it does not compile).
 
-use bareverbs::error::Invalid;
 use bareverbs::verbs::*;
+use bareverbs::Invalid;
 use bareverbs::{Config, Device, Error};
 use bareverbs_hal::Hal;
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{connect_pair, region, sge};
+use common::{cap, sge, with_rc_pair, PairAttr, RcPair};
 
 fn invalid(what: Invalid) -> Error {
     Error::InvalidArgument { what }
@@ -41,82 +41,81 @@ fn memory_of_another_hal_is_refused_by_reg_mr() {
 fn inline_flagged_lengths_never_reach_a_ring() {
     let hal = SimHal::synchronous();
     let dev = Device::bring_up(&hal, Config::default()).unwrap();
-    let pd = dev.alloc_pd().unwrap();
-    let (scq, rcq) = (dev.create_cq(8).unwrap(), dev.create_cq(8).unwrap());
-    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, common::cap_with(8, 2, 0));
-    let (mut a, mut b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
-    connect_pair(&mut a, &mut b, AccessFlags::LOCAL_WRITE, Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 4096, AccessFlags::LOCAL_WRITE);
-    let good = sge(&mr, 0, 64);
-    let bad = [
-        (
-            Sge {
-                length: 1 << 31,
-                ..good
-            },
-            Invalid::SgeLength,
-        ),
-        (
-            Sge {
-                length: u32::MAX,
-                ..good
-            },
-            Invalid::SgeLength,
-        ),
-    ];
-    let sq_posted = |qpn| {
-        hal.model()
-            .with(|h| h.qp(qpn).map(|q| (q.sq_consumed, q.rq_consumed)))
+    let attr = PairAttr {
+        send_cqe: 8,
+        recv_cqe: 8,
+        access: AccessFlags::LOCAL_WRITE,
+        ..PairAttr::new(cap(8, 2, 0))
     };
-    let before = sq_posted(a.qpn().raw());
-    for (s, what) in bad {
-        // A bad entry in second place: the whole request is refused, nothing written.
-        let list = [good, s];
-        let wr = SendWr {
-            wr_id: 1,
-            sg_list: &list,
-            inline_data: &[],
-            op: SendOp::Send,
-            flags: SendFlags::SIGNALED,
-            ud: None,
+    with_rc_pair(&dev, attr, |RcPair { a, b, mr, pd, .. }| {
+        let good = sge(mr, 0, 64);
+        let bad = [
+            (
+                Sge {
+                    length: 1 << 31,
+                    ..good
+                },
+                Invalid::SgeLength,
+            ),
+            (
+                Sge {
+                    length: u32::MAX,
+                    ..good
+                },
+                Invalid::SgeLength,
+            ),
+        ];
+        let sq_posted = |qpn| {
+            hal.model()
+                .with(|h| h.qp(qpn).map(|q| (q.sq_consumed, q.rq_consumed)))
         };
-        assert_eq!(a.post_send(&[wr]).unwrap_err().error, invalid(what));
-        let e = b
-            .post_recv(&[RecvWr {
-                wr_id: 2,
+        let before = sq_posted(a.qpn().raw());
+        for (s, what) in bad {
+            // A bad entry in second place: the whole request is refused, nothing written.
+            let list = [good, s];
+            let wr = SendWr {
+                wr_id: 1,
                 sg_list: &list,
-            }])
-            .unwrap_err();
-        assert_eq!((e.index, e.error), (0, invalid(what)));
-    }
-    assert_eq!(sq_posted(a.qpn().raw()), before, "the device saw nothing");
+                inline_data: &[],
+                op: SendOp::Send,
+                flags: SendFlags::SIGNALED,
+                ud: None,
+            };
+            assert_eq!(a.post_send(&[wr]).unwrap_err().error, invalid(what));
+            let e = b
+                .post_recv(&[RecvWr {
+                    wr_id: 2,
+                    sg_list: &list,
+                }])
+                .unwrap_err();
+            assert_eq!((e.index, e.error), (0, invalid(what)));
+        }
+        assert_eq!(sq_posted(a.qpn().raw()), before, "the device saw nothing");
 
-    // The same on an SRQ, after one good request (posted) in the same call.
-    let srq = pd
-        .create_srq(&SrqInitAttr {
-            attr: SrqAttr {
+        // The same on an SRQ, after one good request (posted) in the same call.
+        let srq = pd
+            .create_srq(&SrqInitAttr::new(SrqAttr {
                 max_wr: 8,
                 max_sge: 2,
                 srq_limit: 0,
-            },
-            srq_context: 0,
-        })
-        .unwrap();
-    for (s, what) in bad {
-        let ok = [good];
-        let list = [s];
-        let e = srq
-            .post_recv(&[
-                RecvWr {
-                    wr_id: 1,
-                    sg_list: &ok,
-                },
-                RecvWr {
-                    wr_id: 2,
-                    sg_list: &list,
-                },
-            ])
-            .unwrap_err();
-        assert_eq!((e.index, e.error), (1, invalid(what)));
-    }
+            }))
+            .unwrap();
+        for (s, what) in bad {
+            let ok = [good];
+            let list = [s];
+            let e = srq
+                .post_recv(&[
+                    RecvWr {
+                        wr_id: 1,
+                        sg_list: &ok,
+                    },
+                    RecvWr {
+                        wr_id: 2,
+                        sg_list: &list,
+                    },
+                ])
+                .unwrap_err();
+            assert_eq!((e.index, e.error), (1, invalid(what)));
+        }
+    });
 }

@@ -379,13 +379,11 @@ fn connect(q: &mut Qp<'_, '_, &SimHal>, peer: u32, rnr_retry: u8) {
         ..AhAttr::default()
     };
     q.to_rtr(peer, 0, path, Mtu::Mtu4096).unwrap();
-    let attr = QpAttr {
-        qp_state: QpState::Rts,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry,
-        ..QpAttr::default()
-    };
+    let mut attr = QpAttr::default();
+    attr.qp_state = QpState::Rts;
+    attr.timeout = 14;
+    attr.retry_cnt = 7;
+    attr.rnr_retry = rnr_retry;
     let mask = QpAttrMask::STATE
         | QpAttrMask::SQ_PSN
         | QpAttrMask::TIMEOUT
@@ -446,8 +444,8 @@ fn two_qps_share_an_rmp_and_take_its_wqes_in_list_order() {
 
     // Each receive buffer is 256 bytes of `dst`, one per SRQ WQE; the messages are 100 + k
     // bytes of byte value k.
-    let dst = region(&hal, &pd, SrqRing::N * 256, AccessFlags::LOCAL_WRITE);
-    let src = region(&hal, &pd, PAGE, AccessFlags::LOCAL_WRITE);
+    let dst = region(&pd, SrqRing::N * 256, AccessFlags::LOCAL_WRITE);
+    let src = region(&pd, PAGE, AccessFlags::LOCAL_WRITE);
     let slot = |i: usize| [sge(&dst, (i * 256) as u64, 256)];
     // Message k: 100 + k bytes of value k.
     let sent = std::cell::Cell::new(0u8);
@@ -767,12 +765,11 @@ fn an_xrc_initiator_sends_through_one_target_into_the_srq_each_message_names() {
     xrc_to_rts(&dev, ini, tgt, 7);
 
     let dst = region(
-        &hal,
         &pd,
         4 * SrqRing::N * 256,
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
     );
-    let src = region(&hal, &pd, PAGE, AccessFlags::LOCAL_WRITE);
+    let src = region(&pd, PAGE, AccessFlags::LOCAL_WRITE);
     let mut pi = 0u16;
     let mut msg = 0u8;
     let mut send = |hal: &SimHal, pi: &mut u16, srqn: u32| -> (u32, u8) {

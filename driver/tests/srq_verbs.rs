@@ -4,37 +4,27 @@
 //! srq.c for what mlx5 refuses (resize), the limit event armed once
 //! (`IBV_EVENT_SRQ_LIMIT_REACHED`) and the last-WQE event.
 
-use bareverbs::error::{Invalid, Limit};
 use bareverbs::verbs::*;
 use bareverbs::{AsyncEvent, Config, Device, Error};
+use bareverbs::{Invalid, Limit};
 use bareverbs_model::SimHal;
 
 mod common;
-use common::{connect_pair, region, send_wr, sge};
+use common::{cap, connect_pair, region, send_wr, sge, with};
 
 fn up(hal: &SimHal) -> Device<&SimHal> {
     Device::bring_up(hal, Config::default()).unwrap()
 }
 
-fn cap() -> QpCap {
-    QpCap {
-        max_send_wr: 8,
-        max_recv_wr: 8,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    }
-}
-
 fn srq_attr(max_wr: u32, max_sge: u32, srq_limit: u32) -> SrqInitAttr {
-    SrqInitAttr {
-        attr: SrqAttr {
+    with(
+        SrqInitAttr::new(SrqAttr {
             max_wr,
             max_sge,
             srq_limit,
-        },
-        srq_context: 0x5e,
-    }
+        }),
+        |a| a.srq_context = 0x5e,
+    )
 }
 
 /// Events of the device since the last call that `want` picks.
@@ -57,11 +47,9 @@ fn qps_share_an_srq_and_its_receives_complete_with_their_wr_ids() {
     // Sizes at least those asked for: 8 WQEs (the tail stays linked in), 3 SGEs by stride.
     assert_eq!(srq.attr().max_wr, 7);
     assert!(srq.attr().max_sge >= 2);
-    let on_srq = QpInitAttr {
-        srq: Some(&srq),
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap())
-    };
-    let plain = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap());
+    let mut on_srq = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0));
+    on_srq.srq = Some(&srq);
+    let plain = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0));
     let (mut a1, mut b1) = (
         pd.create_qp(&plain).unwrap(),
         pd.create_qp(&on_srq).unwrap(),
@@ -75,7 +63,7 @@ fn qps_share_an_srq_and_its_receives_complete_with_their_wr_ids() {
     let access = AccessFlags::LOCAL_WRITE;
     connect_pair(&mut a1, &mut b1, access, Mtu::Mtu1024);
     connect_pair(&mut a2, &mut b2, access, Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 8192, access);
+    let mr = region(&pd, 8192, access);
     // A QP on an SRQ has no receive queue to post to.
     let s0 = [sge(&mr, 4096, 64)];
     let err = b1
@@ -168,17 +156,15 @@ fn the_limit_event_fires_once_and_last_wqe_is_announced() {
     let pd = dev.alloc_pd().unwrap();
     let (scq, mut rcq) = (dev.create_cq(32).unwrap(), dev.create_cq(32).unwrap());
     let mut srq = pd.create_srq(&srq_attr(15, 1, 0)).unwrap();
-    let on_srq = QpInitAttr {
-        srq: Some(&srq),
-        ..QpInitAttr::new(QpType::Rc, &scq, &rcq, cap())
-    };
+    let mut on_srq = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0));
+    on_srq.srq = Some(&srq);
     let mut a = pd
-        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq, cap(8, 1, 0)))
         .unwrap();
     let mut b = pd.create_qp(&on_srq).unwrap();
     let access = AccessFlags::LOCAL_WRITE;
     connect_pair(&mut a, &mut b, access, Mtu::Mtu1024);
-    let mr = region(&hal, &pd, 8192, access);
+    let mr = region(&pd, 8192, access);
     let s = [sge(&mr, 4096, 64)];
     let recvs: Vec<_> = (0..4)
         .map(|k| RecvWr {
@@ -236,10 +222,8 @@ fn the_limit_event_fires_once_and_last_wqe_is_announced() {
 
     // The QP to ERR: it announces its last WQE (IBV_EVENT_QP_LAST_WQE_REACHED).
     let qpn = b.qpn().raw();
-    let err = QpAttr {
-        qp_state: QpState::Err,
-        ..QpAttr::default()
-    };
+    let mut err = QpAttr::default();
+    err.qp_state = QpState::Err;
     b.modify(&err, QpAttrMask::STATE).unwrap();
     assert_eq!(
         events(&dev, |e| e == AsyncEvent::QpLastWqeReached { qpn }),
@@ -282,7 +266,7 @@ fn bad_srq_arguments_are_refused_by_name() {
     ));
     // More SGEs than the SRQ takes: the first bad request is named, those before posted.
     let srq = pd.create_srq(&srq_attr(4, 1, 0)).unwrap();
-    let mr = region(&hal, &pd, 4096, AccessFlags::LOCAL_WRITE);
+    let mr = region(&pd, 4096, AccessFlags::LOCAL_WRITE);
     let one = [sge(&mr, 0, 8)];
     let many = vec![sge(&mr, 0, 8); srq.attr().max_sge as usize + 1];
     let e = srq
@@ -310,10 +294,10 @@ fn bad_srq_arguments_are_refused_by_name() {
     let dev2 = up(&other);
     let cq2 = dev2.create_cq(4).unwrap();
     let pd2 = dev2.alloc_pd().unwrap();
-    let r = pd2.create_qp(&QpInitAttr {
-        srq: Some(&srq),
-        ..QpInitAttr::new(QpType::Rc, &cq2, &cq2, cap())
-    });
+    let r = pd2.create_qp(&with(
+        QpInitAttr::new(QpType::Rc, &cq2, &cq2, cap(8, 1, 0)),
+        |a| a.srq = Some(&srq),
+    ));
     assert!(matches!(
         r.err(),
         Some(Error::InvalidArgument {
@@ -334,11 +318,9 @@ fn exchange<'p, 'd, 'h>(
 ) {
     let mut qps = Vec::new();
     for srq in srqs {
-        let plain = QpInitAttr::new(QpType::Rc, &*scq, &*rcq, cap());
-        let on = QpInitAttr {
-            srq: Some(srq),
-            ..QpInitAttr::new(QpType::Rc, &*scq, &*rcq, cap())
-        };
+        let plain = QpInitAttr::new(QpType::Rc, &*scq, &*rcq, cap(8, 1, 0));
+        let mut on = QpInitAttr::new(QpType::Rc, &*scq, &*rcq, cap(8, 1, 0));
+        on.srq = Some(srq);
         let (mut a, mut b) = (pd.create_qp(&plain).unwrap(), pd.create_qp(&on).unwrap());
         connect_pair(&mut a, &mut b, AccessFlags::LOCAL_WRITE, Mtu::Mtu1024);
         qps.push((a, b));
@@ -383,7 +365,7 @@ fn two_srqs_on_one_cq_hand_back_their_own_wr_ids() {
     let pd = dev.alloc_pd().unwrap();
     let mut scq = dev.create_cq(32).unwrap();
     let mut rcq = dev.create_cq(32).unwrap();
-    let mr = region(&hal, &pd, 8192, AccessFlags::LOCAL_WRITE);
+    let mr = region(&pd, 8192, AccessFlags::LOCAL_WRITE);
     let one = pd.create_srq(&srq_attr(7, 1, 0)).unwrap();
     let two = pd.create_srq(&srq_attr(7, 1, 0)).unwrap();
     exchange(&pd, &mr, [&one, &two], [100, 200], (&mut scq, &mut rcq));

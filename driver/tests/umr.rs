@@ -337,7 +337,7 @@ fn umr_fills_a_free_key_in_chunks_then_rdma_moves_data_through_it() {
 
     // The entry list in host memory, read through a key of the UMR PD (mlx5_ib: the PD's
     // local DMA key).
-    let xlt = region(&hal, &upd, PAGE, AccessFlags::LOCAL_WRITE);
+    let xlt = region(&upd, PAGE, AccessFlags::LOCAL_WRITE);
     let list: Vec<u64> = pages.iter().map(|&p| mtt(p)).chain([0]).collect();
     xlt.buf().write_be64s(0, &list).unwrap();
 
@@ -346,7 +346,7 @@ fn umr_fills_a_free_key_in_chunks_then_rdma_moves_data_through_it() {
     let (mut scq, rcq) = (dev.create_cq(16).unwrap(), dev.create_cq(16).unwrap());
     let (mut a0, _b0) = rc_pair(&pd, &scq, &rcq);
     let (mut a, _b) = rc_pair(&pd, &scq, &rcq);
-    let src = region(&hal, &pd, 3 * PAGE, AccessFlags::LOCAL_WRITE);
+    let src = region(&pd, 3 * PAGE, AccessFlags::LOCAL_WRITE);
     let pattern: Vec<u8> = (0..3 * PAGE).map(|k| (k * 7 + k / 4096) as u8).collect();
     src.buf().write_bytes(0, &pattern).unwrap();
     let write = |a: &mut Qp<'_, '_, &SimHal>, rkey: u32, len: u32| {

@@ -4,8 +4,8 @@
 //! `_mlx5_post_send`), XRC SRQs and the target QPs a domain shares (seed 001
 //! `ibv_*_xrc_rcv_qp`).
 
-use bareverbs::error::Invalid;
 use bareverbs::verbs::*;
+use bareverbs::Invalid;
 use bareverbs::{CmdFailure, Config, Device, Error};
 use bareverbs_firmware_cmd::commands::DeallocXrcd;
 use bareverbs_firmware_cmd::ifc::*;
@@ -168,15 +168,13 @@ fn xrc_transitions_follow_the_kernel_table() {
     tgt.to_init(1, 0, access, 0).unwrap();
     // INIT → RTR: XRC_INI allows no responder resources (the kernel's table: AV, MTU,
     // DEST_QPN, RQ_PSN required; ALT_PATH, ACCESS_FLAGS, PKEY_INDEX optional) …
-    let rtr = QpAttr {
-        qp_state: QpState::Rtr,
-        dest_qp_num: tgt.qpn().raw(),
-        ah_attr: path(),
-        path_mtu: Mtu::Mtu1024,
-        max_dest_rd_atomic: 1,
-        min_rnr_timer: 12,
-        ..QpAttr::default()
-    };
+    let mut rtr = QpAttr::default();
+    rtr.qp_state = QpState::Rtr;
+    rtr.dest_qp_num = tgt.qpn().raw();
+    rtr.ah_attr = path();
+    rtr.path_mtu = Mtu::Mtu1024;
+    rtr.max_dest_rd_atomic = 1;
+    rtr.min_rnr_timer = 12;
     let base = QpAttrMask::STATE
         | QpAttrMask::AV
         | QpAttrMask::PATH_MTU
@@ -192,14 +190,12 @@ fn xrc_transitions_follow_the_kernel_table() {
     ini.modify(&rtr, base).unwrap();
     tgt.modify(&rtr, base | resp).unwrap();
     // RTR → RTS: XRC_TGT requires TIMEOUT and SQ_PSN only, XRC_INI as RC.
-    let rts = QpAttr {
-        qp_state: QpState::Rts,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        max_rd_atomic: 1,
-        ..QpAttr::default()
-    };
+    let mut rts = QpAttr::default();
+    rts.qp_state = QpState::Rts;
+    rts.timeout = 14;
+    rts.retry_cnt = 7;
+    rts.rnr_retry = 7;
+    rts.max_rd_atomic = 1;
     let tgt_rts = QpAttrMask::STATE | QpAttrMask::TIMEOUT | QpAttrMask::SQ_PSN;
     assert!(matches!(ini.modify(&rts, tgt_rts), Err(Error::ModifyQp(_))));
     assert!(matches!(
@@ -231,12 +227,10 @@ fn a_shared_target_qp_lives_until_its_last_user_unregisters() {
     assert_eq!(other.query_xrc_rcv_qp(qpn).map(|_| ()), unknown);
 
     // Modified through the domain (`ibv_modify_xrc_rcv_qp`), with XRC_TGT's rules.
-    let init = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        qp_access_flags: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-        ..QpAttr::default()
-    };
+    let mut init = QpAttr::default();
+    init.qp_state = QpState::Init;
+    init.port_num = 1;
+    init.qp_access_flags = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     let init_mask = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
     assert!(matches!(
         xrcd.modify_xrc_rcv_qp(qpn, &init, init_mask),
@@ -244,16 +238,14 @@ fn a_shared_target_qp_lives_until_its_last_user_unregisters() {
     ));
     xrcd.modify_xrc_rcv_qp(qpn, &init, init_mask | QpAttrMask::ACCESS_FLAGS)
         .unwrap();
-    let rtr = QpAttr {
-        qp_state: QpState::Rtr,
-        dest_qp_num: 0x1234,
-        rq_psn: 0x55,
-        ah_attr: path(),
-        path_mtu: Mtu::Mtu2048,
-        max_dest_rd_atomic: 1,
-        min_rnr_timer: 12,
-        ..QpAttr::default()
-    };
+    let mut rtr = QpAttr::default();
+    rtr.qp_state = QpState::Rtr;
+    rtr.dest_qp_num = 0x1234;
+    rtr.rq_psn = 0x55;
+    rtr.ah_attr = path();
+    rtr.path_mtu = Mtu::Mtu2048;
+    rtr.max_dest_rd_atomic = 1;
+    rtr.min_rnr_timer = 12;
     xrcd.modify_xrc_rcv_qp(
         qpn,
         &rtr,
@@ -309,7 +301,7 @@ fn a_domain_shares_a_fixed_number_of_target_qps_and_drop_destroys_them() {
     assert_eq!(
         xrcd.create_xrc_rcv_qp(),
         Err(Error::ExceedsLimit {
-            limit: bareverbs::error::Limit::SharedXrcQps,
+            limit: bareverbs::Limit::SharedXrcQps,
             requested: MAX_SHARED_XRC_QPS as u64 + 1,
             max: MAX_SHARED_XRC_QPS as u64,
         })
@@ -394,8 +386,8 @@ fn xrc_traffic_between_two_hcas_lands_in_the_srq_each_request_names() {
     tgt.to_rtr(ini.qpn().raw(), 0, to(1), Mtu::Mtu1024).unwrap();
     ini.to_rts(0).unwrap();
 
-    let src = common::region(&h1, &p1, 4096, AccessFlags::LOCAL_WRITE);
-    let dst = common::region(&h2, &p2, 16 * 256, all);
+    let src = common::region(&p1, 4096, AccessFlags::LOCAL_WRITE);
+    let dst = common::region(&p2, 16 * 256, all);
     // Eight messages, alternating SRQs: each SRQ's three-WQE ring is used past its end, so
     // WQEs come back to the free list as their completions are polled.
     let mut srqs = [(&s1, &mut c1), (&s2, &mut c2)];
@@ -537,7 +529,7 @@ fn an_xrc_srq_is_queried_armed_and_refuses_what_mlx5_refuses() {
         s.modify(&a, SrqAttrMask::MAX_WR),
         Err(invalid(Invalid::UnsupportedTransition))
     );
-    let mr = common::region(&hal, &pd, 4096, AccessFlags::LOCAL_WRITE);
+    let mr = common::region(&pd, 4096, AccessFlags::LOCAL_WRITE);
     let sg = [common::sge(&mr, 0, 8); 4];
     assert_eq!(
         s.post_recv(&[recv_wr(1, &sg)]).unwrap_err().error,

@@ -78,28 +78,23 @@ fn run_side<H: Hal>(hal: H, o: &Opts) -> Result<String, String> {
         .create_cq(o.rx_depth + 1)
         .map_err(|e| format!("Couldn't create CQ: {e}"))?;
     let srq = pd
-        .create_srq(&SrqInitAttr {
-            attr: SrqAttr {
-                max_wr: o.rx_depth,
-                max_sge: 1,
-                srq_limit: 0,
-            },
-            srq_context: 0,
-        })
+        .create_srq(&SrqInitAttr::new(SrqAttr {
+            max_wr: o.rx_depth,
+            max_sge: 1,
+            srq_limit: 0,
+        }))
         .map_err(|e| format!("Couldn't create SRQ: {e}"))?;
     let cap = QpCap {
         max_send_wr: 1,
         max_send_sge: 1,
         ..QpCap::default()
     };
-    let dc = |dc_type, key| DvQpInitAttr {
-        comp_mask: DvQpInitAttrMask::DC,
-        dc_init_attr: DcInitAttr {
-            dc_type,
-            dct_access_key: key,
-            ..DcInitAttr::default()
-        },
-        ..DvQpInitAttr::default()
+    let dc = |dc_type, key| {
+        let mut a = DvQpInitAttr::default();
+        a.comp_mask = DvQpInitAttrMask::DC;
+        a.dc_init_attr.dc_type = dc_type;
+        a.dc_init_attr.dct_access_key = key;
+        a
     };
     let mut dci = pd
         .create_qp_dv(
@@ -114,14 +109,10 @@ fn run_side<H: Hal>(hal: H, o: &Opts) -> Result<String, String> {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
         .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let mut on_srq = QpInitAttr::new(QpType::Driver, &cq, &cq, cap);
+    on_srq.srq = Some(&srq);
     let mut dct = pd
-        .create_qp_dv(
-            &QpInitAttr {
-                srq: Some(&srq),
-                ..QpInitAttr::new(QpType::Driver, &cq, &cq, cap)
-            },
-            &dc(DcType::Dct, key),
-        )
+        .create_qp_dv(&on_srq, &dc(DcType::Dct, key))
         .map_err(|e| format!("Couldn't create DCT: {e}"))?
         .into_dct()
         .ok_or("not a DCT")?;

@@ -130,16 +130,8 @@ fn serve<H: Hal>(
         udp_echo_port: o.udp_port,
     };
     let pool = PktPool::new(&port, 1024, 2048).map_err(e)?;
-    let mut rxq = RxQueue::new(
-        &port,
-        &pool,
-        RxQueueAttr {
-            entries: 256,
-            vlan_strip: false,
-        },
-    )
-    .map_err(e)?;
-    let mut txq = TxQueue::new(&port, &pool, TxQueueAttr { entries: 256 }).map_err(e)?;
+    let mut rxq = RxQueue::new(&port, &pool, RxQueueAttr::new(256)).map_err(e)?;
+    let mut txq = TxQueue::new(&port, &pool, TxQueueAttr::new(256)).map_err(e)?;
     // Frames to the appliance's MAC, and ARP broadcasts.
     let _mine = port
         .add_rule(&FlowMatch::any().dmac(me.mac), FlowDest::Queue(&rxq))
@@ -220,16 +212,8 @@ fn peer<H: Hal>(hal: H, o: &Opts, count: u32, appliance_mac: [u8; 6]) -> Result<
     let e = |e: bareverbs::Error| e.to_string();
     let port = dev.open_eth().map_err(e)?;
     let pool = PktPool::new(&port, 256, 2048).map_err(e)?;
-    let mut rxq = RxQueue::new(
-        &port,
-        &pool,
-        RxQueueAttr {
-            entries: 64,
-            vlan_strip: false,
-        },
-    )
-    .map_err(e)?;
-    let mut txq = TxQueue::new(&port, &pool, TxQueueAttr { entries: 64 }).map_err(e)?;
+    let mut rxq = RxQueue::new(&port, &pool, RxQueueAttr::new(64)).map_err(e)?;
+    let mut txq = TxQueue::new(&port, &pool, TxQueueAttr::new(64)).map_err(e)?;
     let _r = port
         .add_rule(&FlowMatch::any().dmac(port.mac()), FlowDest::Queue(&rxq))
         .map_err(e)?;

@@ -114,11 +114,8 @@ fn run(o: &Opts) -> Result<String, String> {
         PktPool::new(&pf, 4 * ring, 2048).map_err(e)?,
         PktPool::new(&ps, 4 * ring, 2048).map_err(e)?,
     );
-    let attr_rx = RxQueueAttr {
-        entries: ring,
-        vlan_strip: false,
-    };
-    let attr_tx = TxQueueAttr { entries: ring };
+    let attr_rx = RxQueueAttr::new(ring);
+    let attr_tx = TxQueueAttr::new(ring);
     let mut gen_tx = TxQueue::new(&pg, &pool_g, attr_tx).map_err(e)?;
     let mut fwd_rx = RxQueue::new(&pf, &pool_f, attr_rx).map_err(e)?;
     let mut fwd_tx = TxQueue::new(&pf, &pool_f, attr_tx).map_err(e)?;

@@ -13,6 +13,7 @@
 
 use std::time::{Duration, Instant};
 
+use bareverbs::testing::{cap, with_rc_pair, PairAttr};
 use bareverbs::verbs::*;
 use bareverbs::{Config, Device};
 use bareverbs_hal::Hal;
@@ -80,93 +81,78 @@ fn main() {
 /// Brings a device up on `hal`, runs the loop and prints the rate (`how`: where the model is).
 fn rate<H: Hal>(hal: H, how: &str, size: u32, iters: usize) {
     let dev = Device::bring_up(hal, Config::default()).unwrap_or_else(|e| panic!("{e}"));
-    let pd = dev.alloc_pd().unwrap_or_else(|e| panic!("{e}"));
-    let (mut scq, rcq) = (dev.create_cq(255).unwrap(), dev.create_cq(255).unwrap());
-    let cap = QpCap {
-        max_send_wr: BATCH as u32,
-        max_recv_wr: 1,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
-    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap);
-    let (mut qa, mut qb) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     let len = size as usize;
-    let mr = pd
-        .reg_mr(dev.hal().dma_alloc(2 * len, 4096).unwrap().share(), access)
-        .map_err(|(e, _)| e)
-        .unwrap();
-    mr.buf().fill(0, len, 0x5a).unwrap();
-    let (na, nb) = (qa.qpn().raw(), qb.qpn().raw());
-    for (q, peer) in [(&mut qa, nb), (&mut qb, na)] {
-        q.to_init(1, 0, access, 0).unwrap();
-        let av = AhAttr {
-            dlid: 1,
-            port_num: 1,
-            ..AhAttr::default()
-        };
-        q.to_rtr(peer, 0, av, Mtu::Mtu4096).unwrap();
-        q.to_rts(0).unwrap();
-    }
-    let (raddr, rkey, lkey) = (mr.addr() + len as u64, mr.rkey().raw(), mr.lkey());
-    let sge = [Sge {
-        addr: mr.addr(),
-        length: size,
-        lkey,
-    }];
-    let mut wc = [Wc::EMPTY; BATCH];
-    let run = |qa: &mut Qp<'_, '_, _>, scq: &mut Cq<'_, _>, wc: &mut [Wc], n: usize| {
-        for _ in 0..n {
-            let ok = qa.send_batch(|b| {
-                for i in 0..BATCH {
-                    let flags = if i == BATCH - 1 {
-                        SendFlags::SIGNALED
-                    } else {
-                        SendFlags::empty()
-                    };
-                    if b.rdma_write(i as u64, flags, raddr, rkey, &sge).is_err() {
-                        return false;
-                    }
-                }
-                true
-            });
-            if ok != Ok(true) {
-                eprintln!("model_rate: posting failed: {ok:?}");
-                std::process::exit(1);
-            }
-            // In process the completion is there when the doorbell returns; over vfio-user
-            // the server's thread writes it meanwhile.
-            let waited = Instant::now();
-            let got = loop {
-                let got = scq.poll(wc);
-                if got != 0 || waited.elapsed() > Duration::from_secs(10) {
-                    break got;
-                }
-                std::hint::spin_loop();
-            };
-            if got != 1 || wc[0].status != WcStatus::Success {
-                eprintln!("model_rate: expected one successful completion, got {got}");
-                std::process::exit(1);
-            }
-        }
+    // Two RC QPs connected on the device's port: `a` writes the first half of the region
+    // into its second half, a batch of BATCH at a time.
+    let attr = PairAttr {
+        cap: QpCap {
+            max_send_wr: BATCH as u32,
+            ..cap(1, 1, 0)
+        },
+        send_cqe: 255,
+        recv_cqe: 255,
+        access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        mtu: Mtu::Mtu4096,
+        region_len: 2 * len,
+        ..PairAttr::new(cap(1, 1, 0))
     };
-    // Warm up (allocator, caches), then time.
-    run(&mut qa, &mut scq, &mut wc, (iters / 10).max(1));
-    let t = Instant::now();
-    run(&mut qa, &mut scq, &mut wc, iters);
-    let secs = t.elapsed().as_secs_f64();
-    let wqes = (iters * BATCH) as f64;
-    let mut got = vec![0u8; len];
-    mr.buf().read_bytes(len, &mut got).unwrap();
-    if got.iter().any(|&b| b != 0x5a) {
-        eprintln!("model_rate: the target does not hold the payload");
-        std::process::exit(1);
-    }
-    println!(
+    with_rc_pair(&dev, attr, |p| {
+        p.mr.buf().fill(0, len, 0x5a).unwrap();
+        let (raddr, rkey) = p.remote(len as u64);
+        let sge = [p.sge(0, size)];
+        let mut wc = [Wc::EMPTY; BATCH];
+        let run = |qa: &mut Qp<'_, '_, _>, scq: &mut Cq<'_, _>, wc: &mut [Wc], n: usize| {
+            for _ in 0..n {
+                let ok = qa.send_batch(|b| {
+                    for i in 0..BATCH {
+                        let flags = if i == BATCH - 1 {
+                            SendFlags::SIGNALED
+                        } else {
+                            SendFlags::empty()
+                        };
+                        if b.rdma_write(i as u64, flags, raddr, rkey, &sge).is_err() {
+                            return false;
+                        }
+                    }
+                    true
+                });
+                if ok != Ok(true) {
+                    eprintln!("model_rate: posting failed: {ok:?}");
+                    std::process::exit(1);
+                }
+                // In process the completion is there when the doorbell returns; over vfio-user
+                // the server's thread writes it meanwhile.
+                let waited = Instant::now();
+                let got = loop {
+                    let got = scq.poll(wc);
+                    if got != 0 || waited.elapsed() > Duration::from_secs(10) {
+                        break got;
+                    }
+                    std::hint::spin_loop();
+                };
+                if got != 1 || wc[0].status != WcStatus::Success {
+                    eprintln!("model_rate: expected one successful completion, got {got}");
+                    std::process::exit(1);
+                }
+            }
+        };
+        // Warm up (allocator, caches), then time.
+        run(&mut p.a, &mut p.scq, &mut wc, (iters / 10).max(1));
+        let t = Instant::now();
+        run(&mut p.a, &mut p.scq, &mut wc, iters);
+        let secs = t.elapsed().as_secs_f64();
+        let wqes = (iters * BATCH) as f64;
+        let mut got = vec![0u8; len];
+        p.mr.buf().read_bytes(len, &mut got).unwrap();
+        if got.iter().any(|&b| b != 0x5a) {
+            eprintln!("model_rate: the target does not hold the payload");
+            std::process::exit(1);
+        }
+        println!(
         "model_rate: {size} B RDMA WRITE {how}, {} WQEs in {secs:.3} s: {:.2} M WQE/s, {:.2} GB/s of payload",
         iters * BATCH,
         wqes / secs / 1e6,
         wqes * f64::from(size) / secs / 1e9
     );
+    });
 }

@@ -558,20 +558,18 @@ fn connect<H: Hal>(
 ) -> Result<(), String> {
     qp.to_init(o.ib_port, 0, access, 0)
         .map_err(|e| e.to_string())?;
-    let rtr = QpAttr {
-        qp_state: QpState::Rtr,
-        path_mtu: mtu(o.mtu)?,
-        dest_qp_num: r.qpn,
-        rq_psn: r.psn,
-        ah_attr: AhAttr {
-            dlid: r.lid,
-            port_num: o.ib_port,
-            ..AhAttr::default()
-        },
-        max_dest_rd_atomic: rd_atomic,
-        min_rnr_timer: 12,
-        ..QpAttr::default()
+    let mut rtr = QpAttr::default();
+    rtr.qp_state = QpState::Rtr;
+    rtr.path_mtu = mtu(o.mtu)?;
+    rtr.dest_qp_num = r.qpn;
+    rtr.rq_psn = r.psn;
+    rtr.ah_attr = AhAttr {
+        dlid: r.lid,
+        port_num: o.ib_port,
+        ..AhAttr::default()
     };
+    rtr.max_dest_rd_atomic = rd_atomic;
+    rtr.min_rnr_timer = 12;
     let mask = QpAttrMask::STATE
         | QpAttrMask::AV
         | QpAttrMask::PATH_MTU
@@ -581,15 +579,13 @@ fn connect<H: Hal>(
         | QpAttrMask::MIN_RNR_TIMER;
     qp.modify(&rtr, mask)
         .map_err(|e| format!("couldn't connect to the remote QP: {e}"))?;
-    let rts = QpAttr {
-        qp_state: QpState::Rts,
-        sq_psn: l.psn,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        max_rd_atomic: init_atomic,
-        ..QpAttr::default()
-    };
+    let mut rts = QpAttr::default();
+    rts.qp_state = QpState::Rts;
+    rts.sq_psn = l.psn;
+    rts.timeout = 14;
+    rts.retry_cnt = 7;
+    rts.rnr_retry = 7;
+    rts.max_rd_atomic = init_atomic;
     let mask = QpAttrMask::STATE
         | QpAttrMask::SQ_PSN
         | QpAttrMask::TIMEOUT

@@ -348,10 +348,8 @@ pub fn run_side<H: Hal>(hal: H, qp_type: QpType, o: &Opts) -> Result<String, Str
     } else {
         None
     };
-    let cq_attr = CqInitAttr {
-        channel: channel.as_ref(),
-        ..CqInitAttr::new(o.rx_depth + 1)
-    };
+    let mut cq_attr = CqInitAttr::new(o.rx_depth + 1);
+    cq_attr.channel = channel.as_ref();
     let mut scq = dev.create_cq_with(&cq_attr).map_err(|e| e.to_string())?;
     let mut rcq = dev.create_cq_with(&cq_attr).map_err(|e| e.to_string())?;
     let mut events = channel.as_ref().map(|channel| Events::new(&dev, channel));
@@ -366,11 +364,10 @@ pub fn run_side<H: Hal>(hal: H, qp_type: QpType, o: &Opts) -> Result<String, Str
         max_recv_sge: 1,
         max_inline_data: 0,
     };
+    let mut qp_init = QpInitAttr::new(qp_type, &scq, &rcq, cap);
+    qp_init.sq_sig_all = true;
     let mut qp = pd
-        .create_qp(&QpInitAttr {
-            sq_sig_all: true,
-            ..QpInitAttr::new(qp_type, &scq, &rcq, cap)
-        })
+        .create_qp(&qp_init)
         .map_err(|e| format!("couldn't create QP: {e}"))?;
     let len = o.size + grh;
     let mr = pd

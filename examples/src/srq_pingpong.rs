@@ -86,24 +86,19 @@ fn run_side<H: Hal>(hal: H, o: &Opts) -> Result<String, String> {
         .create_cq(o.rx_depth + o.num_qp)
         .map_err(|e| format!("Couldn't create CQ: {e}"))?;
     let srq = pd
-        .create_srq(&SrqInitAttr {
-            attr: SrqAttr {
-                max_wr: o.rx_depth,
-                max_sge: 1,
-                srq_limit: 0,
-            },
-            srq_context: 0,
-        })
+        .create_srq(&SrqInitAttr::new(SrqAttr {
+            max_wr: o.rx_depth,
+            max_sge: 1,
+            srq_limit: 0,
+        }))
         .map_err(|e| format!("Couldn't create SRQ: {e}"))?;
     let cap = QpCap {
         max_send_wr: 1,
         max_send_sge: 1,
         ..QpCap::default()
     };
-    let init = QpInitAttr {
-        srq: Some(&srq),
-        ..QpInitAttr::new(QpType::Rc, &cq, &cq, cap)
-    };
+    let mut init = QpInitAttr::new(QpType::Rc, &cq, &cq, cap);
+    init.srq = Some(&srq);
     let mut qps = Vec::with_capacity(n);
     for _ in 0..n {
         qps.push(

@@ -69,15 +69,11 @@ fn run<H: Hal>(hal: H, o: &Opts) -> Result<String, String> {
     };
     let init = QpInitAttr::new(QpType::Rc, &cq, &cq, cap);
     // The QP that lays the key out needs the send operation; the other side is plain.
+    let mut umr_ops = DvQpInitAttr::default();
+    umr_ops.comp_mask = DvQpInitAttrMask::SEND_OPS_FLAGS;
+    umr_ops.send_ops_flags = DvSendOpsFlags::MR_INTERLEAVED;
     let mut umr_qp = pd
-        .create_qp_dv(
-            &init,
-            &DvQpInitAttr {
-                comp_mask: DvQpInitAttrMask::SEND_OPS_FLAGS,
-                send_ops_flags: DvSendOpsFlags::MR_INTERLEAVED,
-                ..DvQpInitAttr::default()
-            },
-        )
+        .create_qp_dv(&init, &umr_ops)
         .map_err(|e| e.to_string())?
         .into_qp()
         .ok_or("not a QP")?;
@@ -112,10 +108,7 @@ fn run<H: Hal>(hal: H, o: &Opts) -> Result<String, String> {
     let total = (h + d) * r;
     let src = region(2 * total)?;
     let key = pd
-        .create_mkey(&MkeyInitAttr {
-            create_flags: MkeyInitFlags::INDIRECT,
-            max_entries: 2,
-        })
+        .create_mkey(&MkeyInitAttr::new(MkeyInitFlags::INDIRECT, 2))
         .map_err(|e| e.to_string())?;
     let entries = [
         MrInterleaved {

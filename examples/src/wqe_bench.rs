@@ -11,6 +11,7 @@
 
 use std::hint::black_box;
 
+use bareverbs::testing::{cap, with_rc_pair, PairAttr, RcPair};
 use bareverbs::verbs::Lkey;
 use bareverbs::verbs::*;
 use bareverbs::{Config, Device};
@@ -256,14 +257,11 @@ fn dci(kind: Kind, batch: usize, iters: usize) {
     let pd = dev.alloc_pd().unwrap_or_else(|e| panic!("{e}"));
     let (mut scq, mut rcq) = (dev.create_cq(4095).unwrap(), dev.create_cq(4095).unwrap());
     let srq = pd
-        .create_srq(&SrqInitAttr {
-            attr: SrqAttr {
-                max_wr: 4096,
-                max_sge: 1,
-                srq_limit: 0,
-            },
-            srq_context: 0,
-        })
+        .create_srq(&SrqInitAttr::new(SrqAttr {
+            max_wr: 4096,
+            max_sge: 1,
+            srq_limit: 0,
+        }))
         .unwrap_or_else(|e| panic!("{e}"));
     let cap = QpCap {
         max_send_wr: 32,
@@ -271,14 +269,12 @@ fn dci(kind: Kind, batch: usize, iters: usize) {
         max_inline_data: 64,
         ..QpCap::default()
     };
-    let dc = |dc_type| DvQpInitAttr {
-        comp_mask: DvQpInitAttrMask::DC,
-        dc_init_attr: DcInitAttr {
-            dc_type,
-            dct_access_key: 7,
-            ..DcInitAttr::default()
-        },
-        ..DvQpInitAttr::default()
+    let dc = |dc_type| {
+        let mut a = DvQpInitAttr::default();
+        a.comp_mask = DvQpInitAttrMask::DC;
+        a.dc_init_attr.dc_type = dc_type;
+        a.dc_init_attr.dct_access_key = 7;
+        a
     };
     let mut qp = pd
         .create_qp_dv(
@@ -288,14 +284,10 @@ fn dci(kind: Kind, batch: usize, iters: usize) {
         .unwrap_or_else(|e| panic!("{e}"))
         .into_qp()
         .unwrap();
+    let mut on_srq = QpInitAttr::new(QpType::Driver, &rcq, &rcq, cap);
+    on_srq.srq = Some(&srq);
     let mut dct = pd
-        .create_qp_dv(
-            &QpInitAttr {
-                srq: Some(&srq),
-                ..QpInitAttr::new(QpType::Driver, &rcq, &rcq, cap)
-            },
-            &dc(DcType::Dct),
-        )
+        .create_qp_dv(&on_srq, &dc(DcType::Dct))
         .unwrap_or_else(|e| panic!("{e}"))
         .into_dct()
         .unwrap();
@@ -357,125 +349,121 @@ fn dci(kind: Kind, batch: usize, iters: usize) {
 fn driver(mode: &str, kind: Kind, batch: usize, iters: usize) {
     let hal = SimHal::synchronous();
     let dev = Device::bring_up(&hal, Config::default()).unwrap_or_else(|e| panic!("{e}"));
-    let pd = dev.alloc_pd().unwrap_or_else(|e| panic!("{e}"));
-    let (mut scq, mut rcq) = (dev.create_cq(4095).unwrap(), dev.create_cq(4095).unwrap());
-    let cap = QpCap {
-        max_send_wr: 32,
-        max_recv_wr: 4096,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 64,
-    };
-    let init = QpInitAttr::new(QpType::Rc, &scq, &rcq, cap);
-    let (mut qa, mut qb) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let mr = pd
-        .reg_mr(hal.dma_alloc(8192, 4096).unwrap().share(), access)
-        .map_err(|(e, _)| e)
-        .unwrap();
-    let (na, nb) = (qa.qpn().raw(), qb.qpn().raw());
-    for (q, peer) in [(&mut qa, nb), (&mut qb, na)] {
-        q.to_init(1, 0, access, 0).unwrap();
-        q.to_rtr(
-            peer,
-            0,
-            AhAttr {
-                dlid: 1,
-                port_num: 1,
-                ..AhAttr::default()
-            },
-            Mtu::Mtu4096,
-        )
-        .unwrap();
-        q.to_rts(0).unwrap();
-    }
-    let rx = [Sge {
-        addr: mr.addr() + 4096,
-        length: 4096,
-        lkey: mr.lkey(),
-    }];
-    let tx = [Sge {
-        addr: mr.addr(),
-        length: 4096,
-        lkey: mr.lkey(),
-    }];
-    let payload = [0x5au8; 64];
-    let one = match kind {
-        Kind::Inline64 => SendWr {
-            wr_id: 1,
-            sg_list: &[],
-            inline_data: &payload,
-            op: SendOp::Send,
-            flags: SendFlags::INLINE,
-            ud: None,
+    // Two RC QPs connected on the model's port, a send queue of 32 and room for 4096
+    // receives, 64 bytes inline; one 8 KiB region, sent from its first half into its second.
+    let attr = PairAttr {
+        cap: QpCap {
+            max_send_wr: 32,
+            max_recv_wr: 4096,
+            ..cap(1, 1, 64)
         },
-        Kind::Write4k => SendWr {
-            wr_id: 1,
-            sg_list: &tx,
-            inline_data: &[],
-            op: SendOp::RdmaWrite {
-                remote_addr: mr.addr() + 4096,
-                rkey: mr.rkey().raw(),
-            },
-            flags: SendFlags::empty(),
-            ud: None,
-        },
+        send_cqe: 4095,
+        recv_cqe: 4095,
+        access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        mtu: Mtu::Mtu4096,
+        region_len: 8192,
+        ..PairAttr::new(cap(1, 1, 64))
     };
-    let poll = mode == "driver-poll";
-    let mut wrs = vec![one; batch];
-    for w in wrs.iter_mut() {
-        if poll {
-            w.flags |= SendFlags::SIGNALED;
-        }
-    }
-    if let Some(last) = wrs.last_mut() {
-        last.flags |= SendFlags::SIGNALED;
-    }
-    let reqs: Vec<MinReq<'_>> = wrs
-        .iter()
-        .map(|w| MinReq {
-            wr_id: w.wr_id,
-            raddr: mr.addr() + 4096,
-            rkey: mr.rkey().raw(),
-            addr: mr.addr(),
-            len: 4096,
-            signaled: w.flags.contains(SendFlags::SIGNALED),
-            inline: &payload,
-        })
-        .collect();
-    let mut wc = vec![Wc::EMPTY; batch];
-    let recvs = vec![
-        RecvWr {
-            wr_id: 2,
-            sg_list: &rx
-        };
-        batch
-    ];
-    if mode == "driver-poll-empty" {
-        for _ in 0..iters {
-            if bench_driver_poll_empty(&mut scq, &mut wc) != 0 {
-                std::process::exit(3);
+    with_rc_pair(
+        &dev,
+        attr,
+        |RcPair {
+             a: qa,
+             b: qb,
+             scq,
+             rcq,
+             mr,
+             ..
+         }| {
+            let rx = [Sge {
+                addr: mr.addr() + 4096,
+                length: 4096,
+                lkey: mr.lkey(),
+            }];
+            let tx = [Sge {
+                addr: mr.addr(),
+                length: 4096,
+                lkey: mr.lkey(),
+            }];
+            let payload = [0x5au8; 64];
+            let one = match kind {
+                Kind::Inline64 => SendWr {
+                    wr_id: 1,
+                    sg_list: &[],
+                    inline_data: &payload,
+                    op: SendOp::Send,
+                    flags: SendFlags::INLINE,
+                    ud: None,
+                },
+                Kind::Write4k => SendWr {
+                    wr_id: 1,
+                    sg_list: &tx,
+                    inline_data: &[],
+                    op: SendOp::RdmaWrite {
+                        remote_addr: mr.addr() + 4096,
+                        rkey: mr.rkey().raw(),
+                    },
+                    flags: SendFlags::empty(),
+                    ud: None,
+                },
+            };
+            let poll = mode == "driver-poll";
+            let mut wrs = vec![one; batch];
+            for w in wrs.iter_mut() {
+                if poll {
+                    w.flags |= SendFlags::SIGNALED;
+                }
             }
-        }
-        return;
-    }
-    for _ in 0..iters {
-        if kind == Kind::Inline64 {
-            qb.post_recv(&recvs).unwrap_or_else(|e| panic!("{e}"));
-        }
-        if poll {
-            qa.post_send(&wrs).unwrap_or_else(|e| panic!("{e}"));
-            let mut got = 0;
-            while got < batch {
-                got += bench_driver_poll(&mut scq, &mut wc[..batch - got]);
+            if let Some(last) = wrs.last_mut() {
+                last.flags |= SendFlags::SIGNALED;
             }
-        } else if mode == "driver-batch" {
-            bench_driver_batch(&mut qa, kind, &reqs, mr.lkey());
-            while scq.poll(&mut wc) > 0 {}
-        } else {
-            bench_driver_post(&mut qa, &wrs);
-            while scq.poll(&mut wc) > 0 {}
-        }
-        while rcq.poll(&mut wc) > 0 {}
-    }
+            let reqs: Vec<MinReq<'_>> = wrs
+                .iter()
+                .map(|w| MinReq {
+                    wr_id: w.wr_id,
+                    raddr: mr.addr() + 4096,
+                    rkey: mr.rkey().raw(),
+                    addr: mr.addr(),
+                    len: 4096,
+                    signaled: w.flags.contains(SendFlags::SIGNALED),
+                    inline: &payload,
+                })
+                .collect();
+            let mut wc = vec![Wc::EMPTY; batch];
+            let recvs = vec![
+                RecvWr {
+                    wr_id: 2,
+                    sg_list: &rx
+                };
+                batch
+            ];
+            if mode == "driver-poll-empty" {
+                for _ in 0..iters {
+                    if bench_driver_poll_empty(scq, &mut wc) != 0 {
+                        std::process::exit(3);
+                    }
+                }
+                return;
+            }
+            for _ in 0..iters {
+                if kind == Kind::Inline64 {
+                    qb.post_recv(&recvs).unwrap_or_else(|e| panic!("{e}"));
+                }
+                if poll {
+                    qa.post_send(&wrs).unwrap_or_else(|e| panic!("{e}"));
+                    let mut got = 0;
+                    while got < batch {
+                        got += bench_driver_poll(scq, &mut wc[..batch - got]);
+                    }
+                } else if mode == "driver-batch" {
+                    bench_driver_batch(qa, kind, &reqs, mr.lkey());
+                    while scq.poll(&mut wc) > 0 {}
+                } else {
+                    bench_driver_post(qa, &wrs);
+                    while scq.poll(&mut wc) > 0 {}
+                }
+                while rcq.poll(&mut wc) > 0 {}
+            }
+        },
+    );
 }

@@ -244,10 +244,8 @@ fn run_side<H: Hal>(host: Host<'_, '_, H>, o: &Opts) -> Result<(), String> {
     } else {
         None
     };
-    let cq_attr = CqInitAttr {
-        channel: channel.as_ref(),
-        ..CqInitAttr::new(n as u32)
-    };
+    let mut cq_attr = CqInitAttr::new(n as u32);
+    cq_attr.channel = channel.as_ref();
     let mut recv_cq = dev
         .create_cq_with(&cq_attr)
         .map_err(e("Couldn't create recv CQ"))?;
@@ -343,15 +341,13 @@ fn run_side<H: Hal>(host: Host<'_, '_, H>, o: &Opts) -> Result<(), String> {
             port_num: o.ib_port,
             ..AhAttr::default()
         };
-        let rtr = QpAttr {
-            qp_state: QpState::Rtr,
-            dest_qp_num: r.send_qpn,
-            path_mtu: mtu,
-            rq_psn: r.psn,
-            min_rnr_timer: 12,
-            ah_attr: av,
-            ..QpAttr::default()
-        };
+        let mut rtr = QpAttr::default();
+        rtr.qp_state = QpState::Rtr;
+        rtr.dest_qp_num = r.send_qpn;
+        rtr.path_mtu = mtu;
+        rtr.rq_psn = r.psn;
+        rtr.min_rnr_timer = 12;
+        rtr.ah_attr = av;
         let m = QpAttrMask::STATE
             | QpAttrMask::AV
             | QpAttrMask::PATH_MTU
@@ -363,34 +359,25 @@ fn run_side<H: Hal>(host: Host<'_, '_, H>, o: &Opts) -> Result<(), String> {
                 m | QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER,
             )
             .map_err(e(&format!("Failed to modify recv QP[{i}] to RTR")))?;
-        let rts = QpAttr {
-            qp_state: QpState::Rts,
-            timeout: 14,
-            sq_psn: me.psn,
-            ..QpAttr::default()
-        };
+        let mut rts = QpAttr::default();
+        rts.qp_state = QpState::Rts;
+        rts.timeout = 14;
+        rts.sq_psn = me.psn;
         recv_qp[i]
             .modify(
                 &rts,
                 QpAttrMask::STATE | QpAttrMask::TIMEOUT | QpAttrMask::SQ_PSN,
             )
             .map_err(e(&format!("Failed to modify recv QP[{i}] to RTS")))?;
+        rtr.dest_qp_num = r.recv_qpn;
         send_qp[i]
-            .modify(
-                &QpAttr {
-                    dest_qp_num: r.recv_qpn,
-                    ..rtr
-                },
-                m,
-            )
+            .modify(&rtr, m)
             .map_err(e(&format!("Failed to modify send QP[{i}] to RTR")))?;
+        rts.retry_cnt = 7;
+        rts.rnr_retry = 7;
         send_qp[i]
             .modify(
-                &QpAttr {
-                    retry_cnt: 7,
-                    rnr_retry: 7,
-                    ..rts
-                },
+                &rts,
                 QpAttrMask::STATE
                     | QpAttrMask::TIMEOUT
                     | QpAttrMask::SQ_PSN

@@ -20,7 +20,10 @@ use crate::eth::port::{EthPort, MAX_FLOW_RULES};
 use crate::eth::rxq::{destroy_tir, RxQueue};
 
 /// What a rule matches: every field given must be equal; an empty match takes every frame.
+/// Non-exhaustive (more fields to match will come): built with [`FlowMatch::any`] and its
+/// methods.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FlowMatch {
     /// Destination MAC address.
     pub dmac: Option<[u8; 6]>,

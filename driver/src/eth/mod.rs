@@ -40,11 +40,11 @@
 //! ```
 
 mod cq;
-pub mod flow;
-pub mod pool;
-pub mod port;
-pub mod rxq;
-pub mod txq;
+mod flow;
+mod pool;
+mod port;
+mod rxq;
+mod txq;
 
 pub use flow::{FlowDest, FlowMatch, FlowRule, RssFields, RssGroup, DEFAULT_RSS_KEY};
 pub use pool::{Pkt, PktFlags, PktPool, MAX_POOL_BUFFERS};

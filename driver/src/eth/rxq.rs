@@ -28,13 +28,25 @@ pub const MAX_QUEUE_ENTRIES: u32 = 1 << 15;
 const CQE_L3_OK: u8 = 1 << 1;
 const CQE_L4_OK: u8 = 1 << 2;
 
-/// What to create.
+/// What to create. Non-exhaustive (offloads to come): [`RxQueueAttr::new`] or
+/// [`RxQueueAttr::default`], then set fields.
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct RxQueueAttr {
     /// Receive WQEs (a power of two is used, at least this many).
     pub entries: u32,
     /// Let the NIC take the first VLAN tag off (its TCI is then [`Pkt::vlan_tci`]).
     pub vlan_strip: bool,
+}
+
+impl RxQueueAttr {
+    /// A queue of `entries` receive WQEs, VLAN tags left in the frames.
+    pub fn new(entries: u32) -> Self {
+        RxQueueAttr {
+            entries,
+            vlan_strip: false,
+        }
+    }
 }
 
 impl Default for RxQueueAttr {

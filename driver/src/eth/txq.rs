@@ -31,12 +31,21 @@ pub const COMPLETION_EVERY: u16 = 32;
 /// Shortest frame the port sends: an Ethernet header.
 const MIN_FRAME: usize = 14;
 
-/// What to create.
+/// What to create. Non-exhaustive (offloads to come): [`TxQueueAttr::new`] or
+/// [`TxQueueAttr::default`], then set fields.
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct TxQueueAttr {
     /// WQE basic blocks (a power of two is used, at least this many); a packet takes one
     /// unless its inline headers are long.
     pub entries: u32,
+}
+
+impl TxQueueAttr {
+    /// A queue of `entries` WQE basic blocks.
+    pub fn new(entries: u32) -> Self {
+        TxQueueAttr { entries }
+    }
 }
 
 impl Default for TxQueueAttr {

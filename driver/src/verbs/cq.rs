@@ -63,7 +63,9 @@ pub struct Cq<'d, H: Hal> {
     last_srq: LastSlot<'d, SrqBook<H>>,
 }
 
-/// What to create (`ibv_create_cq`'s arguments).
+/// What to create (`ibv_create_cq`'s arguments). Non-exhaustive (`ibv_cq_init_attr_ex` has more
+/// to come): start from [`CqInitAttr::new`] and set fields.
+#[non_exhaustive]
 pub struct CqInitAttr<'a, H: Hal> {
     /// Completions it holds at least.
     pub cqe: u32,
@@ -75,6 +77,15 @@ pub struct CqInitAttr<'a, H: Hal> {
     /// A value of the user's, handed back with each event (`cq_context`).
     pub cq_context: u64,
 }
+
+// Not derived: that would ask `H: Clone`; every field is a reference or a value.
+impl<H: Hal> Clone for CqInitAttr<'_, H> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<H: Hal> Copy for CqInitAttr<'_, H> {}
 
 impl<'a, H: Hal> CqInitAttr<'a, H> {
     /// A CQ of at least `cqe` entries, no channel, vector 0, context 0.

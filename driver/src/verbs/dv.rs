@@ -95,8 +95,12 @@ pub struct DciStreams {
 
 /// `struct mlx5dv_dc_init_attr` (the C union's two members are both fields here; `dc_type`
 /// says which one counts).
+///
+/// Non-exhaustive (the C struct grew `dci_streams` once): start from
+/// [`DcInitAttr::default`] and set fields.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub struct DcInitAttr {
     /// Target or initiator.
     pub dc_type: DcType,
@@ -106,8 +110,10 @@ pub struct DcInitAttr {
     pub dci_streams: DciStreams,
 }
 
-/// `struct mlx5dv_qp_init_attr`.
+/// `struct mlx5dv_qp_init_attr`. Non-exhaustive (it grows with `comp_mask`): start from
+/// [`DvQpInitAttr::default`] and set the fields the mask names.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DvQpInitAttr {
     /// Which of the other fields are valid.
     pub comp_mask: DvQpInitAttrMask,

@@ -47,12 +47,24 @@ bitflags! {
 }
 
 /// `struct mlx5dv_mkey_init_attr` (the PD is the one `create_mkey` is called on).
+/// Non-exhaustive (it grows with `comp_mask`): [`MkeyInitAttr::new`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct MkeyInitAttr {
     /// What kind of key; [`MkeyInitFlags::INDIRECT`] is required.
     pub create_flags: MkeyInitFlags,
     /// Most entries a layout of it may have.
     pub max_entries: u16,
+}
+
+impl MkeyInitAttr {
+    /// A key of `create_flags` whose layouts have at most `max_entries` entries.
+    pub fn new(create_flags: MkeyInitFlags, max_entries: u16) -> Self {
+        MkeyInitAttr {
+            create_flags,
+            max_entries,
+        }
+    }
 }
 
 /// One piece of an interleaved layout (`struct mlx5dv_mr_interleaved`): each round takes
@@ -89,13 +101,24 @@ pub enum MkeyLayout<'a> {
 /// What a [`SendBatch::mkey_configure`](crate::verbs::SendBatch::mkey_configure) sets
 /// (`struct mlx5dv_mkey_conf_attr` plus the setters rdma-core calls after
 /// `mlx5dv_wr_mkey_configure`). Signature and crypto setters have no field: this driver has
-/// no such keys.
+/// no such keys. Non-exhaustive (they would add fields): [`MkeyConf::new`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct MkeyConf<'a> {
     /// New access rights (`mlx5dv_wr_set_mkey_access_flags`), if any.
     pub access: Option<AccessFlags>,
     /// New layout.
     pub layout: MkeyLayout<'a>,
+}
+
+impl<'a> MkeyConf<'a> {
+    /// `layout`, the access rights unchanged.
+    pub fn new(layout: MkeyLayout<'a>) -> Self {
+        MkeyConf {
+            access: None,
+            layout,
+        }
+    }
 }
 
 /// An indirect memory key (`struct mlx5dv_mkey`). Destroyed on drop.

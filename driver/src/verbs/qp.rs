@@ -48,7 +48,9 @@ pub struct QpCap {
     pub max_inline_data: u32,
 }
 
-/// What to create (`struct ibv_qp_init_attr`).
+/// What to create (`struct ibv_qp_init_attr`). Non-exhaustive (`ibv_qp_init_attr_ex` has more
+/// to come): start from [`QpInitAttr::new`] and set fields.
+#[non_exhaustive]
 pub struct QpInitAttr<'c, 'd, H: Hal> {
     /// Transport.
     pub qp_type: QpType,
@@ -128,9 +130,12 @@ pub struct AhAttr {
     pub port_num: u8,
 }
 
-/// QP attributes (`struct ibv_qp_attr`), used with a [`QpAttrMask`].
+/// QP attributes (`struct ibv_qp_attr`), used with a [`QpAttrMask`]. Non-exhaustive (SQD's
+/// `en_sqd_async_notify`/`sq_draining` and `rate_limit` are still to come): start from
+/// [`QpAttr::default`] and set the fields the mask names.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub struct QpAttr {
     /// Target state (with [`QpAttrMask::STATE`]).
     pub qp_state: QpState,
@@ -227,7 +232,7 @@ pub struct QpInitInfo {
 /// A queue pair. Destroyed on drop; outstanding work requests are not processed and produce
 /// no completions.
 pub struct Qp<'p, 'd, H: Hal> {
-    pd: &'p Pd<'d, H>,
+    pub(crate) pd: &'p Pd<'d, H>,
     qpn: Qpn,
     qp_type: QpType,
     state: QpState,
@@ -271,11 +276,20 @@ pub(crate) struct QpExtras {
     pub(crate) send_ops: u8,
 }
 
+// Not derived: that would ask `H: Clone`; every field is a reference or a value.
+impl<H: Hal> Clone for QpInitAttr<'_, '_, H> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<H: Hal> Copy for QpInitAttr<'_, '_, H> {}
+
 impl<'c, 'd, H: Hal> QpInitAttr<'c, 'd, H> {
     /// The attributes of a QP of `qp_type` completing into `send_cq` and `recv_cq`, sized by
     /// `cap`, signalling only the requests that ask for it; the other fields take their
-    /// defaults and can be set with struct update syntax
-    /// (`QpInitAttr { sq_sig_all: true, ..QpInitAttr::new(..) }`).
+    /// defaults and are set by assignment (`let mut a = QpInitAttr::new(..);
+    /// a.sq_sig_all = true;`).
     pub fn new(
         qp_type: QpType,
         send_cq: &'c Cq<'d, H>,

@@ -3,17 +3,30 @@
 //! in `drivers/infiniband/core/verbs.c` (read at torvalds/linux
 //! f4d8f354d753ab21379060a5cf5553fa45a698b2, a v5.13/v5.14-era tree).
 //!
-//! [`check_modify`] accepts exactly the masks the kernel accepts, before any firmware command
-//! is built; [`required`] and [`optional`] let helpers such as `to_init`/`to_rtr`/`to_rts`
-//! build their masks from the same table.
+//! `check_modify` accepts exactly the masks the kernel accepts, before any firmware command
+//! is built ([`Qp::modify`](crate::verbs::Qp::modify) calls it; `required` and `optional`
+//! read the same table for its tests):
 //!
 //! ```
-//! use bareverbs::verbs::qp_state::{check_modify, ModifyError, QpAttrMask, QpState, QpType};
+//! use bareverbs::verbs::{
+//!     AccessFlags, ModifyError, QpAttr, QpAttrMask, QpInitAttr, QpState, QpType,
+//! };
+//! use bareverbs::{Config, Device, Error};
+//! use bareverbs_model::SimHal;
 //!
+//! let hal = SimHal::synchronous();
+//! let dev = Device::bring_up(&hal, Config::default()).unwrap();
+//! let (pd, cq) = (dev.alloc_pd().unwrap(), dev.create_cq(4).unwrap());
+//! let cap = bareverbs::verbs::QpCap { max_send_wr: 1, max_send_sge: 1, ..Default::default() };
+//! let mut qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap)).unwrap();
+//! let mut attr = QpAttr::default();
+//! attr.qp_state = QpState::Init;
+//! attr.port_num = 1;
+//! attr.qp_access_flags = AccessFlags::LOCAL_WRITE;
 //! let init = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
 //! assert_eq!(
-//!     check_modify(QpType::Rc, QpState::Reset, QpState::Init, init),
-//!     Err(ModifyError::Missing { attrs: QpAttrMask::ACCESS_FLAGS }),
+//!     qp.modify(&attr, init),
+//!     Err(Error::ModifyQp(ModifyError::Missing { attrs: QpAttrMask::ACCESS_FLAGS })),
 //! );
 //! ```
 
@@ -328,7 +341,7 @@ impl core::error::Error for ModifyError {}
 
 /// The state a modify call leads to, as the kernel computes it: `qp_state` if the mask has
 /// `STATE`, otherwise the current state (`attr_mask & IB_QP_STATE ? attr->qp_state : cur`).
-pub const fn next_state(cur: QpState, mask: QpAttrMask, qp_state: QpState) -> QpState {
+pub(crate) const fn next_state(cur: QpState, mask: QpAttrMask, qp_state: QpState) -> QpState {
     if mask.contains(QpAttrMask::STATE) {
         qp_state
     } else {
@@ -342,7 +355,7 @@ pub const fn next_state(cur: QpState, mask: QpAttrMask, qp_state: QpState) -> Qp
 /// `next` is the state the QP is to be in afterwards: `next == cur` modifies attributes in
 /// place (allowed in RESET, INIT, RTS, SQD and ERR only); `next != cur` is a transition and
 /// needs `STATE` in `mask`. For a raw `(attr, mask)` call, pass
-/// [`next_state(cur, mask, attr.qp_state)`](next_state).
+/// `next_state(cur, mask, attr.qp_state)`.
 ///
 /// # Errors
 ///
@@ -350,7 +363,7 @@ pub const fn next_state(cur: QpState, mask: QpAttrMask, qp_state: QpState) -> Qp
 /// [`ModifyError::Missing`] with every required attribute absent from `mask`;
 /// [`ModifyError::NotAllowed`] with every bit of `mask` outside required | optional.
 /// `CUR_STATE` is accepted only where the table lists it (from RTR, RTS, SQD, SQE).
-pub fn check_modify(
+pub(crate) fn check_modify(
     qp_type: QpType,
     cur: QpState,
     next: QpState,
@@ -375,7 +388,8 @@ pub fn check_modify(
 
 /// The attributes `cur → next` requires for `qp_type`, `STATE` included when `next != cur`;
 /// `None` if the transition is invalid.
-pub const fn required(qp_type: QpType, cur: QpState, next: QpState) -> Option<QpAttrMask> {
+#[cfg(test)]
+const fn required(qp_type: QpType, cur: QpState, next: QpState) -> Option<QpAttrMask> {
     match rule(qp_type, cur, next) {
         Some(a) => Some(a.required),
         None => None,
@@ -384,8 +398,9 @@ pub const fn required(qp_type: QpType, cur: QpState, next: QpState) -> Option<Qp
 
 /// The attributes `cur → next` also accepts for `qp_type` (`STATE` included when
 /// `next == cur`); `None` if the transition is invalid. Every accepted mask lies between
-/// [`required`] and `required | optional`.
-pub const fn optional(qp_type: QpType, cur: QpState, next: QpState) -> Option<QpAttrMask> {
+/// `required` and `required | optional`.
+#[cfg(test)]
+const fn optional(qp_type: QpType, cur: QpState, next: QpState) -> Option<QpAttrMask> {
     match rule(qp_type, cur, next) {
         Some(a) => Some(a.optional),
         None => None,

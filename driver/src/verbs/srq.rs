@@ -21,15 +21,27 @@ use crate::verbs::xrc::{alloc_xrcdn, dealloc_xrcdn};
 /// Bytes of a page of the ring (`log_wq_pg_sz` 0: 4 KiB).
 const PAGE: usize = 4096;
 
-/// What to create (`struct ibv_srq_init_attr`).
+/// What to create (`struct ibv_srq_init_attr`). Non-exhaustive (`ibv_srq_init_attr_ex` has more
+/// to come): start from [`SrqInitAttr::new`] and set fields.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub struct SrqInitAttr {
     /// Sizes asked for (`max_wr`, `max_sge`) and the limit to arm at once (`srq_limit`; 0:
     /// not armed).
     pub attr: SrqAttr,
     /// A value of the user's (`srq_context`).
     pub srq_context: u64,
+}
+
+impl SrqInitAttr {
+    /// An SRQ of `attr`'s sizes and limit, context 0.
+    pub fn new(attr: SrqAttr) -> Self {
+        SrqInitAttr {
+            attr,
+            srq_context: 0,
+        }
+    }
 }
 
 /// A shared receive queue. QPs created with it (`QpInitAttr::srq`) take their receives from

@@ -130,11 +130,8 @@ pub fn appliance<H: Hal>(d0: &Device<H>, d1: &Device<H>) -> Result<(), Fail> {
         PktPool::new(&p0, 128, 2048).map_err(verb("packet pool"))?,
         PktPool::new(&p1, 128, 2048).map_err(verb("packet pool"))?,
     );
-    let rx = RxQueueAttr {
-        entries: 64,
-        vlan_strip: false,
-    };
-    let tx = TxQueueAttr { entries: 64 };
+    let rx = RxQueueAttr::new(64);
+    let tx = TxQueueAttr::new(64);
     let mut app = Side {
         pool: &pool0,
         rxq: RxQueue::new(&p0, &pool0, rx).map_err(verb("receive queue"))?,

@@ -282,12 +282,9 @@ where
         max_recv_sge: 1,
         max_inline_data: 0,
     };
-    let qp = pd
-        .create_qp(&QpInitAttr {
-            sq_sig_all: true,
-            ..QpInitAttr::new(qp_type, &cq, &cq, cap)
-        })
-        .map_err(verb("create_qp"))?;
+    let mut qp_init = QpInitAttr::new(qp_type, &cq, &cq, cap);
+    qp_init.sq_sig_all = true;
+    let qp = pd.create_qp(&qp_init).map_err(verb("create_qp"))?;
     let buf = dev
         .hal()
         .dma_alloc(2 * half, 4096)
