@@ -1,33 +1,18 @@
 //! Ethernet: raw packet queues, the burst API, flow steering and RSS against the model's
 //! Ethernet NIC — two HCAs on one wire, frames checked byte for byte.
 
+mod common;
+
 use bareverbs::eth::*;
 use bareverbs::testing::{with_eth_pair, EthEndAttr, EthPair};
 use bareverbs::{Config, Device, Error};
 use bareverbs_model::{Drive, EthObjects, Fabric, ModelConfig, SimHal};
-
-fn eth_cfg(n: u64) -> ModelConfig {
-    ModelConfig {
-        port_type_eth: true,
-        node_guid: ModelConfig::default().node_guid + (n << 8),
-        base_lid: 1 + 16 * n as u16,
-        ..ModelConfig::default()
-    }
-}
-
-/// Two Ethernet HCAs on one wire.
-fn pair() -> (SimHal, SimHal) {
-    let f = Fabric::new();
-    (
-        SimHal::on_fabric(eth_cfg(0), Drive::Synchronous, &f),
-        SimHal::on_fabric(eth_cfg(1), Drive::Synchronous, &f),
-    )
-}
+use common::{eth_cfg, two_eth_hcas};
 
 /// The fixture's two Ethernet ends (built as `attrs` says), each on its own brought-up HCA
 /// on one wire, handed to `f` with the second HCA (to look at its model).
 fn with_ends(attrs: [EthEndAttr; 2], f: impl FnOnce(&mut EthPair<'_, '_, &SimHal>, &SimHal)) {
-    let (ha, hb) = pair();
+    let (ha, hb) = two_eth_hcas();
     let (da, db) = (
         Device::bring_up(&ha, Config::default()).unwrap(),
         Device::bring_up(&hb, Config::default()).unwrap(),
@@ -38,7 +23,7 @@ fn with_ends(attrs: [EthEndAttr; 2], f: impl FnOnce(&mut EthPair<'_, '_, &SimHal
 /// Two Ethernet ports on one wire, each on its own brought-up HCA, handed to `f` with the
 /// second HCA (to look at its model).
 fn with_ports(f: impl FnOnce(&EthPort<'_, &SimHal>, &EthPort<'_, &SimHal>, &SimHal)) {
-    let (ha, hb) = pair();
+    let (ha, hb) = two_eth_hcas();
     let (da, db) = (
         Device::bring_up(&ha, Config::default()).unwrap(),
         Device::bring_up(&hb, Config::default()).unwrap(),

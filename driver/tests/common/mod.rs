@@ -1,6 +1,6 @@
 //! Helpers the data-path tests share on top of `bareverbs::testing` (re-exported here):
 //! signaled send requests, UD destinations, RC transition attributes, SRQs, hand-built
-//! commands and two model HCAs on one fabric.
+//! commands and two model HCAs on one fabric (InfiniBand or Ethernet).
 
 // Each test crate uses its own subset.
 #![allow(dead_code, unused_imports)]
@@ -137,6 +137,28 @@ pub fn two_hcas() -> (SimHal, SimHal) {
     (
         SimHal::on_fabric(cfg(1, 0x10), Drive::Synchronous, &fabric),
         SimHal::on_fabric(cfg(17, 0x20), Drive::Synchronous, &fabric),
+    )
+}
+
+/// The configuration of model HCA number `n` with an Ethernet port: its own node GUID (and so
+/// MAC) and LID.
+pub fn eth_cfg(n: u64) -> bareverbs_model::ModelConfig {
+    use bareverbs_model::ModelConfig;
+    ModelConfig {
+        port_type_eth: true,
+        node_guid: ModelConfig::default().node_guid + (n << 8),
+        base_lid: 1 + 16 * n as u16,
+        ..ModelConfig::default()
+    }
+}
+
+/// Two Ethernet HCAs on one wire, driven synchronously.
+pub fn two_eth_hcas() -> (SimHal, SimHal) {
+    use bareverbs_model::{Drive, Fabric};
+    let f = Fabric::new();
+    (
+        SimHal::on_fabric(eth_cfg(0), Drive::Synchronous, &f),
+        SimHal::on_fabric(eth_cfg(1), Drive::Synchronous, &f),
     )
 }
 
