@@ -216,3 +216,73 @@ impl<H: Hal> Drop for SrqPost<'_, H> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Golden bytes against plain memory: a receive lands in the head WQE after its next
+    //! segment, a short list ends with the invalid lkey, the doorbell record counts what was
+    //! published, and the ring refuses a receive when the head reaches the tail.
+    use super::*;
+    use bareverbs_firmware_cmd::ifc::{wqe_data_seg, WqeDataSeg};
+    use bareverbs_firmware_cmd::View;
+    use bareverbs_model::SimHal;
+
+    #[test]
+    fn receives_fill_the_linked_wqes_until_the_head_meets_the_tail() {
+        let hal = SimHal::synchronous();
+        // Four WQEs of 64 bytes: the next segment and three data segments each.
+        let (log_size, log_stride) = (2u8, 6u8);
+        let mut ring = hal.dma_alloc(4 << log_stride, 64).unwrap();
+        ring.as_mut_slice().fill(0xa5);
+        let ring = ring.share();
+        // Linked 0 -> 1 -> 2 -> 3, as an SRQ's creation links them.
+        for k in 0..4u16 {
+            let at = (usize::from(k) << log_stride) + wqe_srq_next_seg::next_wqe_index.bit / 8;
+            ring.write16(at, (k + 1) & 3);
+        }
+        let dbr = hal.dma_alloc(64, 64).unwrap().share();
+        let ids = hal.dma_alloc(8 * 4, 64).unwrap().share();
+        let book = SrqBook::<&SimHal>::new(7, [ring, dbr, ids], log_size, log_stride);
+        assert_eq!(book.max_sge(), 3);
+        {
+            let mut post = book.begin().unwrap();
+            post.push(11, [(0x1000, 64, 5), (0x2000, 32, 6)].into_iter())
+                .unwrap();
+            post.push(12, core::iter::once((0x3000, 16, 7))).unwrap();
+            post.push(13, core::iter::empty()).unwrap();
+            // The tail WQE stays linked in: three receives fill a ring of four.
+            assert_eq!(post.push(14, core::iter::empty()), Err(RingFull));
+        }
+        assert_eq!(book.dbr.read32(0), 3, "one record update for the three");
+        let mut b = [0u8; 4 * 64];
+        book.ring.read_bytes(0, &mut b).unwrap();
+        let seg = |wqe: usize, k: usize| {
+            let at = wqe * 64 + 16 * (k + 1);
+            View::<WqeDataSeg>::new_checked(&b[at..at + 16]).unwrap()
+        };
+        let fields = |wqe, k| {
+            let s = seg(wqe, k);
+            (
+                s.get(wqe_data_seg::addr),
+                s.get32(wqe_data_seg::byte_count),
+                s.get32(wqe_data_seg::lkey),
+            )
+        };
+        assert_eq!(fields(0, 0), (0x1000, 64, 5));
+        assert_eq!(fields(0, 1), (0x2000, 32, 6));
+        assert_eq!(fields(0, 2), (0, 0, INVALID_LKEY));
+        assert_eq!(fields(1, 0), (0x3000, 16, 7));
+        assert_eq!(fields(1, 1), (0, 0, INVALID_LKEY));
+        assert!(
+            b[64 + 48..128].iter().all(|&x| x == 0xa5),
+            "past the terminator"
+        );
+        assert_eq!(fields(2, 0), (0, 0, INVALID_LKEY), "an empty list");
+        assert!(
+            b[3 * 64 + 16..].iter().all(|&x| x == 0xa5),
+            "the tail is untouched"
+        );
+        // Completing WQE 1 links it after the tail and hands back its wr_id.
+        assert_eq!(book.complete(1), 12);
+    }
+}
