@@ -481,6 +481,24 @@ mod tests {
         w
     }
 
+    /// A free MTT key at `index` that a UMR may fill, its table `xlt_octowords` long.
+    fn free_mtt_key(index: u32, xlt_octowords: u32) -> Mkey {
+        Mkey {
+            key: index << 8,
+            pd: 0,
+            start: 0,
+            len: 0,
+            rights: Rights::default(),
+            translation: Translation::Mtt {
+                log_page: 12,
+                pages: Vec::new(),
+            },
+            free: true,
+            umr_en: true,
+            xlt_octowords,
+        }
+    }
+
     #[test]
     fn translation_offsets_past_16_bits_need_the_extended_offset_cap() {
         // mlx5_ifc `umr_extended_translation_offset`; umr.c `mlx5r_umr_update_offset` splits
@@ -488,23 +506,7 @@ mod tests {
         let hal = SimHal::synchronous();
         hal.model().with(|h| {
             let index = 0x20;
-            h.objects.mkeys.insert(
-                index,
-                Mkey {
-                    key: index << 8,
-                    pd: 0,
-                    start: 0,
-                    len: 0,
-                    rights: Rights::default(),
-                    translation: Translation::Mtt {
-                        log_page: 12,
-                        pages: Vec::new(),
-                    },
-                    free: true,
-                    umr_en: true,
-                    xlt_octowords: 0x1_0001,
-                },
-            );
+            h.objects.mkeys.insert(index, free_mtt_key(index, 0x1_0001));
             // Octoword 0x10000 = entries 0x20000 and 0x20001; the second lacks the present
             // bits (a zapped entry).
             let w = inline_umr(index << 8, 0x1_0000, &[0x5000 | mtt_perm::RW, 0x6000]);
@@ -546,23 +548,7 @@ mod tests {
         let hal = SimHal::synchronous();
         hal.model().with(|h| {
             let index = 0x21;
-            h.objects.mkeys.insert(
-                index,
-                Mkey {
-                    key: index << 8,
-                    pd: 0,
-                    start: 0,
-                    len: 0,
-                    rights: Rights::default(),
-                    translation: Translation::Mtt {
-                        log_page: 12,
-                        pages: Vec::new(),
-                    },
-                    free: true,
-                    umr_en: true,
-                    xlt_octowords: 2,
-                },
-            );
+            h.objects.mkeys.insert(index, free_mtt_key(index, 2));
             let entries = [
                 0x1_0000_5000 | mtt_perm::READ,
                 0x6000 | mtt_perm::WRITE,

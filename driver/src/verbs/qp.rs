@@ -1431,15 +1431,8 @@ mod tests {
     use super::*;
     use crate::caps::Caps;
 
-    fn cap(wr: u32, sge: u32, inline: u32) -> QpCap {
-        QpCap {
-            max_send_wr: wr,
-            max_recv_wr: wr,
-            max_send_sge: sge,
-            max_recv_sge: sge,
-            max_inline_data: inline,
-        }
-    }
+    // The package's own tests build it with `testing` (its dev-dependency on itself).
+    use crate::testing::cap;
 
     #[test]
     fn queue_sizes_never_overflow_whatever_the_device_or_the_caller_says() {
