@@ -66,8 +66,6 @@ pub struct TxQueue<'p, 'd, H: Hal> {
     /// buffer at 0 and the WQEBB counter after the WQE at 8.
     book: SharedDma<H::Dma>,
     log_size: u8,
-    /// WQEBBs written (the doorbell's producer counts what was published).
-    pi: u16,
     /// WQEBB counter up to which the device has completed (and the buffers went back).
     tail: AtomicU16,
     since_completion: u16,
@@ -154,7 +152,6 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
             dbr,
             book,
             log_size,
-            pi: 0,
             tail: AtomicU16::new(0),
             since_completion: 0,
             doorbell: SqDoorbell::new(
@@ -231,7 +228,7 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
             // The completion is for the WQE at `wqe_counter`: everything up to the counter
             // after it is done (completions arrive in order).
             let end = book.slot(usize::from(c.wqe_counter)).read_ne16(8);
-            while ci != end && self.pi != ci {
+            while ci != end && self.doorbell.cur() != ci {
                 let e = book.slot(usize::from(ci));
                 done[k] = e.read_ne64(0) as u32;
                 k += 1;
@@ -267,7 +264,7 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
         ) else {
             return 0;
         };
-        let mut ring = SendRing::new(sq, book, &self.tail, self.pi, size as u16);
+        let mut ring = SendRing::new(sq, book, &self.tail, self.doorbell.cur(), size as u16);
         let max_frame = usize::from(self.port.hw_mtu()).saturating_sub(4);
         let mut n = 0;
         let mut wqe = [0u8; 3 * WQEBB];
@@ -381,8 +378,8 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
             ring.commit(u64::from(p.index), bbs as u16, ctrl);
             n += 1;
         }
+        // The doorbell's producer moves only when something was written.
         let (ring, cur, last_ctrl) = ring.into_parts();
-        self.pi = cur;
         if n > 0 {
             if self.since_completion != 0 {
                 // The burst ended on the ring being full mid-way: its last WQE asks for a
@@ -425,7 +422,7 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
     fn return_queued(&mut self) {
         let mut ci = self.tail.load(Ordering::Relaxed);
         if let Ok(book) = self.book.slots::<16>(0, 1 << self.log_size) {
-            while ci != self.pi {
+            while ci != self.doorbell.cur() {
                 let e = book.slot(usize::from(ci));
                 let index = e.read_ne64(0) as u32;
                 if self.pool.owner(index) == owner::DEVICE {
@@ -434,7 +431,6 @@ impl<'p, 'd, H: Hal> TxQueue<'p, 'd, H> {
                 ci = next_wqe(ci, e.read_ne16(8));
             }
         }
-        self.pi = 0;
         self.tail.store(0, Ordering::Relaxed);
         self.since_completion = 0;
         self.doorbell.reset();

@@ -1,7 +1,9 @@
-//! A QP's send queue (rdma-core's `mlx5_wq` for the SQ): where its WQEBBs sit in the QP's work
-//! buffer, the producer counter, the BlueFlame register it rings, the fence owed after a UMR
-//! and what its batches keep between calls. `send_batch.rs` writes the WQEs; [`SqDoorbell::publish`]
-//! hands them to the device (doorbell record, then the BlueFlame register).
+//! Send rings (rdma-core's `mlx5_wq` for the SQ): a QP's send queue (where its WQEBBs sit in the
+//! QP's work buffer, the fence owed after a UMR, what its batches keep between calls); a
+//! batch's hold on a ring, [`SendRing`] (the WQEBBs, the book, the producer, the room), through
+//! which verbs batches and the Ethernet send queue write their WQEs (`send_wqe.rs` has the
+//! segment writers); and [`SqDoorbell`], which hands what was written to the device (doorbell
+//! record, then the doorbell or BlueFlame register) for both.
 
 use core::sync::atomic::{AtomicU16, Ordering};
 
@@ -120,7 +122,7 @@ impl SendQueue {
     /// WQEBBs posted so far.
     #[inline(always)]
     pub(crate) fn cur(&self) -> u16 {
-        self.doorbell.cur
+        self.doorbell.cur()
     }
 
     /// The `fm_ce_se` table.
@@ -153,6 +155,12 @@ impl SqDoorbell {
     /// Nothing published (the queue went back to reset).
     pub(crate) fn reset(&mut self) {
         self.cur = 0;
+    }
+
+    /// WQEBBs published: the producer the next batch starts at.
+    #[inline(always)]
+    pub(crate) fn cur(&self) -> u16 {
+        self.cur
     }
 
     /// Hands the WQEBBs up to `cur` (written in `ring` since the last call) to the device: the
