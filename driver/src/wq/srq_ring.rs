@@ -15,6 +15,7 @@ use bareverbs_firmware_cmd::wqe_codec::data;
 use bareverbs_hal::{dma_wmb, Hal, SharedDma, Slots};
 
 use crate::slot_table::{Keyed, SlotTable, TableSlot};
+use crate::wq::recv_queue::{write_recv_wqe, RECV_UNIT};
 
 /// SRQs a device holds at once with the inline tables (`alloc` feature: the device's limit).
 pub(crate) const INLINE_SRQS: usize = 16;
@@ -134,12 +135,18 @@ impl<H: Hal> SrqBook<H> {
     /// for its ring (never, for a book made by [`SrqBook::new`] from the sizes it was given).
     pub(crate) fn begin(&self) -> Option<SrqPost<'_, H>> {
         let ids = self.ids.slots::<8>(0, 1 << self.log_size).ok()?;
+        // The ring in data-segment units (the next segment is the first of each WQE).
+        let units = self
+            .ring
+            .slots::<RECV_UNIT>(0, 1 << (self.log_size + self.log_stride - 4))
+            .ok()?;
         let ends = self.ends.lock();
         let start = ends.counter;
         Some(SrqPost {
             book: self,
             ends,
             ids,
+            units,
             start,
         })
     }
@@ -162,6 +169,7 @@ pub(crate) struct SrqPost<'a, H: Hal> {
     book: &'a SrqBook<H>,
     ends: spin::MutexGuard<'a, Ends>,
     ids: Slots<'a, 8>,
+    units: Slots<'a, RECV_UNIT>,
     start: u16,
 }
 
@@ -186,20 +194,10 @@ impl<H: Hal> SrqPost<'_, H> {
             return Err(RingFull);
         }
         let idx = self.ends.head;
-        let base = usize::from(idx) << b.log_stride;
         let next = b.ring.read16(b.next_at(idx)) & b.mask();
-        let mut n = 0usize;
-        for (addr, length, lkey) in sges.take(b.max_sge as usize) {
-            let o = base + 16 * (n + 1);
-            b.ring.write64(o, data::word0(length, lkey));
-            b.ring.write64(o + data::ADDR.byte(), addr);
-            n += 1;
-        }
-        if (n as u32) < b.max_sge {
-            let o = base + 16 * (n + 1);
-            b.ring.write64(o, data::word0(0, INVALID_LKEY));
-            b.ring.write64(o + data::ADDR.byte(), 0);
-        }
+        // The data segments after the WQE's next segment: a cyclic receive WQE's layout.
+        let first = (usize::from(idx) << (b.log_stride - 4)) + 1;
+        write_recv_wqe(&self.units, first, b.max_sge as usize, sges);
         self.ids.slot(usize::from(idx)).write_ne64(0, wr_id);
         self.ends.head = next;
         self.ends.counter = self.ends.counter.wrapping_add(1);
