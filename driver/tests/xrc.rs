@@ -13,7 +13,7 @@ use bareverbs_firmware_cmd::{CmdStatus, Layout, Qpn, ViewMut};
 use bareverbs_model::SimHal;
 
 mod common;
-use common::exec;
+use common::{exec, rc_rts};
 
 const CAP: QpCap = QpCap {
     max_send_wr: 8,
@@ -190,12 +190,7 @@ fn xrc_transitions_follow_the_kernel_table() {
     ini.modify(&rtr, base).unwrap();
     tgt.modify(&rtr, base | resp).unwrap();
     // RTR → RTS: XRC_TGT requires TIMEOUT and SQ_PSN only, XRC_INI as RC.
-    let mut rts = QpAttr::default();
-    rts.qp_state = QpState::Rts;
-    rts.timeout = 14;
-    rts.retry_cnt = 7;
-    rts.rnr_retry = 7;
-    rts.max_rd_atomic = 1;
+    let (rts, _) = rc_rts();
     let tgt_rts = QpAttrMask::STATE | QpAttrMask::TIMEOUT | QpAttrMask::SQ_PSN;
     assert!(matches!(ini.modify(&rts, tgt_rts), Err(Error::ModifyQp(_))));
     assert!(matches!(

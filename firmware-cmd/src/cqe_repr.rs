@@ -251,6 +251,71 @@ mod tests {
         assert_eq!(CqeRepr::parse(&CqeRepr::words_of(&c)), r);
     }
 
+    /// Big-endian `v` of `n` bytes at `at` of `c`.
+    fn put_be(c: &mut [u8; 64], at: usize, n: usize, v: u64) {
+        c[at..at + n].copy_from_slice(&v.to_be_bytes()[8 - n..]);
+    }
+
+    /// The byte image of each kind of CQE, written from the C structs' offsets rather than
+    /// from our layouts: rdma-core `mlx5dv.h` `struct mlx5_cqe64` (ml_path 17, slid 22,
+    /// flags_rqpn 24, hds_ip_ext 28, l4_hdr_type_etc 29, vlan_info 30, srqn_uidx 32,
+    /// imm_inval_pkey 36, byte_cnt 44, timestamp 48, sop_drop_qpn 56, wqe_counter 60, op_own
+    /// 63), Linux `device.h` for what mlx5dv.h leaves reserved (rss_hash_result 12,
+    /// rss_hash_type 16, check_sum 20), and `struct mlx5_err_cqe` (srqn 32, vendor_err_synd 54,
+    /// syndrome 55, s_wqe_opcode_qpn 56, wqe_counter 60, op_own 63).
+    #[test]
+    fn each_field_sits_at_the_c_structs_offset() {
+        let r = responder();
+        let mut want = [0u8; 64];
+        for (at, n, v) in [
+            (12, 4, u64::from(r.rss_hash_result)),
+            (16, 1, u64::from(r.rss_hash_type)),
+            (17, 1, u64::from(r.ml_path)),
+            (20, 2, u64::from(r.check_sum)),
+            (22, 2, u64::from(r.slid)),
+            (24, 4, u64::from(r.flags_rqpn)),
+            (28, 1, u64::from(r.hds_ip_ext)),
+            (29, 1, u64::from(r.l4_l3_hdr_type)),
+            (30, 2, u64::from(r.vlan_info)),
+            (32, 4, u64::from(r.srqn)),
+            (36, 4, u64::from(r.imm_inval_pkey)),
+            (44, 4, u64::from(r.byte_cnt)),
+            (48, 8, r.timestamp),
+            (56, 4, u64::from(r.sop_drop_qpn)),
+            (60, 2, u64::from(r.wqe_counter)),
+            // RESP_SEND_IMM (3) in bits 7:4, format 0, solicited (bit 1), owner 1.
+            (63, 1, 0x33),
+        ] {
+            put_be(&mut want, at, n, v);
+        }
+        assert_eq!(r.emit(1, &[]), want);
+        assert_eq!(CqeRepr::parse(&CqeRepr::words_of(&want)), r);
+
+        let e = CqeRepr {
+            opcode: CqeOpcode::RespErr.raw(),
+            wqe_counter: 0x1234,
+            sop_drop_qpn: 0x00ab_cdef,
+            srqn: 0x0056_789a,
+            syndrome: CqeSyndrome::RemoteAccessErr.raw(),
+            vendor_err_synd: 0x42,
+            ..CqeRepr::default()
+        };
+        let mut want = [0u8; 64];
+        for (at, n, v) in [
+            (32, 4, u64::from(e.srqn)),
+            (54, 1, 0x42),
+            (55, 1, u64::from(e.syndrome)),
+            (56, 4, u64::from(e.sop_drop_qpn)),
+            (60, 2, 0x1234),
+            // RESP_ERR (0xe) in bits 7:4, owner 0.
+            (63, 1, 0xe0),
+        ] {
+            put_be(&mut want, at, n, v);
+        }
+        assert_eq!(e.emit(0, &[]), want);
+        assert_eq!(CqeRepr::parse(&CqeRepr::words_of(&want)), e);
+    }
+
     #[test]
     fn an_error_cqe_carries_its_syndromes_where_a_good_one_has_its_timestamp() {
         let r = CqeRepr {

@@ -325,6 +325,77 @@ mod tests {
         write_atomic(s.slot(0), CTRL_SEG + RADDR_SEG, 7, 9);
         write_data(s.slot(0), 48, 0xdead_0000_beef, 8, 0x4242);
         let b = bytes(&r, WQEBB);
+        // Against the C structs (rdma-core mlx5dv.h): `mlx5_wqe_ctrl_seg` (opmod, index 1-2,
+        // opcode 3, QPN 4-6, DS 7, signature 8, stream 9-10, fm_ce_se 11, imm 12-15),
+        // `mlx5_wqe_raddr_seg` (raddr, rkey, reserved), `mlx5_wqe_atomic_seg`,
+        // `mlx5_wqe_data_seg` (byte_count, lkey, addr).
+        let want: [u8; 64] = [
+            0x00,
+            0x12,
+            0x34,
+            wqe_opcode::ATOMIC_CS,
+            0xab,
+            0xcd,
+            0xef,
+            0x04, //
+            0x00,
+            0x00,
+            0x00,
+            0x08,
+            0xfe,
+            0xed,
+            0xbe,
+            0xef, //
+            0x11,
+            0x22,
+            0x33,
+            0x44,
+            0x55,
+            0x66,
+            0x77,
+            0x88, //
+            0x99,
+            0xaa,
+            0xbb,
+            0xcc,
+            0x00,
+            0x00,
+            0x00,
+            0x00, //
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            7,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            9, //
+            0x00,
+            0x00,
+            0x00,
+            0x08,
+            0x00,
+            0x00,
+            0x42,
+            0x42, //
+            0x00,
+            0x00,
+            0xde,
+            0xad,
+            0x00,
+            0x00,
+            0xbe,
+            0xef, //
+        ];
+        assert_eq!(b, want);
         let c = View::<WqeCtrlSeg>::new_checked(&b[..16]).unwrap();
         assert_eq!(c.get32(wqe_ctrl_seg::wqe_index), 0x1234);
         assert_eq!(
@@ -423,6 +494,10 @@ mod tests {
             let (a, b) = (bytes(&fast, WQEBB), bytes(&general, WQEBB));
             assert_eq!(a, b, "inline {inline}");
             // Ethernet segment: checksum flags, inline size, the first two header bytes.
+            // mlx5dv.h `mlx5_wqe_eth_seg` after the 16-byte control segment: cs_flags at 4,
+            // inline_hdr_sz at 12-13, inline_hdr_start at 14-15.
+            assert_eq!(a[20], 0xc0);
+            assert_eq!(a[28..30], (inline as u16).to_be_bytes());
             let e = View::<WqeEthSeg>::new_checked(&a[16..32]).unwrap();
             assert_eq!(e.get32(wqe_eth_seg::cs_flags), 0xc0);
             assert_eq!(e.get32(wqe_eth_seg::inline_hdr_sz), inline as u32);
