@@ -1365,3 +1365,34 @@ fn a_qp_connected_to_itself_is_its_own_responder() {
         assert_eq!((attr.sq_psn, attr.rq_psn), (PSN + psns, PSN + psns));
     }
 }
+
+/// A CQ that has not yet wrapped holds entries the device never wrote (opcode INVALID, owner
+/// 0, what the first pass's owner bit also reads as): they are not completions. Shrinking it
+/// counts only the three that wait, and they come out of the smaller ring in order.
+#[test]
+fn a_cq_that_never_wrapped_shrinks_around_the_completions_that_wait() {
+    let hal = SimHal::synchronous();
+    let dev = Device::bring_up(&hal, Config::default()).unwrap();
+    let attr = PairAttr {
+        send_cqe: 255,
+        region_len: 8192,
+        ..PairAttr::new(cap(8, 1, 0))
+    };
+    common::with_rc_pair(&dev, attr, |p| {
+        let sg = [p.sge(0, 64)];
+        let (raddr, rkey) = p.remote(4096);
+        let write = SendOp::RdmaWrite {
+            remote_addr: raddr,
+            rkey,
+        };
+        let wrs: Vec<_> = (0..3).map(|id| send_wr(id, &sg, write)).collect();
+        p.a.post_send(&wrs).unwrap();
+        assert_eq!(p.scq.capacity(), 256);
+        p.scq.resize(4).unwrap();
+        assert_eq!(p.scq.capacity(), 8);
+        let mut wc = [Wc::EMPTY; 8];
+        let n = p.scq.poll(&mut wc);
+        let ids: Vec<u64> = wc[..n].iter().map(|w| w.wr_id).collect();
+        assert_eq!(ids, [0, 1, 2]);
+    });
+}

@@ -7,7 +7,7 @@ use core::sync::atomic::Ordering;
 use bareverbs_firmware_cmd::commands::{CreateCq, DestroyCq, ModifyCq};
 use bareverbs_firmware_cmd::ifc::*;
 use bareverbs_firmware_cmd::{Cqn, Layout, View};
-use bareverbs_hal::{dma_rmb, dma_wmb, wmb, BarOffset, Hal, Mmio, RingShape, SharedDma, Slot};
+use bareverbs_hal::{dma_rmb, wmb, BarOffset, Hal, Mmio, RingShape, SharedDma, Slot};
 
 use crate::cmdq::MAX_MESSAGE;
 use crate::device::{input, Device};
@@ -18,7 +18,7 @@ use crate::verbs::comp_channel::{cq_count, CompChannel, CHANNEL_CQS};
 use crate::verbs::cq_scatter;
 use crate::verbs::wc::{Wc, WcFlags, WcOpcode, WcStatus};
 use crate::wq::book::{Book, BookView};
-use crate::wq::cq_ring::{self, init_entries, is_sw_cqe, set_ci, sw_owned};
+use crate::wq::cq_ring::{self, init_entries, set_ci, sw_owned};
 use crate::wq::cq_tables::CqEvents;
 use crate::wq::cq_tables::{before, Purges};
 use crate::wq::ring_pages::{alloc_ring, RingPages, MAX_PAGE};
@@ -553,7 +553,7 @@ impl<H: Hal> Cq<'_, H> {
             while n < wc.len() {
                 let cqe = ring.slot(ci as usize);
                 let op_own = cqe.read8(CQE_BYTES - 1);
-                if !is_sw_cqe(op_own, ci, log_size) {
+                if !cqe_is_sw_owned(op_own, ci, log_size) {
                     break 'runs;
                 }
                 // ORDERING: the owner bit said the CQE is complete; read its body only after
@@ -694,9 +694,11 @@ impl<H: Hal> Cq<'_, H> {
         self.buf = Some(new);
         self.shape = shape;
         self.log_size = log_size;
-        // ORDERING: the moved entries are in place before the consumer index says so.
-        dma_wmb();
-        self.dbr().write32(cq_dbr::SET_CI, cq_set_ci_word(self.ci));
+        // The moved entries are in place before the consumer index says so (`set_ci`'s
+        // barrier).
+        if let Some(d) = self.dbr.as_ref().and_then(|d| d.slots_of(&self.dbr_shape)) {
+            set_ci(d.slot(0), self.ci);
+        }
         Ok(())
     }
 

@@ -4,13 +4,12 @@
 //!
 //! [`CqRing`] owns a ring and reads each CQE once into a [`CqeRepr`] (the value the model
 //! emits through the same layouts). The Ethernet queues poll through it. The verbs CQ keeps
-//! its own loop, tuned per field for `ibv_poll_cq`, but takes its entry test
-//! ([`sw_owned`]), its initial entries ([`init_entries`]) and its consumer-index write
-//! ([`set_ci`]) from here.
+//! its own loop, tuned per field for `ibv_poll_cq`, but takes its initial entries
+//! ([`init_entries`]), its consumer-index write ([`set_ci`]) and, off the hot loop, its entry
+//! test ([`sw_owned`]) from here; the test itself is `firmware-cmd`'s `cqe_is_sw_owned`.
 
 use bareverbs_firmware_cmd::cqe_repr::{CqeRepr, CQE_WORDS};
-use bareverbs_firmware_cmd::ifc::{cq_dbr, cq_set_ci_word, cqe_is_sw_owned, get_cqe_opcode};
-use bareverbs_firmware_cmd::ifc::{CqeOpcode, CQE_INIT_OP_OWN};
+use bareverbs_firmware_cmd::ifc::{cq_dbr, cq_set_ci_word, cqe_is_sw_owned, CQE_INIT_OP_OWN};
 use bareverbs_hal::{dma_rmb, dma_wmb, DmaError, DmaMemory, RingShape, SharedDma, Slot};
 
 /// Size of a CQE.
@@ -26,21 +25,13 @@ pub(crate) fn init_entries(ring: &mut [u8]) {
     }
 }
 
-/// True when an entry whose last byte is `op_own` is CQE number `ci` of a ring of
-/// `1 << log_size` entries, written by the device in the current pass (not an unwritten
-/// entry). The caller takes the read barrier before reading the rest of it.
-#[inline(always)]
-pub(crate) fn is_sw_cqe(op_own: u8, ci: u32, log_size: u8) -> bool {
-    get_cqe_opcode(op_own) != u8::from(CqeOpcode::Invalid) && cqe_is_sw_owned(op_own, ci, log_size)
-}
-
 /// The `op_own` of entry `e`, CQE number `ci` of a ring of `1 << log_size` entries, when
 /// software owns it: written by the device in the current pass, not an unwritten entry. The
 /// read barrier is taken here: the rest of the entry may be read after it.
 #[inline(always)]
 pub(crate) fn sw_owned(e: Slot<'_, CQE_BYTES>, ci: u32, log_size: u8) -> Option<u8> {
     let op_own = e.read8(CQE_BYTES - 1);
-    if !is_sw_cqe(op_own, ci, log_size) {
+    if !cqe_is_sw_owned(op_own, ci, log_size) {
         return None;
     }
     // ORDERING: the owner bit before the CQE's body.
@@ -138,7 +129,7 @@ impl<D: DmaMemory> CqRing<D> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bareverbs_firmware_cmd::ifc::{cqe_owner_for, CqeSyndrome};
+    use bareverbs_firmware_cmd::ifc::{cqe_owner_for, CqeOpcode, CqeSyndrome};
     use bareverbs_hal::Hal;
     use bareverbs_model::SimHal;
 
